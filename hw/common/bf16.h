@@ -1,0 +1,34 @@
+// bfloat16: the top 16 bits of an IEEE-754 binary32. Conversion from fp32 rounds to nearest,
+// ties to even, as the TPU's MXU input path does; NaN stays NaN (quiet).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace tpu {
+
+struct Bf16 {
+  std::uint16_t bits = 0;
+};
+
+inline float to_float(Bf16 h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline Bf16 to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+    return Bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};  // quiet NaN
+  const std::uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return Bf16{static_cast<std::uint16_t>(u >> 16)};
+}
+
+// Rounds an fp32 value to the nearest bf16-representable fp32 value.
+inline float round_bf16(float f) { return to_float(to_bf16(f)); }
+
+}  // namespace tpu

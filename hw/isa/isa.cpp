@@ -1,0 +1,279 @@
+#include "hw/isa/isa.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "hw/common/error.h"
+#include "hw/isa/fields.h"
+
+namespace tpu::isa {
+namespace {
+
+template <class T> struct OpcodeOf;
+template <> struct OpcodeOf<Nop> { static constexpr Opcode value = Opcode::Nop; };
+template <> struct OpcodeOf<ReadHost> { static constexpr Opcode value = Opcode::ReadHost; };
+template <> struct OpcodeOf<WriteHost> { static constexpr Opcode value = Opcode::WriteHost; };
+template <> struct OpcodeOf<ReadMem> { static constexpr Opcode value = Opcode::ReadMem; };
+template <> struct OpcodeOf<WriteMem> { static constexpr Opcode value = Opcode::WriteMem; };
+template <> struct OpcodeOf<ReadWeights> { static constexpr Opcode value = Opcode::ReadWeights; };
+template <> struct OpcodeOf<SetWindow> { static constexpr Opcode value = Opcode::SetWindow; };
+template <> struct OpcodeOf<MatMul> { static constexpr Opcode value = Opcode::MatMul; };
+template <> struct OpcodeOf<Activate> { static constexpr Opcode value = Opcode::Activate; };
+template <> struct OpcodeOf<Pool> { static constexpr Opcode value = Opcode::Pool; };
+template <> struct OpcodeOf<Eltwise> { static constexpr Opcode value = Opcode::Eltwise; };
+template <> struct OpcodeOf<Sync> { static constexpr Opcode value = Opcode::Sync; };
+template <> struct OpcodeOf<Tag> { static constexpr Opcode value = Opcode::Tag; };
+template <> struct OpcodeOf<Halt> { static constexpr Opcode value = Opcode::Halt; };
+
+// Little-endian field access into a 32-byte word.
+class Bytes32 {
+ public:
+  explicit Bytes32(Word& w) : w_(w) {}
+  template <class T> void put(std::size_t off, T v) {
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      w_[off + i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i));
+  }
+  template <class T> [[nodiscard]] T get(std::size_t off) const {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) v |= std::uint64_t{w_[off + i]} << (8 * i);
+    return static_cast<T>(v);
+  }
+
+ private:
+  Word& w_;
+};
+
+// Byte 0 opcode, byte 1 flags, byte 2 unit/function, byte 3 data type, bytes 4..31 operands.
+// Each opcode's layout is written once, as a pair of functions over the same offsets.
+struct Codec {
+  Bytes32 b;
+  bool write;
+
+  template <class T> void field(std::size_t off, T& v) {
+    if (write) b.put(off, v);
+    else v = b.get<T>(off);
+  }
+  template <class Tag_, class Rep> void field(std::size_t off, Address<Tag_, Rep>& v) {
+    Rep r = v.value();
+    field(off, r);
+    v = Address<Tag_, Rep>(r);
+  }
+  template <class E> void enum_field(std::size_t off, E& v) {
+    auto r = static_cast<std::uint8_t>(v);
+    field(off, r);
+    v = static_cast<E>(r);
+  }
+  void flag(unsigned bit, bool& v) {
+    if (write) {
+      if (v) b.put<std::uint8_t>(1, static_cast<std::uint8_t>(b.get<std::uint8_t>(1) | (1u << bit)));
+    } else {
+      v = (b.get<std::uint8_t>(1) >> bit) & 1u;
+    }
+  }
+
+  void operands(Nop&) {}
+  void operands(Halt&) {}
+  void operands(ReadHost& i) { field(4, i.src); field(12, i.dst); field(16, i.bytes); }
+  void operands(WriteHost& i) { field(4, i.src); field(8, i.dst); field(16, i.bytes); }
+  void operands(ReadMem& i) { field(4, i.src); field(12, i.dst); field(16, i.bytes); }
+  void operands(WriteMem& i) { field(4, i.src); field(8, i.dst); field(16, i.bytes); }
+  void operands(ReadWeights& i) {
+    field(2, i.mxu);
+    bool from_ub = i.source == WeightSource::UnifiedBuffer;
+    flag(0, from_ub);
+    i.source = from_ub ? WeightSource::UnifiedBuffer : WeightSource::OffChip;
+    field(4, i.addr); field(12, i.rows); field(14, i.cols);
+  }
+  void operands(SetWindow& i) {
+    std::uint16_t* f[] = {&i.in_h, &i.in_w, &i.in_c, &i.kernel_h, &i.kernel_w, &i.stride_h,
+                          &i.stride_w, &i.pad_top, &i.pad_left, &i.out_h, &i.out_w};
+    for (std::size_t k = 0; k < std::size(f); ++k) field(4 + 2 * k, *f[k]);
+  }
+  void operands(MatMul& i) {
+    field(2, i.mxu);
+    flag(0, i.accumulate); flag(1, i.swap_weights); flag(2, i.window);
+    field(4, i.src); field(8, i.dst); field(12, i.rows); field(16, i.src_stride);
+    field(20, i.first_pixel); field(24, i.k_first);
+  }
+  void operands(Activate& i) {
+    enum_field(2, i.func); enum_field(3, i.out_type);
+    field(4, i.src); field(8, i.dst); field(12, i.params); field(16, i.rows); field(20, i.cols);
+    field(22, i.dst_stride);
+  }
+  void operands(Pool& i) {
+    enum_field(2, i.kind); enum_field(3, i.type);
+    field(4, i.src); field(8, i.dst);
+    std::uint16_t* f[] = {&i.in_h, &i.in_w, &i.channels, &i.kernel_h, &i.kernel_w,
+                          &i.stride_h, &i.stride_w, &i.images};
+    for (std::size_t k = 0; k < std::size(f); ++k) field(12 + 2 * k, *f[k]);
+  }
+  void operands(Eltwise& i) {
+    enum_field(2, i.op); enum_field(3, i.type);
+    field(4, i.a); field(8, i.b); field(12, i.dst); field(16, i.count); field(20, i.shift);
+  }
+  void operands(Sync& i) { flag(0, i.all_cores); }
+  void operands(Tag& i) { field(4, i.id); }
+};
+
+template <class T> Instruction decode_as(Word w) {
+  T inst{};
+  Codec c{Bytes32(w), false};
+  c.operands(inst);
+  return inst;
+}
+
+bool enums_valid(const Instruction& inst) {
+  auto dtype_ok = [](DType t) { return static_cast<std::uint8_t>(t) <= 3; };
+  if (auto* a = std::get_if<Activate>(&inst))
+    return static_cast<std::uint8_t>(a->func) <= 5 && dtype_ok(a->out_type);
+  if (auto* p = std::get_if<Pool>(&inst))
+    return static_cast<std::uint8_t>(p->kind) <= 1 &&
+           (p->type == DType::Int8 || p->type == DType::Bf16);
+  if (auto* e = std::get_if<Eltwise>(&inst))
+    return static_cast<std::uint8_t>(e->op) <= 3 &&
+           (e->type == DType::Int8 || e->type == DType::Bf16);
+  return true;
+}
+
+}  // namespace
+
+Opcode opcode_of(const Instruction& inst) {
+  return std::visit([](const auto& i) { return OpcodeOf<std::decay_t<decltype(i)>>::value; }, inst);
+}
+
+std::string mnemonic(Opcode op) {
+  switch (op) {
+    case Opcode::Nop: return "nop";
+    case Opcode::ReadHost: return "read_host";
+    case Opcode::WriteHost: return "write_host";
+    case Opcode::ReadMem: return "read_mem";
+    case Opcode::WriteMem: return "write_mem";
+    case Opcode::ReadWeights: return "read_weights";
+    case Opcode::SetWindow: return "set_window";
+    case Opcode::MatMul: return "matmul";
+    case Opcode::Activate: return "activate";
+    case Opcode::Pool: return "pool";
+    case Opcode::Eltwise: return "eltwise";
+    case Opcode::Sync: return "sync";
+    case Opcode::Tag: return "tag";
+    case Opcode::Halt: return "halt";
+  }
+  return fmt::format("op_{:#04x}", static_cast<unsigned>(op));
+}
+
+Word encode(const Instruction& inst) {
+  Word w{};
+  w[0] = static_cast<std::uint8_t>(opcode_of(inst));
+  std::visit(
+      [&](const auto& i) {
+        auto copy = i;
+        Codec c{Bytes32(w), true};
+        c.operands(copy);
+      },
+      inst);
+  return w;
+}
+
+Instruction decode(const Word& word, std::uint64_t index) {
+  Instruction inst;
+  switch (static_cast<Opcode>(word[0])) {
+    case Opcode::Nop: inst = decode_as<Nop>(word); break;
+    case Opcode::ReadHost: inst = decode_as<ReadHost>(word); break;
+    case Opcode::WriteHost: inst = decode_as<WriteHost>(word); break;
+    case Opcode::ReadMem: inst = decode_as<ReadMem>(word); break;
+    case Opcode::WriteMem: inst = decode_as<WriteMem>(word); break;
+    case Opcode::ReadWeights: inst = decode_as<ReadWeights>(word); break;
+    case Opcode::SetWindow: inst = decode_as<SetWindow>(word); break;
+    case Opcode::MatMul: inst = decode_as<MatMul>(word); break;
+    case Opcode::Activate: inst = decode_as<Activate>(word); break;
+    case Opcode::Pool: inst = decode_as<Pool>(word); break;
+    case Opcode::Eltwise: inst = decode_as<Eltwise>(word); break;
+    case Opcode::Sync: inst = decode_as<Sync>(word); break;
+    case Opcode::Tag: inst = decode_as<Tag>(word); break;
+    case Opcode::Halt: inst = decode_as<Halt>(word); break;
+    default:
+      throw ProgramError(fmt::format("instruction {}: illegal opcode {:#04x}", index, word[0]));
+  }
+  if (!enums_valid(inst))
+    throw ProgramError(fmt::format("instruction {} ({}): function or data type out of range "
+                                   "(byte 2 = {}, byte 3 = {})",
+                                   index, mnemonic(opcode_of(inst)), word[2], word[3]));
+  // Every bit the layout does not define must be zero: re-encoding must give the same word.
+  if (encode(inst) != word)
+    throw ProgramError(fmt::format("instruction {} ({}): reserved bits are not zero", index,
+                                   mnemonic(opcode_of(inst))));
+  return inst;
+}
+
+std::vector<std::uint8_t> encode_all(const std::vector<Instruction>& program) {
+  std::vector<std::uint8_t> out;
+  out.reserve(program.size() * kInstructionBytes);
+  for (const auto& i : program) {
+    const Word w = encode(i);
+    out.insert(out.end(), w.begin(), w.end());
+  }
+  return out;
+}
+
+std::vector<Instruction> decode_all(const std::uint8_t* data, std::size_t bytes) {
+  if (bytes % kInstructionBytes != 0)
+    throw ProgramError(fmt::format("program of {} bytes is not a whole number of {}-byte "
+                                   "instructions",
+                                   bytes, kInstructionBytes));
+  std::vector<Instruction> out;
+  out.reserve(bytes / kInstructionBytes);
+  for (std::size_t i = 0; i < bytes / kInstructionBytes; ++i) {
+    Word w;
+    std::memcpy(w.data(), data + i * kInstructionBytes, kInstructionBytes);
+    out.push_back(decode(w, i));
+  }
+  return out;
+}
+
+std::string_view name_of(WeightSource v) { return v == WeightSource::OffChip ? "mem" : "ub"; }
+std::string_view name_of(ActFunc v) {
+  switch (v) {
+    case ActFunc::None: return "none";
+    case ActFunc::Relu: return "relu";
+    case ActFunc::Relu6: return "relu6";
+    case ActFunc::Sigmoid: return "sigmoid";
+    case ActFunc::Tanh: return "tanh";
+    case ActFunc::Softmax: return "softmax";
+  }
+  return "?";
+}
+std::string_view name_of(PoolKind v) { return v == PoolKind::Max ? "max" : "avg"; }
+std::string_view name_of(EltOp v) {
+  switch (v) {
+    case EltOp::Add: return "add";
+    case EltOp::Mul: return "mul";
+    case EltOp::Max: return "max";
+    case EltOp::Min: return "min";
+  }
+  return "?";
+}
+
+std::string to_string(const Instruction& inst) {
+  std::string s = mnemonic(opcode_of(inst));
+  std::visit(
+      [&](const auto& i) {
+        auto copy = i;
+        visit_fields(copy, [&](std::string_view name, const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, bool>) {
+            if (v) s += fmt::format(" {}", name);
+          } else if constexpr (std::is_enum_v<V>) {
+            s += fmt::format(" {}={}", name, name_of(v));
+          } else if constexpr (std::is_integral_v<V>) {
+            s += fmt::format(" {}={}", name, v);
+          } else {
+            s += fmt::format(" {}={:#x}", name, v.value());
+          }
+        });
+      },
+      inst);
+  return s;
+}
+
+}  // namespace tpu::isa

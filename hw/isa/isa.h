@@ -1,0 +1,160 @@
+// The tpusim instruction set: TPU v1's CISC instructions (J17 §2: Read_Host_Memory,
+// Read_Weights, MatrixMultiply/Convolve, Activate, Write_Host_Memory, synchronise, halt,
+// set-configuration, debug-tag, nop) plus what pooling, HBM-resident activations and several
+// cores need. Every instruction encodes to 32 little-endian bytes; docs/isa.md is the reference.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "hw/common/dtype.h"
+#include "hw/common/types.h"
+
+namespace tpu::isa {
+
+inline constexpr std::size_t kInstructionBytes = 32;
+using Word = std::array<std::uint8_t, kInstructionBytes>;
+
+enum class Opcode : std::uint8_t {
+  Nop = 0x00,
+  ReadHost = 0x01,     // host memory -> unified buffer (host link)
+  WriteHost = 0x02,    // unified buffer -> host memory (host link)
+  ReadMem = 0x03,      // off-chip memory -> unified buffer
+  WriteMem = 0x04,     // unified buffer -> off-chip memory
+  ReadWeights = 0x05,  // off-chip memory or unified buffer -> an MXU's weight FIFO
+  SetWindow = 0x06,    // convolution window geometry for following windowed MatMuls
+  MatMul = 0x07,       // unified buffer rows x resident weight tile -> accumulators
+  Activate = 0x08,     // accumulators -> bias, scale, nonlinearity -> unified buffer
+  Pool = 0x09,         // unified buffer -> max/avg pooling -> unified buffer
+  Eltwise = 0x0a,      // unified buffer (a, b) -> elementwise op -> unified buffer
+  Sync = 0x0b,         // wait until every earlier instruction of this core (or all cores) is done
+  Tag = 0x0c,          // debug tag: attributes following work to a layer id in the counters
+  Halt = 0x0f,         // end of this core's program
+};
+
+enum class WeightSource : std::uint8_t { OffChip = 0, UnifiedBuffer = 1 };
+enum class ActFunc : std::uint8_t { None = 0, Relu = 1, Relu6 = 2, Sigmoid = 3, Tanh = 4, Softmax = 5 };
+enum class PoolKind : std::uint8_t { Max = 0, Avg = 1 };
+enum class EltOp : std::uint8_t { Add = 0, Mul = 1, Max = 2, Min = 3 };
+
+struct Nop {};
+struct ReadHost {
+  HostAddr src;
+  UbAddr dst;
+  std::uint32_t bytes = 0;
+};
+struct WriteHost {
+  UbAddr src;
+  HostAddr dst;
+  std::uint32_t bytes = 0;
+};
+struct ReadMem {
+  MemAddr src;
+  UbAddr dst;
+  std::uint32_t bytes = 0;
+};
+struct WriteMem {
+  UbAddr src;
+  MemAddr dst;
+  std::uint32_t bytes = 0;
+};
+// A weight tile of rows x cols elements of the MXU input type, row-major and dense at `addr`
+// (an off-chip MemAddr or a UbAddr, by `source`). rows <= mxu.rows, cols <= mxu.cols.
+struct ReadWeights {
+  std::uint8_t mxu = 0;
+  WeightSource source = WeightSource::OffChip;
+  std::uint64_t addr = 0;
+  std::uint16_t rows = 0;
+  std::uint16_t cols = 0;
+};
+// Geometry of an NHWC image in the unified buffer and the window that a windowed MatMul reads:
+// row r of the MatMul is output pixel p = first_pixel + r (image p / (out_h*out_w), then oy, ox);
+// its element k (k_first <= k < k_first + tile rows) is channel k % in_c of window position
+// (ky, kx) = ((k / in_c) / kernel_w, (k / in_c) % kernel_w), read at input pixel
+// (oy*stride_h + ky - pad_top, ox*stride_w + kx - pad_left), zero outside the image.
+struct SetWindow {
+  std::uint16_t in_h = 0, in_w = 0, in_c = 0;
+  std::uint16_t kernel_h = 0, kernel_w = 0;
+  std::uint16_t stride_h = 1, stride_w = 1;
+  std::uint16_t pad_top = 0, pad_left = 0;
+  std::uint16_t out_h = 0, out_w = 0;
+};
+// B = rows input vectors times the resident weight tile (K = tile rows, N = tile cols) into
+// accumulator entries dst .. dst+rows-1. Dense: row r starts at src + r*src_stride. Windowed: see
+// SetWindow. swap_weights first makes the next shifted-in tile the resident one.
+struct MatMul {
+  std::uint8_t mxu = 0;
+  bool accumulate = false;
+  bool swap_weights = false;
+  bool window = false;
+  UbAddr src;
+  AccAddr dst;
+  std::uint32_t rows = 0;
+  std::uint32_t src_stride = 0;   // dense: bytes between input rows
+  std::uint32_t first_pixel = 0;  // windowed: output pixel of row 0
+  std::uint16_t k_first = 0;      // windowed: flattened window index of tile row 0
+};
+// Reads `rows` accumulator entries, `cols` values each; per column c applies, with the 3-word
+// (12-byte) parameter record at params + 12*c = {bias, scale, shift}:
+//   integer acc, out int8:   q = requant(acc + bias, multiplier = scale (Q31), shift), then func
+//   integer acc, out int32:  acc + bias (saturated), then func
+//   integer acc, out fp32/bf16: func(float(acc + bias) * scale_fp32)
+//   float acc:               func((acc + bias_fp32) * scale_fp32), rounded to out_type
+// and writes row r at dst + r*dst_stride. Softmax works across the `cols` values of a row.
+struct Activate {
+  AccAddr src;
+  UbAddr dst;
+  UbAddr params;
+  std::uint32_t rows = 0;
+  std::uint16_t cols = 0;
+  std::uint32_t dst_stride = 0;
+  ActFunc func = ActFunc::None;
+  DType out_type = DType::Int8;
+};
+// Valid (unpadded) pooling over `images` NHWC images of in_h x in_w x channels elements.
+struct Pool {
+  UbAddr src;
+  UbAddr dst;
+  std::uint16_t in_h = 0, in_w = 0, channels = 0;
+  std::uint16_t kernel_h = 0, kernel_w = 0, stride_h = 0, stride_w = 0;
+  std::uint16_t images = 0;
+  PoolKind kind = PoolKind::Max;
+  DType type = DType::Int8;
+};
+// dst[i] = a[i] op b[i] for i < count. int8 saturates; int8 Mul rounds (a*b) >> shift.
+struct Eltwise {
+  UbAddr a, b, dst;
+  std::uint32_t count = 0;
+  std::uint8_t shift = 0;
+  EltOp op = EltOp::Add;
+  DType type = DType::Int8;
+};
+struct Sync {
+  bool all_cores = false;
+};
+struct Tag {
+  std::uint32_t id = 0;
+};
+struct Halt {};
+
+using Instruction = std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights,
+                                 SetWindow, MatMul, Activate, Pool, Eltwise, Sync, Tag, Halt>;
+
+Opcode opcode_of(const Instruction& inst);
+std::string mnemonic(Opcode op);
+
+Word encode(const Instruction& inst);
+// Throws ProgramError naming `index` (the instruction's position in its stream) for an illegal
+// opcode, an unknown enum value or a reserved field that is not zero.
+Instruction decode(const Word& word, std::uint64_t index);
+
+std::vector<std::uint8_t> encode_all(const std::vector<Instruction>& program);
+std::vector<Instruction> decode_all(const std::uint8_t* data, std::size_t bytes);
+
+// One line of assembly text, e.g. "matmul mxu=0 src=0x100 dst=0 rows=64 stride=256 swap".
+std::string to_string(const Instruction& inst);
+
+}  // namespace tpu::isa

@@ -1,0 +1,88 @@
+#include "hw/memory/bandwidth.h"
+
+#include <cmath>
+#include <limits>
+
+namespace tpu {
+
+// A transfer with fewer bytes left than this is done (guards float round-off).
+constexpr double kEpsilonBytes = 1e-6;
+
+void FluidShare::advance(double now) {
+  if (!remaining_.empty() && now > last_) {
+    const double each = rate_ * (now - last_) / static_cast<double>(remaining_.size());
+    for (auto& [id, left] : remaining_) left -= each;
+  }
+  last_ = std::max(last_, now);
+}
+
+FluidShare::Id FluidShare::start(double now, double bytes) {
+  advance(now);
+  remaining_[next_id_] = bytes;
+  return next_id_++;
+}
+
+double FluidShare::next_completion() const {
+  if (remaining_.empty()) return std::numeric_limits<double>::infinity();
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto& [id, left] : remaining_) least = std::min(least, left);
+  return last_ + std::max(0.0, least) * static_cast<double>(remaining_.size()) / rate_;
+}
+
+std::size_t FluidShare::retire_finished() {
+  std::size_t n = 0;
+  for (auto it = remaining_.begin(); it != remaining_.end();) {
+    if (it->second <= kEpsilonBytes) {
+      it = remaining_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
+BandwidthResource::BandwidthResource(sc_core::sc_module_name name, const Clock& clock,
+                                     double bytes_per_s, double latency_ns)
+    : sc_core::sc_module(name),
+      clock_(clock),
+      latency_(clock.ns_to_cycles(latency_ns)),
+      share_(bytes_per_s / clock.hz()) {
+  SC_HAS_PROCESS(BandwidthResource);
+  SC_METHOD(reschedule);
+  sensitive << wake_;
+  dont_initialize();
+}
+
+Cycles BandwidthResource::uncontended_cycles(std::uint64_t bytes) const {
+  return latency_ + clock_.transfer_cycles(static_cast<double>(bytes), share_.bytes_per_cycle() * clock_.hz());
+}
+
+void BandwidthResource::transfer(std::uint64_t bytes) {
+  clock_.wait_for(latency_);
+  if (bytes == 0) return;
+  const Cycle now = clock_.now();
+  if (share_.active_count() == 0) busy_since_ = now;
+  const FluidShare::Id id = share_.start(static_cast<double>(now), static_cast<double>(bytes));
+  wake_.notify(sc_core::SC_ZERO_TIME);
+  while (share_.active(id)) sc_core::wait(changed_);
+  bytes_moved_ += bytes;
+}
+
+void BandwidthResource::reschedule() {
+  const Cycle now = clock_.now();
+  share_.advance(static_cast<double>(now));
+  if (share_.retire_finished() > 0) {
+    changed_.notify(sc_core::SC_ZERO_TIME);
+    if (share_.active_count() == 0) busy_cycles_ += now - busy_since_;
+  }
+  const double next = share_.next_completion();
+  if (std::isfinite(next)) {
+    // Completions land on whole cycles: round up, so no transfer beats its bandwidth.
+    const auto at = static_cast<Cycle>(std::ceil(next - 1e-9));
+    wake_.cancel();
+    wake_.notify(clock_.time_of(std::max(at, now)) - sc_core::sc_time_stamp());
+  }
+}
+
+}  // namespace tpu

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages tpusim needs, skipping what is already there. Idempotent.
+# Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libsystemc-dev          # SystemC 2.3.4 kernel + TLM-2.0 (built for C++17)
+  nlohmann-json3-dev      # JSON configs, models and reports
+  libcli11-dev            # the tpusim command line
+  libfmt-dev              # message formatting
+  zlib1g-dev              # reads the gzip'd Fashion-MNIST IDX files directly
+  libgtest-dev libgmock-dev  # unit, system and golden tests
+  libbenchmark-dev        # tb/bench
+  verilator               # RTL co-simulation (tb/rtl)
+  dataset-fashion-mnist   # the real data set, /usr/share/datasets/fashion-mnist
+  python3 python3-matplotlib  # scripts/report.py
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "setup: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
