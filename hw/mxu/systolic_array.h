@@ -1,0 +1,64 @@
+// The MXU's math, without the kernel: a weight-stationary systolic array of rows x cols
+// multiply-accumulate cells. Inputs enter from the left one row per cycle; the resident weight
+// tile (K x N) stays in the cells; each column sums its K products top to bottom, in row order,
+// starting from zero, and the column's sum is then written to, or added into, the accumulator.
+// That order is the contract the bf16 reference in sw/nn follows bit for bit:
+//   int8 x int8 -> int32:  psum = sum_k x[k]*w[k][n] (exact), acc = acc + psum (wrapping int32)
+//   bf16 x bf16 -> fp32:   psum = ((0 + x0*w0) + x1*w1) + ... in fp32 (each product exact),
+//                          acc = acc + psum in fp32.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "hw/config/chip_config.h"
+#include "hw/isa/isa.h"
+
+namespace tpu {
+
+// A weight tile as the array holds it: rows x cols elements of the MXU input type, row-major,
+// dense (int8: one byte each; bf16: two bytes each, little-endian).
+struct WeightTile {
+  std::uint32_t rows = 0;  // K
+  std::uint32_t cols = 0;  // N
+  std::vector<std::uint8_t> bytes;
+};
+
+// Where the B input rows of one MatMul come from in the unified buffer (see isa::MatMul and
+// isa::SetWindow for the addressing).
+struct InputSpec {
+  bool window = false;
+  std::uint64_t src = 0;         // UB byte address
+  std::uint32_t rows = 0;        // B
+  std::uint32_t src_stride = 0;  // dense: bytes between rows
+  std::uint32_t first_pixel = 0;
+  std::uint32_t k_first = 0;
+  isa::SetWindow geom;  // windowed only
+};
+
+class SystolicArray {
+ public:
+  explicit SystolicArray(const MxuConfig& cfg);
+
+  // The half-open range [lo, hi) of UB bytes that reading `in` for a K-row tile may touch; used
+  // for bounds checks and hazard tracking. For windowed reads it is the bounding range.
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> input_extent(const InputSpec& in,
+                                                                     std::uint32_t k) const;
+
+  // Computes the B x N result of in (B x K) times tile (K x N) and writes or accumulates it:
+  // result row r, column n goes to acc[r * acc_stride + n] (32-bit words: int32 or fp32 bits);
+  // columns n >= tile.cols are left untouched. `ub` is the unified buffer base (ub_bytes long).
+  // Windowed reads outside the image read zero. Throws ProgramError if the input extent leaves
+  // the unified buffer.
+  void multiply(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub,
+                std::uint64_t ub_bytes, std::uint32_t* acc, std::uint32_t acc_stride,
+                bool accumulate) const;
+
+  [[nodiscard]] const MxuConfig& config() const { return cfg_; }
+
+ private:
+  MxuConfig cfg_;
+};
+
+}  // namespace tpu

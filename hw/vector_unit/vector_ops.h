@@ -1,0 +1,52 @@
+// The vector unit's math and cost, without the kernel. Each function executes one instruction
+// on views of a core's unified buffer and accumulators and throws ProgramError (naming the
+// opcode, the field and the address) when the instruction reaches outside them or has a field
+// the unit cannot honour. Semantics: docs/isa.md; scalar functions shared with the reference
+// inference live in hw/vector_unit/functions.h so both round identically.
+#pragma once
+
+#include <cstdint>
+
+#include "hw/config/chip_config.h"
+#include "hw/isa/isa.h"
+
+namespace tpu {
+
+struct UbView {
+  std::uint8_t* data = nullptr;
+  std::uint64_t bytes = 0;
+};
+
+struct AccView {
+  std::uint32_t* data = nullptr;   // entries x words_per_entry 32-bit words
+  std::uint32_t entries = 0;
+  std::uint32_t words_per_entry = 0;  // = mxu.cols
+  DType type = DType::Int32;          // int32 or fp32
+};
+
+// What one vector instruction costs: its duration and the actions the energy model counts.
+struct VectorCost {
+  std::uint64_t cycles = 0;       // latency + max(element throughput, UB port) cycles
+  std::uint64_t element_ops = 0;  // lane operations (energy: vector_op_pj each)
+  std::uint64_t ub_bytes_read = 0;
+  std::uint64_t ub_bytes_written = 0;
+  std::uint64_t acc_bytes_read = 0;
+};
+
+class VectorOps {
+ public:
+  explicit VectorOps(const ChipConfig& cfg);
+
+  void activate(const isa::Activate& a, const AccView& acc, UbView ub) const;
+  void pool(const isa::Pool& p, UbView ub) const;
+  void eltwise(const isa::Eltwise& e, UbView ub) const;
+
+  [[nodiscard]] VectorCost cost(const isa::Activate& a) const;
+  [[nodiscard]] VectorCost cost(const isa::Pool& p) const;
+  [[nodiscard]] VectorCost cost(const isa::Eltwise& e) const;
+
+ private:
+  const ChipConfig& cfg_;
+};
+
+}  // namespace tpu
