@@ -1,0 +1,55 @@
+#include "hw/chip/chip.h"
+
+#include <fmt/format.h>
+
+namespace tpu {
+
+BandwidthResource* Chip::make_off_chip_bw(const ChipConfig& cfg, const Clock& clock) {
+  if (cfg.off_chip_memory.kind == MemoryKind::HostLink) return nullptr;
+  return new BandwidthResource("off_chip_bw", clock, cfg.off_chip_bytes_per_s(),
+                               cfg.off_chip_memory.latency_ns);
+}
+
+Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg)
+    : sc_core::sc_module(name),
+      cfg_(std::move(cfg)),
+      clock_(cfg_.clock_hz()),
+      host_link_in("host_link_in", clock_, cfg_.host_link_bytes_per_s(), cfg_.host_link.latency_ns),
+      host_link_out("host_link_out", clock_, cfg_.host_link_bytes_per_s(),
+                    cfg_.host_link.latency_ns),
+      off_chip_bw(make_off_chip_bw(cfg_, clock_)),
+      memory("memory", cfg_, clock_, off_chip_bw ? *off_chip_bw : host_link_in),
+      mem_ic("mem_ic"),
+      host_ic("host_ic", &host_link_out, &host_link_in),
+      barrier(cfg_.tensor_cores) {
+  mem_ic.out.bind(memory.socket);
+  std::vector<Sequencer*> seqs;
+  for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) {
+    cores.push_back(
+        std::make_unique<TensorCore>(fmt::format("core{}", c).c_str(), cfg_, clock_, c, barrier));
+    TensorCore& core = *cores.back();
+    core.dma.dma2mem.bind(mem_ic.in);
+    core.dma.dma2host.bind(host_ic.in);
+    for (auto& m : core.mxus) m->mxu2mem_weights.bind(mem_ic.in);
+    seqs.push_back(core.sequencer.get());
+  }
+  hif = std::make_unique<HostInterface>("hif", cfg_, clock_, seqs, host_link_in, host_link_out);
+  hif->hif2mem.bind(mem_ic.in);
+}
+
+LayerCounters Chip::counters() const {
+  LayerCounters all;
+  for (const auto& c : cores) all += c->counters();
+  Counters& host = all.at(0);
+  host.host_bytes_in += hif->instruction_bytes() + hif->memory_bytes_written();
+  host.host_bytes_out += hif->memory_bytes_read();
+  host.off_chip_bytes_written += hif->memory_bytes_written();
+  host.off_chip_bytes_read += hif->memory_bytes_read();
+  return all;
+}
+
+void Chip::finish(Cycle end) {
+  for (auto& c : cores) c->finish(end);
+}
+
+}  // namespace tpu

@@ -1,0 +1,57 @@
+// Chip: the top of the model. N TensorCores (v2-v4: 2), the off-chip memory shared by all of
+// them (DDR3, HBM, or host memory across the link on Edge), the host link, and the host
+// interface. Host side: `host2chip` (target: instruction queues, memory window, status) and
+// `chip2host` (initiator: the cores' Read/Write_Host_Memory reach host memory through it).
+#pragma once
+
+#include <systemc>
+#include <tlm>
+
+#include <memory>
+#include <vector>
+
+#include "hw/chip/energy.h"
+#include "hw/chip/host_interface.h"
+#include "hw/chip/interconnect.h"
+#include "hw/common/clock.h"
+#include "hw/config/chip_config.h"
+#include "hw/core/tensor_core.h"
+#include "hw/memory/bandwidth.h"
+#include "hw/memory/off_chip_memory.h"
+
+namespace tpu {
+
+class Chip : public sc_core::sc_module {
+  // Declared first: modules below are built from them.
+  ChipConfig cfg_;
+  Clock clock_;
+
+ public:
+  Chip(sc_core::sc_module_name name, ChipConfig cfg);
+
+  [[nodiscard]] const ChipConfig& config() const { return cfg_; }
+  [[nodiscard]] const Clock& clock() const { return clock_; }
+
+  // Activity of every core, by layer, plus what the host interface moved (layer 0).
+  [[nodiscard]] LayerCounters counters() const;
+  // Closes the MXU cycle accounting at `end` (call once, after the run).
+  void finish(Cycle end);
+
+  BandwidthResource host_link_in;   // host -> chip
+  BandwidthResource host_link_out;  // chip -> host
+  std::unique_ptr<BandwidthResource> off_chip_bw;  // absent when off-chip memory is the host link
+  OffChipMemory memory;
+  Interconnect mem_ic;   // cores' DMA, MXU weight paths, host interface -> memory
+  Interconnect host_ic;  // cores' DMA -> host, timed by the host link
+  CoreBarrier barrier;
+  std::vector<std::unique_ptr<TensorCore>> cores;
+  std::unique_ptr<HostInterface> hif;
+
+  tlm::tlm_target_socket<>& host2chip() { return hif->host2chip; }
+  tlm::tlm_initiator_socket<>& chip2host() { return host_ic.out; }
+
+ private:
+  static BandwidthResource* make_off_chip_bw(const ChipConfig& cfg, const Clock& clock);
+};
+
+}  // namespace tpu

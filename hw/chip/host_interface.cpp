@@ -1,0 +1,108 @@
+#include "hw/chip/host_interface.h"
+
+#include <cstring>
+
+#include "hw/chip/address_map.h"
+
+namespace tpu {
+
+HostInterface::HostInterface(sc_core::sc_module_name name, const ChipConfig& cfg,
+                             const Clock& clock, std::vector<Sequencer*> sequencers,
+                             BandwidthResource& link_in, BandwidthResource& link_out)
+    : sc_core::sc_module(name),
+      host2chip("host2chip"),
+      hif2mem("hif2mem"),
+      cfg_(cfg),
+      clock_(clock),
+      sequencers_(std::move(sequencers)),
+      link_in_(link_in),
+      link_out_(link_out) {
+  host2chip.register_b_transport(this, &HostInterface::b_transport);
+  host2chip.register_transport_dbg(this, &HostInterface::transport_dbg);
+}
+
+int HostInterface::core_of(std::uint64_t addr, std::uint64_t& offset) const {
+  if (addr < address_map::kCoreBase) return -1;
+  const std::uint64_t core = (addr - address_map::kCoreBase) / address_map::kCoreStride;
+  if (core >= sequencers_.size()) return -1;
+  offset = (addr - address_map::kCoreBase) % address_map::kCoreStride;
+  return static_cast<int>(core);
+}
+
+void HostInterface::read_status(std::uint32_t core, std::uint64_t offset, unsigned char* data,
+                                unsigned int len, tlm::tlm_generic_payload& gp) const {
+  const Sequencer& s = *sequencers_[core];
+  const std::uint64_t words[address_map::kStatusWords] = {
+      s.halts(), s.issued(), static_cast<std::uint64_t>(s.free_slots()), s.layer(),
+      s.halted_at()};
+  const std::uint64_t start = offset - address_map::kStatus;
+  if (start > sizeof words || len > sizeof words - start) {
+    gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+    return;
+  }
+  std::memcpy(data, reinterpret_cast<const unsigned char*>(words) + start, len);
+  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+void HostInterface::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
+  sc_core::wait(delay);
+  delay = sc_core::SC_ZERO_TIME;
+  const std::uint64_t addr = gp.get_address();
+  const unsigned int len = gp.get_data_length();
+  unsigned char* data = gp.get_data_ptr();
+  if (gp.get_byte_enable_ptr() || gp.get_streaming_width() != len) {
+    gp.set_response_status(tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE);
+    return;
+  }
+  std::uint64_t offset = 0;
+  const int core = core_of(addr, offset);
+  if (core < 0) {
+    // Off-chip memory window: cross the link, then the memory's own bandwidth.
+    if (gp.is_write()) {
+      link_in_.transfer(len);
+      memory_bytes_written_ += len;
+    }
+    hif2mem->b_transport(gp, delay);
+    if (gp.is_read() && gp.is_response_ok()) {
+      link_out_.transfer(len);
+      memory_bytes_read_ += len;
+    }
+    return;
+  }
+  if (offset >= address_map::kQueue && offset < address_map::kQueue + address_map::kQueueBytes) {
+    if (!gp.is_write() || len % isa::kInstructionBytes != 0) {
+      gp.set_response_status(tlm::TLM_COMMAND_ERROR_RESPONSE);
+      return;
+    }
+    link_in_.transfer(len);
+    instruction_bytes_ += len;
+    // Back-pressure: each word waits for room in the core's instruction queue.
+    for (unsigned int o = 0; o < len; o += isa::kInstructionBytes) {
+      InstructionWord w;
+      std::memcpy(w.bytes.data(), data + o, isa::kInstructionBytes);
+      sequencers_[static_cast<std::size_t>(core)]->instructions.write(w);
+    }
+    gp.set_response_status(tlm::TLM_OK_RESPONSE);
+    return;
+  }
+  if (offset >= address_map::kStatus && gp.is_read()) {
+    read_status(static_cast<std::uint32_t>(core), offset, data, len, gp);
+    if (gp.is_response_ok()) link_out_.transfer(len);
+    return;
+  }
+  gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+}
+
+unsigned int HostInterface::transport_dbg(tlm::tlm_generic_payload& gp) {
+  std::uint64_t offset = 0;
+  const int core = core_of(gp.get_address(), offset);
+  if (core < 0) return hif2mem->transport_dbg(gp);
+  if (offset >= address_map::kStatus && gp.is_read()) {
+    read_status(static_cast<std::uint32_t>(core), offset, gp.get_data_ptr(), gp.get_data_length(),
+                gp);
+    return gp.is_response_ok() ? gp.get_data_length() : 0;
+  }
+  return 0;
+}
+
+}  // namespace tpu

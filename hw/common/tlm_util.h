@@ -1,0 +1,56 @@
+// Small helpers for the blocking transactions our initiators issue.
+#pragma once
+
+#include <systemc>
+#include <tlm>
+
+#include <cstdint>
+#include <string>
+
+namespace tpu {
+
+// One blocking read or write of `len` bytes at `addr`; returns the target's response status.
+template <class Socket>
+tlm::tlm_response_status tlm_transfer(Socket& socket, tlm::tlm_command cmd, std::uint64_t addr,
+                                      void* data, std::uint64_t len) {
+  tlm::tlm_generic_payload gp;
+  gp.set_command(cmd);
+  gp.set_address(addr);
+  gp.set_data_ptr(static_cast<unsigned char*>(data));
+  gp.set_data_length(static_cast<unsigned int>(len));
+  gp.set_streaming_width(static_cast<unsigned int>(len));
+  gp.set_byte_enable_ptr(nullptr);
+  gp.set_dmi_allowed(false);
+  gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+  sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+  socket->b_transport(gp, delay);
+  if (delay > sc_core::SC_ZERO_TIME) sc_core::wait(delay);
+  return gp.get_response_status();
+}
+
+// Untimed (debug) access, e.g. loading a memory image before the run; returns bytes moved.
+template <class Socket>
+unsigned int tlm_debug(Socket& socket, tlm::tlm_command cmd, std::uint64_t addr, void* data,
+                       std::uint64_t len) {
+  tlm::tlm_generic_payload gp;
+  gp.set_command(cmd);
+  gp.set_address(addr);
+  gp.set_data_ptr(static_cast<unsigned char*>(data));
+  gp.set_data_length(static_cast<unsigned int>(len));
+  return socket->transport_dbg(gp);
+}
+
+inline std::string response_name(tlm::tlm_response_status s) {
+  switch (s) {
+    case tlm::TLM_OK_RESPONSE: return "ok";
+    case tlm::TLM_INCOMPLETE_RESPONSE: return "incomplete";
+    case tlm::TLM_GENERIC_ERROR_RESPONSE: return "generic error";
+    case tlm::TLM_ADDRESS_ERROR_RESPONSE: return "address error";
+    case tlm::TLM_COMMAND_ERROR_RESPONSE: return "command error";
+    case tlm::TLM_BURST_ERROR_RESPONSE: return "burst error";
+    case tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE: return "byte-enable error";
+  }
+  return "unknown";
+}
+
+}  // namespace tpu

@@ -1,0 +1,23 @@
+#include "hw/core/program_error.h"
+
+#include <systemc>
+
+#include <fmt/format.h>
+
+#include "hw/common/error.h"
+
+namespace tpu {
+
+void report_program_error(const std::string& core, std::uint64_t index, const std::string& what) {
+  const std::string msg = fmt::format("{} instruction {}: {}", core, index, what);
+  SC_REPORT_ERROR(kProgramErrorType, msg.c_str());
+  // SC_REPORT_ERROR throws under the default actions; if a user changed them, still stop here.
+  throw ProgramError(msg);
+}
+
+void report_program_error(const std::string& core, const InFlight& f, const std::string& what) {
+  report_program_error(core, f.index,
+                       fmt::format("({}) {}", isa::mnemonic(isa::opcode_of(f.inst)), what));
+}
+
+}  // namespace tpu

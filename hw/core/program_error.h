@@ -1,0 +1,19 @@
+// How a unit stops the run when an instruction cannot execute: an SC_REPORT_ERROR (default
+// action: throw, no printing) that leaves sc_start() and that the driver turns into one line.
+#pragma once
+
+#include <string>
+
+#include "hw/core/scoreboard.h"
+
+namespace tpu {
+
+inline constexpr const char* kProgramErrorType = "tpusim/program";
+
+// "core 1 instruction 42 (matmul): <what>"
+[[noreturn]] void report_program_error(const std::string& core, const InFlight& f,
+                                       const std::string& what);
+[[noreturn]] void report_program_error(const std::string& core, std::uint64_t index,
+                                       const std::string& what);
+
+}  // namespace tpu

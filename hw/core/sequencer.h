@@ -1,0 +1,99 @@
+// Sequencer: a TensorCore's front end. It takes 32-byte instruction words from the instruction
+// queue the host fills (J17: the host sends instructions; the TPU does not fetch), decodes one
+// per cycle, checks each against the core's storage, records its hazards in the scoreboard and
+// issues it, in order, into the queue of the unit that runs it. Sync and Halt wait for every
+// earlier instruction to finish.
+#pragma once
+
+#include <systemc>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "hw/common/clock.h"
+#include "hw/common/counters.h"
+#include "hw/config/chip_config.h"
+#include "hw/core/scoreboard.h"
+#include "hw/core/unit_queue.h"
+#include "hw/isa/isa.h"
+#include "hw/mxu/systolic_array.h"
+
+namespace tpu {
+
+struct InstructionWord {
+  isa::Word bytes{};
+  friend std::ostream& operator<<(std::ostream& os, const InstructionWord&) { return os; }
+};
+
+// A barrier across the chip's cores, for Sync with all_cores.
+class CoreBarrier {
+ public:
+  explicit CoreBarrier(std::uint32_t cores) : cores_(cores) {}
+  void arrive_and_wait();
+
+ private:
+  std::uint32_t cores_;
+  std::uint32_t arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  sc_core::sc_event released_;
+};
+
+// The destinations the sequencer issues into.
+struct UnitQueues {
+  UnitQueue* dma = nullptr;
+  UnitQueue* vector = nullptr;
+  std::vector<UnitQueue*> weights;  // per MXU
+  std::vector<UnitQueue*> matmul;   // per MXU
+};
+
+class Sequencer : public sc_core::sc_module {
+ public:
+  sc_core::sc_fifo<InstructionWord> instructions;
+
+  Sequencer(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+            const CoreStorage& storage, const UnitQueues& queues, CoreBarrier& barrier,
+            LayerCounters& counters, std::string core_name);
+
+  [[nodiscard]] std::uint64_t issued() const { return index_; }
+  [[nodiscard]] std::uint64_t halts() const { return halts_; }
+  [[nodiscard]] Cycle halted_at() const { return halted_at_; }
+  [[nodiscard]] std::uint32_t layer() const { return layer_; }
+  const sc_core::sc_event& halted_event() const { return halted_event_; }
+  // Instructions the host may still write before the queue is full.
+  [[nodiscard]] int free_slots() const { return instructions.num_free(); }
+
+ private:
+  void run();
+  void issue(std::uint64_t index, const isa::Instruction& inst);
+  void check_ub(const InFlight& f, const char* field, std::uint64_t lo, std::uint64_t bytes) const;
+  void check_acc(const InFlight& f, const char* field, std::uint64_t first,
+                 std::uint64_t count) const;
+
+  const ChipConfig& cfg_;
+  const Clock& clock_;
+  CoreStorage storage_;
+  UnitQueues queues_;
+  CoreBarrier& barrier_;
+  LayerCounters& counters_;
+  std::string core_name_;
+  SystolicArray array_;  // for the input extent of windowed MatMuls
+  Scoreboard scoreboard_;
+
+  std::uint64_t index_ = 0;
+  std::uint32_t layer_ = 0;
+  isa::SetWindow window_{};
+  // Tile shapes (rows, cols) read into each MXU's FIFO and not yet swapped in, and the shape
+  // resident after the last swap: a MatMul's K is the resident tile's row count.
+  std::vector<std::deque<std::pair<std::uint32_t, std::uint32_t>>> pending_tiles_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> resident_tile_;
+  std::uint64_t halts_ = 0;
+  Cycle halted_at_ = 0;
+  sc_core::sc_event halted_event_;
+};
+
+}  // namespace tpu

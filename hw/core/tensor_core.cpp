@@ -1,0 +1,44 @@
+#include "hw/core/tensor_core.h"
+
+#include <fmt/format.h>
+
+namespace tpu {
+
+CoreStorage TensorCore::storage_of(UnifiedBuffer& ub, Accumulators& acc) {
+  CoreStorage s;
+  s.ub = ub.data();
+  s.ub_bytes = ub.bytes();
+  s.acc = acc.words();
+  s.acc_entries = acc.entries();
+  s.acc_words_per_entry = acc.words_per_entry();
+  return s;
+}
+
+TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+                       std::uint32_t id, CoreBarrier& barrier)
+    : sc_core::sc_module(name),
+      id_(id),
+      ub("ub", cfg, clock),
+      acc("acc", cfg, clock),
+      dma("dma", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id)),
+      vector_unit("vector_unit", cfg, clock, storage_of(ub, acc), counters_,
+                  fmt::format("core {}", id)) {
+  UnitQueues q;
+  q.dma = &dma.queue;
+  q.vector = &vector_unit.queue;
+  for (std::uint32_t m = 0; m < cfg.mxu.count; ++m) {
+    mxus.push_back(std::make_unique<Mxu>(fmt::format("mxu{}", m).c_str(), cfg, clock,
+                                         storage_of(ub, acc), counters_,
+                                         fmt::format("core {}", id)));
+    q.weights.push_back(&mxus.back()->weight_queue);
+    q.matmul.push_back(&mxus.back()->matmul_queue);
+  }
+  sequencer = std::make_unique<Sequencer>("sequencer", cfg, clock, storage_of(ub, acc), q,
+                                          barrier, counters_, fmt::format("core {}", id));
+}
+
+void TensorCore::finish(Cycle end) {
+  for (auto& m : mxus) m->finish(end);
+}
+
+}  // namespace tpu

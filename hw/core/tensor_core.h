@@ -1,0 +1,49 @@
+// TensorCore: one core of the chip — sequencer, DMA, MXUs, vector unit, unified buffer and
+// accumulators (J17 Figure 1; N21 for v2/v3's cores). The units run as separate processes fed
+// in order by the sequencer; the scoreboard orders what they share.
+#pragma once
+
+#include <systemc>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hw/common/clock.h"
+#include "hw/common/counters.h"
+#include "hw/config/chip_config.h"
+#include "hw/core/sequencer.h"
+#include "hw/dma/dma.h"
+#include "hw/memory/accumulators.h"
+#include "hw/memory/unified_buffer.h"
+#include "hw/mxu/mxu.h"
+#include "hw/vector_unit/vector_unit.h"
+
+namespace tpu {
+
+class TensorCore : public sc_core::sc_module {
+  // Declared first: the units below hold references to them.
+  std::uint32_t id_;
+  LayerCounters counters_;
+
+ public:
+  TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+             std::uint32_t id, CoreBarrier& barrier);
+
+  [[nodiscard]] std::uint32_t id() const { return id_; }
+  [[nodiscard]] const LayerCounters& counters() const { return counters_; }
+  // Closes the MXU cycle accounting at the chip's last cycle.
+  void finish(Cycle end);
+
+  UnifiedBuffer ub;
+  Accumulators acc;
+  Dma dma;
+  std::vector<std::unique_ptr<Mxu>> mxus;
+  VectorUnit vector_unit;
+  std::unique_ptr<Sequencer> sequencer;
+
+ private:
+  static CoreStorage storage_of(UnifiedBuffer& ub, Accumulators& acc);
+};
+
+}  // namespace tpu

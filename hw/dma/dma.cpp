@@ -1,0 +1,78 @@
+#include "hw/dma/dma.h"
+
+#include <fmt/format.h>
+
+#include "hw/common/tlm_util.h"
+#include "hw/core/program_error.h"
+
+namespace tpu {
+
+Dma::Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+         const CoreStorage& storage, LayerCounters& counters, std::string core_name)
+    : sc_core::sc_module(name),
+      dma2mem("dma2mem"),
+      dma2host("dma2host"),
+      queue("queue", kUnitQueueDepth),
+      cfg_(cfg),
+      clock_(clock),
+      storage_(storage),
+      counters_(counters),
+      core_name_(std::move(core_name)) {
+  SC_HAS_PROCESS(Dma);
+  SC_THREAD(run);
+}
+
+void Dma::run() {
+  while (true) {
+    std::shared_ptr<InFlight> f = queue.read();
+    f->wait_deps(clock_);
+    Counters& c = counters_.at(f->layer);
+    const Cycle start = clock_.now();
+
+    // Each transfer: (UB address, far address, bytes, command seen from the far side, socket).
+    std::uint64_t ub = 0, far = 0, bytes = 0;
+    tlm::tlm_command cmd = tlm::TLM_READ_COMMAND;
+    bool to_host = false;
+    std::visit(
+        [&](const auto& i) {
+          using T = std::decay_t<decltype(i)>;
+          if constexpr (std::is_same_v<T, isa::ReadHost>) {
+            ub = i.dst.value(), far = i.src.value(), bytes = i.bytes, to_host = true;
+            c.host_bytes_in += bytes, c.ub_bytes_written += bytes;
+          } else if constexpr (std::is_same_v<T, isa::WriteHost>) {
+            ub = i.src.value(), far = i.dst.value(), bytes = i.bytes, to_host = true;
+            cmd = tlm::TLM_WRITE_COMMAND;
+            c.host_bytes_out += bytes, c.ub_bytes_read += bytes;
+          } else if constexpr (std::is_same_v<T, isa::ReadMem>) {
+            ub = i.dst.value(), far = i.src.value(), bytes = i.bytes;
+            c.off_chip_bytes_read += bytes, c.ub_bytes_written += bytes;
+          } else if constexpr (std::is_same_v<T, isa::WriteMem>) {
+            ub = i.src.value(), far = i.dst.value(), bytes = i.bytes;
+            cmd = tlm::TLM_WRITE_COMMAND;
+            c.off_chip_bytes_written += bytes, c.ub_bytes_read += bytes;
+          }
+        },
+        f->inst);
+    if (ub > storage_.ub_bytes || bytes > storage_.ub_bytes - ub)
+      report_program_error(core_name_, *f,
+                           fmt::format("unified-buffer range {:#x} + {} bytes is outside the "
+                                       "{}-byte unified buffer",
+                                       ub, bytes, storage_.ub_bytes));
+    const auto status = to_host
+                            ? tlm_transfer(dma2host, cmd, far, storage_.ub + ub, bytes)
+                            : tlm_transfer(dma2mem, cmd, far, storage_.ub + ub, bytes);
+    if (status != tlm::TLM_OK_RESPONSE)
+      report_program_error(core_name_, *f,
+                           fmt::format("{} answered {} for {} bytes at {:#x}",
+                                       to_host ? "host memory" : "off-chip memory",
+                                       response_name(status), bytes, far));
+    // The UB port streams concurrently with the far side; it only lengthens the transfer when
+    // it is the slower of the two.
+    const Cycle ub_done = start + (bytes + cfg_.unified_buffer.bytes_per_cycle - 1) /
+                                      cfg_.unified_buffer.bytes_per_cycle;
+    clock_.wait_until(ub_done);
+    f->complete_at(clock_, clock_.now());
+  }
+}
+
+}  // namespace tpu

@@ -1,0 +1,40 @@
+// Dma: a TensorCore's data mover between the unified buffer and off-chip memory (dma2mem) or
+// host memory across the host link (dma2host) — J17's Read_Host_Memory / Write_Host_Memory plus
+// the HBM-resident activations of v2-v4. One transfer at a time, in order; the far side's
+// bandwidth resource times it (shared with every other initiator), and the UB port adds only what
+// it cannot overlap.
+#pragma once
+
+#include <systemc>
+#include <tlm>
+#include <tlm_utils/simple_initiator_socket.h>
+
+#include <string>
+
+#include "hw/common/clock.h"
+#include "hw/common/counters.h"
+#include "hw/config/chip_config.h"
+#include "hw/core/unit_queue.h"
+
+namespace tpu {
+
+class Dma : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_initiator_socket<Dma> dma2mem;
+  tlm_utils::simple_initiator_socket<Dma> dma2host;
+  UnitQueue queue;  // ReadHost, WriteHost, ReadMem, WriteMem
+
+  Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+      const CoreStorage& storage, LayerCounters& counters, std::string core_name);
+
+ private:
+  void run();
+
+  const ChipConfig& cfg_;
+  const Clock& clock_;
+  CoreStorage storage_;
+  LayerCounters& counters_;
+  std::string core_name_;
+};
+
+}  // namespace tpu

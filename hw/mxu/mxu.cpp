@@ -1,0 +1,201 @@
+#include "hw/mxu/mxu.h"
+
+#include <fmt/format.h>
+
+#include "hw/common/error.h"
+#include "hw/common/tlm_util.h"
+#include "hw/core/program_error.h"
+
+namespace tpu {
+
+Mxu::Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+         const CoreStorage& storage, LayerCounters& counters, std::string core_name)
+    : sc_core::sc_module(name),
+      mxu2mem_weights("mxu2mem_weights"),
+      weight_queue("weight_queue", kUnitQueueDepth),
+      matmul_queue("matmul_queue", kUnitQueueDepth),
+      cfg_(cfg),
+      clock_(clock),
+      storage_(storage),
+      counters_(counters),
+      core_name_(std::move(core_name)),
+      array_(cfg.mxu) {
+  SC_HAS_PROCESS(Mxu);
+  SC_THREAD(load_weights);
+  SC_THREAD(compute);
+  if (cfg_.mxu.weight_buffers == 2) SC_THREAD(shift_weights);
+}
+
+Cycles Mxu::drain_cycles() const { return Cycles(cfg_.mxu.rows + cfg_.mxu.cols - 1); }
+
+Cycles Mxu::feed_cycles(std::uint32_t rows, std::uint32_t k) const {
+  // One input row enters per cycle unless the row is wider than a UB port delivers per cycle.
+  const std::uint64_t row_bytes = std::uint64_t{k} * size_of(cfg_.mxu.input_type);
+  const std::uint64_t per_cycle = cfg_.unified_buffer.bytes_per_cycle;
+  const std::uint64_t port = (std::uint64_t{rows} * row_bytes + per_cycle - 1) / per_cycle;
+  return Cycles(std::max<std::uint64_t>(rows, port));
+}
+
+void Mxu::add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer,
+                     std::uint64_t cycles) {
+  buckets_.*bucket += cycles;
+  counters_.at(layer).mxu.*bucket += cycles;
+}
+
+void Mxu::finish(Cycle end) {
+  if (end > last_feed_end_) add_bucket(&MxuBuckets::idle, last_layer_, end - last_feed_end_);
+  last_feed_end_ = std::max(end, last_feed_end_);
+}
+
+void Mxu::load_weights() {
+  const std::uint32_t elem = size_of(cfg_.mxu.input_type);
+  while (true) {
+    std::shared_ptr<InFlight> f = weight_queue.read();
+    const auto& rw = std::get<isa::ReadWeights>(f->inst);
+    f->wait_deps(clock_);
+    if (rw.rows == 0 || rw.cols == 0 || rw.rows > cfg_.mxu.rows || rw.cols > cfg_.mxu.cols)
+      report_program_error(core_name_, *f,
+                           fmt::format("tile of {} x {} does not fit the {} x {} array (rows and "
+                                       "cols must be 1..array size)",
+                                       rw.rows, rw.cols, cfg_.mxu.rows, cfg_.mxu.cols));
+    while (fifo_reserved_ >= cfg_.mxu.weight_fifo_tiles) sc_core::wait(weights_changed_);
+    ++fifo_reserved_;
+
+    WeightTile tile;
+    tile.rows = rw.rows;
+    tile.cols = rw.cols;
+    const std::uint64_t bytes = std::uint64_t{rw.rows} * rw.cols * elem;
+    tile.bytes.resize(bytes);
+    Counters& c = counters_.at(f->layer);
+    if (rw.source == isa::WeightSource::OffChip) {
+      const auto status = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr,
+                                       tile.bytes.data(), bytes);
+      if (status != tlm::TLM_OK_RESPONSE)
+        report_program_error(core_name_, *f,
+                             fmt::format("off-chip memory answered {} for {} bytes at {:#x}",
+                                         response_name(status), bytes, rw.addr));
+      c.off_chip_bytes_read += bytes;
+    } else {
+      if (rw.addr > storage_.ub_bytes || bytes > storage_.ub_bytes - rw.addr)
+        report_program_error(core_name_, *f,
+                             fmt::format("addr {:#x} + {} bytes is outside the {}-byte unified "
+                                         "buffer",
+                                         rw.addr, bytes, storage_.ub_bytes));
+      std::copy_n(storage_.ub + rw.addr, bytes, tile.bytes.data());
+      clock_.wait_for(Cycles((bytes + cfg_.unified_buffer.bytes_per_cycle - 1) /
+                             cfg_.unified_buffer.bytes_per_cycle));
+      c.ub_bytes_read += bytes;
+    }
+    c.weight_tiles += 1;
+    c.weight_bytes += bytes;
+    fifo_.push_back(std::move(tile));
+    f->complete_at(clock_, clock_.now());
+    weights_changed_.notify(sc_core::SC_ZERO_TIME);
+  }
+}
+
+void Mxu::shift_weights() {
+  while (true) {
+    while (fifo_.empty() || shadow_) sc_core::wait(weights_changed_);
+    // J17 §2: a tile shifts in over `rows` cycles into the second buffer while the first computes.
+    shadow_ = std::move(fifo_.front());
+    fifo_.pop_front();
+    --fifo_reserved_;
+    shadow_ready_ = clock_.now() + shift_cycles().value();
+    weights_changed_.notify(sc_core::SC_ZERO_TIME);
+    clock_.wait_until(shadow_ready_);
+    weights_changed_.notify(sc_core::SC_ZERO_TIME);
+  }
+}
+
+// Makes the next tile resident, charging the wait to weight_stall (the tile has not reached the
+// array yet) or weight_shift (it is shifting in).
+void Mxu::take_weights(const InFlight& f) {
+  if (cfg_.mxu.weight_buffers == 2) {
+    while (!shadow_ || clock_.now() < shadow_ready_) {
+      const Cycle t0 = clock_.now();
+      if (!shadow_) {
+        sc_core::wait(weights_changed_);
+        add_bucket(&MxuBuckets::weight_stall, f.layer, clock_.now() - t0);
+      } else {
+        clock_.wait_until(shadow_ready_);
+        add_bucket(&MxuBuckets::weight_shift, f.layer, clock_.now() - t0);
+      }
+    }
+    resident_ = std::move(shadow_);
+    shadow_.reset();
+  } else {
+    // One buffer: the tile shifts into the cells the inputs use, so nothing overlaps.
+    const Cycle t0 = clock_.now();
+    while (fifo_.empty()) sc_core::wait(weights_changed_);
+    add_bucket(&MxuBuckets::weight_stall, f.layer, clock_.now() - t0);
+    resident_ = std::move(fifo_.front());
+    fifo_.pop_front();
+    --fifo_reserved_;
+    const Cycle t1 = clock_.now();
+    clock_.wait_for(shift_cycles());
+    add_bucket(&MxuBuckets::weight_shift, f.layer, clock_.now() - t1);
+  }
+  weights_changed_.notify(sc_core::SC_ZERO_TIME);
+}
+
+void Mxu::compute() {
+  const std::uint32_t elem = size_of(cfg_.mxu.input_type);
+  const std::uint32_t acc_bytes = size_of(cfg_.mxu.acc_type);
+  while (true) {
+    std::shared_ptr<InFlight> f = matmul_queue.read();
+    const auto& mm = std::get<isa::MatMul>(f->inst);
+    Counters& c = counters_.at(f->layer);
+    last_layer_ = f->layer;
+
+    // 1. Nothing was queued since the last feed ended: idle (non-matrix work).
+    if (clock_.now() > last_feed_end_)
+      add_bucket(&MxuBuckets::idle, f->layer, clock_.now() - last_feed_end_);
+    // 2. Operands still being produced or read by another unit.
+    Cycle t = clock_.now();
+    f->wait_deps(clock_);
+    add_bucket(&MxuBuckets::data_hazard, f->layer, clock_.now() - t);
+    // 3. Weights.
+    if (mm.swap_weights) take_weights(*f);
+    if (!resident_)
+      report_program_error(core_name_, *f,
+                           "no resident weights: the first matmul of an MXU must swap in a tile "
+                           "loaded by read_weights");
+    const WeightTile& w = *resident_;
+    if (mm.dst.value() > storage_.acc_entries || mm.rows > storage_.acc_entries - mm.dst.value())
+      report_program_error(core_name_, *f,
+                           fmt::format("dst {} + rows {} is outside the {} accumulator entries",
+                                       mm.dst.value(), mm.rows, storage_.acc_entries));
+
+    // 4. The math, at issue: later readers are ordered after us by the scoreboard.
+    InputSpec in;
+    in.window = mm.window;
+    in.src = mm.src.value();
+    in.rows = mm.rows;
+    in.src_stride = mm.src_stride;
+    in.first_pixel = mm.first_pixel;
+    in.k_first = mm.k_first;
+    in.geom = f->window;
+    try {
+      array_.multiply(w, in, storage_.ub, storage_.ub_bytes,
+                      storage_.acc + std::uint64_t{mm.dst.value()} * storage_.acc_words_per_entry,
+                      storage_.acc_words_per_entry, mm.accumulate);
+    } catch (const InputError& e) {
+      report_program_error(core_name_, *f, e.what());
+    }
+
+    // 5. Stream the rows: active for B cycles, input_stall for what the UB port adds.
+    const std::uint64_t feed = feed_cycles(mm.rows, w.rows).value();
+    add_bucket(&MxuBuckets::active, f->layer, mm.rows);
+    add_bucket(&MxuBuckets::input_stall, f->layer, feed - mm.rows);
+    c.macs += std::uint64_t{mm.rows} * w.rows * w.cols;
+    c.ub_bytes_read += std::uint64_t{mm.rows} * w.rows * elem;
+    c.acc_bytes_written += std::uint64_t{mm.rows} * w.cols * acc_bytes;
+    if (mm.accumulate) c.acc_bytes_read += std::uint64_t{mm.rows} * w.cols * acc_bytes;
+    clock_.wait_for(Cycles(feed));
+    last_feed_end_ = clock_.now();
+    f->complete_at(clock_, last_feed_end_ + drain_cycles().value());
+  }
+}
+
+}  // namespace tpu

@@ -1,0 +1,75 @@
+// Mxu: one matrix unit of a TensorCore (J17 §2). Three processes model its decoupled paths:
+//   load_weights  ReadWeights: fetches a tile from off-chip memory (through mxu2mem_weights,
+//                 sharing the memory's bandwidth) or from the unified buffer into the weight FIFO;
+//   shift_weights with two weight buffers, shifts the FIFO head into the shadow buffer (mxu.rows
+//                 cycles) while the resident tile computes;
+//   compute       MatMul: swaps in the shadow tile if asked, streams B input rows (one per cycle,
+//                 or slower if the UB port cannot keep up) and writes the accumulators.
+// The math is SystolicArray's; timing formulas are in docs/timing-model.md.
+#pragma once
+
+#include <systemc>
+#include <tlm>
+#include <tlm_utils/simple_initiator_socket.h>
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "hw/common/clock.h"
+#include "hw/common/counters.h"
+#include "hw/config/chip_config.h"
+#include "hw/core/scoreboard.h"
+#include "hw/core/unit_queue.h"
+#include "hw/mxu/systolic_array.h"
+
+namespace tpu {
+
+class Mxu : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_initiator_socket<Mxu> mxu2mem_weights;
+  UnitQueue weight_queue;  // ReadWeights
+  UnitQueue matmul_queue;  // MatMul
+
+  Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+      const CoreStorage& storage, LayerCounters& counters, std::string core_name);
+
+  // Pipeline fill and drain: the last input row's results reach the accumulators this many
+  // cycles after it entered the array (docs/timing-model.md).
+  [[nodiscard]] Cycles drain_cycles() const;
+  // Cycles to stream `rows` input rows of K elements through one UB port.
+  [[nodiscard]] Cycles feed_cycles(std::uint32_t rows, std::uint32_t k) const;
+  [[nodiscard]] Cycles shift_cycles() const { return Cycles(cfg_.mxu.rows); }
+
+  // Closes the cycle accounting at the end of the run: the MXU idles from its last feed to `end`.
+  void finish(Cycle end);
+  [[nodiscard]] const MxuBuckets& buckets() const { return buckets_; }
+
+ private:
+  void load_weights();
+  void shift_weights();
+  void compute();
+  void take_weights(const InFlight& f);
+  void add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer, std::uint64_t cycles);
+
+  const ChipConfig& cfg_;
+  const Clock& clock_;
+  CoreStorage storage_;
+  LayerCounters& counters_;
+  std::string core_name_;
+  SystolicArray array_;
+
+  std::deque<WeightTile> fifo_;
+  std::size_t fifo_reserved_ = 0;  // tiles in the FIFO plus tiles being fetched into it
+  std::optional<WeightTile> shadow_;
+  Cycle shadow_ready_ = 0;
+  std::optional<WeightTile> resident_;
+  sc_core::sc_event weights_changed_;
+
+  Cycle last_feed_end_ = 0;
+  std::uint32_t last_layer_ = 0;
+  MxuBuckets buckets_;
+};
+
+}  // namespace tpu
