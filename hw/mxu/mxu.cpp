@@ -43,8 +43,9 @@ void Mxu::add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer,
 }
 
 void Mxu::finish(Cycle end) {
-  if (end > last_feed_end_) add_bucket(&MxuBuckets::idle, last_layer_, end - last_feed_end_);
-  last_feed_end_ = std::max(end, last_feed_end_);
+  const Cycle from = std::max(last_feed_end_, accounted_until_);
+  if (end > from) add_bucket(&MxuBuckets::idle, last_layer_, end - from);
+  accounted_until_ = std::max(end, from);
 }
 
 void Mxu::load_weights() {

@@ -45,6 +45,8 @@ class Mxu : public sc_core::sc_module {
   // Closes the cycle accounting at the end of the run: the MXU idles from its last feed to `end`.
   void finish(Cycle end);
   [[nodiscard]] const MxuBuckets& buckets() const { return buckets_; }
+  // When the last MatMul's input rows finished entering the array.
+  [[nodiscard]] Cycle last_feed_end() const { return last_feed_end_; }
 
  private:
   void load_weights();
@@ -68,6 +70,7 @@ class Mxu : public sc_core::sc_module {
   sc_core::sc_event weights_changed_;
 
   Cycle last_feed_end_ = 0;
+  Cycle accounted_until_ = 0;  // finish() has charged idle cycles up to here
   std::uint32_t last_layer_ = 0;
   MxuBuckets buckets_;
 };

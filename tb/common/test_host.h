@@ -26,7 +26,9 @@ class TestHost : public sc_core::sc_module {
   tlm_utils::simple_target_socket<TestHost> host_memory{"host_memory"};
   std::vector<std::uint8_t> memory;
   std::vector<std::vector<isa::Instruction>> programs;  // one per core
+  std::vector<std::vector<std::uint8_t>> raw;  // per core: if non-empty, streamed instead
   std::vector<Cycle> halted_at;                          // per core
+  std::vector<Cycle> written_at;  // per core: when the last instruction write was accepted
   std::uint32_t instructions_per_write = 8;
 
   TestHost(sc_core::sc_module_name name, Chip& chip, std::size_t memory_bytes)
@@ -35,7 +37,9 @@ class TestHost : public sc_core::sc_module {
     host2chip.bind(chip.host2chip());
     chip.chip2host().bind(host_memory);
     programs.resize(chip.config().tensor_cores);
+    raw.resize(chip.config().tensor_cores);
     halted_at.assign(chip.config().tensor_cores, 0);
+    written_at.assign(chip.config().tensor_cores, 0);
     SC_HAS_PROCESS(TestHost);
     for (std::uint32_t c = 0; c < chip.config().tensor_cores; ++c)
       sc_core::sc_spawn([this, c] { stream(c); });
@@ -49,7 +53,7 @@ class TestHost : public sc_core::sc_module {
 
  private:
   void stream(std::uint32_t core) {
-    const auto words = isa::encode_all(programs[core]);
+    const auto words = raw[core].empty() ? isa::encode_all(programs[core]) : raw[core];
     const std::size_t chunk = instructions_per_write * isa::kInstructionBytes;
     for (std::size_t o = 0; o < words.size(); o += chunk) {
       std::vector<std::uint8_t> part(words.begin() + static_cast<std::ptrdiff_t>(o),
@@ -58,6 +62,7 @@ class TestHost : public sc_core::sc_module {
                                    address_map::queue_address(core), part.data(), part.size());
       if (st != tlm::TLM_OK_RESPONSE) SC_REPORT_ERROR("test_host", "instruction write refused");
     }
+    written_at[core] = chip_.clock().now();
     const Sequencer& s = *chip_.cores[core]->sequencer;
     while (s.halts() == 0) sc_core::wait(s.halted_event());
     halted_at[core] = s.halted_at();

@@ -1,0 +1,20 @@
+// Float reference inference: the network as Keras computes it, in fp32, one image after another.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sw/nn/model.h"
+#include "sw/nn/weights.h"
+
+namespace tpu::nn {
+
+// `input` holds n images of m.input.size() floats (NHWC); returns n x m.output().size() floats
+// (the last layer's output, e.g. softmax probabilities).
+std::vector<float> forward_float(const Model& m, const Weights& w, const float* input,
+                                 std::size_t n);
+
+// Index of the largest of each row of `k` values (ties: the first).
+std::vector<std::uint32_t> argmax_rows(const std::vector<float>& v, std::size_t k);
+
+}  // namespace tpu::nn

@@ -1,0 +1,33 @@
+// Trained or generated parameters of a model: per weighted layer, its kernel (Keras layout) and
+// bias, in fp32. The file format (docs/weights.md): little-endian, magic "TPUW", version 1, the
+// tensor count, then per tensor its name, rank, dims and fp32 data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sw/nn/model.h"
+
+namespace tpu::nn {
+
+struct LayerWeights {
+  std::vector<float> kernel;  // Conv2D [kh][kw][cin][cout]; Dense [in][out]
+  std::vector<float> bias;    // [cout]; zeros when the layer has no bias
+};
+
+// One entry per model layer (empty for layers without weights).
+struct Weights {
+  std::vector<LayerWeights> layers;
+};
+
+// Seeded random weights (Glorot-uniform kernels, zero biases, as Keras initialises), for
+// performance studies of models without trained weights.
+Weights random_weights(const Model& m, std::uint64_t seed);
+// Throws InputError naming the file and what is wrong (bad magic, truncated, a tensor whose
+// name or shape does not match the model's layer).
+Weights load_weights(const std::string& path, const Model& m);
+// Writes atomically (temporary file, then rename).
+void save_weights(const std::string& path, const Model& m, const Weights& w);
+
+}  // namespace tpu::nn

@@ -1,0 +1,237 @@
+// Timing rules of the whole chip, each checked against the formula in docs/timing-model.md
+// evaluated from the config; hazards; and programs the chip must refuse.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/test_host.h"
+#include "hw/chip/chip.h"
+#include "hw/core/program_error.h"
+#include "hw/vector_unit/vector_ops.h"
+
+namespace tpu {
+namespace {
+
+ChipConfig shipped(const std::string& name) {
+  return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
+}
+
+struct Simulation {
+  Chip chip;
+  test::TestHost host;
+  Simulation(ChipConfig cfg, std::size_t host_bytes = 1 << 20)
+      : chip("chip", std::move(cfg)), host("host", chip, host_bytes) {}
+  Cycle run() {
+    sc_core::sc_start();
+    Cycle end = 0;
+    for (Cycle c : host.halted_at) end = std::max(end, c);
+    chip.finish(end);
+    return end;
+  }
+  const MxuBuckets& mxu0() { return chip.cores[0]->mxus[0]->buckets(); }
+  // The message the run stopped with ("" if it did not stop on an error).
+  std::string run_expecting_error() {
+    try {
+      sc_core::sc_start();
+    } catch (const sc_core::sc_report& r) {
+      return r.get_msg();
+    }
+    return "";
+  }
+};
+
+isa::ReadWeights tile_from_ub(const ChipConfig& cfg, std::uint64_t addr) {
+  return isa::ReadWeights{0, isa::WeightSource::UnifiedBuffer, addr,
+                          static_cast<std::uint16_t>(cfg.mxu.rows),
+                          static_cast<std::uint16_t>(cfg.mxu.cols)};
+}
+
+isa::MatMul matmul(const ChipConfig& cfg, std::uint32_t rows, bool swap, std::uint32_t src = 0,
+                   std::uint32_t dst = 0) {
+  isa::MatMul m;
+  m.swap_weights = swap;
+  m.src = UbAddr(src);
+  m.dst = AccAddr(dst);
+  m.rows = rows;
+  m.src_stride = cfg.mxu.rows * size_of(cfg.mxu.input_type);
+  return m;
+}
+
+TEST(MxuTiming, WeightShiftTakesRowsCyclesWithOneBuffer) {
+  ChipConfig cfg = shipped("v1");
+  cfg.mxu.weight_buffers = 1;
+  Simulation sim(cfg);
+  const std::uint32_t B = 10;
+  sim.host.programs[0] = {tile_from_ub(cfg, 0), tile_from_ub(cfg, 0), matmul(cfg, B, true),
+                          matmul(cfg, B, true), isa::Halt{}};
+  sim.run();
+  EXPECT_EQ(sim.mxu0().weight_shift, 2ull * cfg.mxu.rows);
+  EXPECT_EQ(sim.mxu0().active, 2ull * B);
+}
+
+TEST(MxuTiming, DoubleBufferingHidesTheShiftBehindALongEnoughMultiply) {
+  const ChipConfig cfg = shipped("v1");
+  ASSERT_EQ(cfg.mxu.weight_buffers, 2u);
+  Simulation sim(cfg);
+  // The second tile shifts in while the first computes rows + ... cycles: nothing to wait for.
+  const std::uint32_t B = 2 * cfg.mxu.rows;
+  sim.host.programs[0] = {tile_from_ub(cfg, 0), tile_from_ub(cfg, 0), matmul(cfg, B, true),
+                          matmul(cfg, B, true), isa::Halt{}};
+  sim.run();
+  EXPECT_EQ(sim.mxu0().weight_shift, std::uint64_t{cfg.mxu.rows}) << "only the first shift shows";
+  EXPECT_EQ(sim.mxu0().active, 2ull * B);
+}
+
+TEST(MxuTiming, ShortMultipliesExposeTheRestOfTheShift) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  const std::uint32_t B = cfg.mxu.rows / 4;
+  sim.host.programs[0] = {tile_from_ub(cfg, 0), tile_from_ub(cfg, 0), matmul(cfg, B, true),
+                          matmul(cfg, B, true), isa::Halt{}};
+  sim.run();
+  // The second shift starts at the first swap and overlaps its B-cycle feed.
+  EXPECT_EQ(sim.mxu0().weight_shift, std::uint64_t{cfg.mxu.rows} + (cfg.mxu.rows - B));
+}
+
+TEST(MxuTiming, WeightFetchIsLimitedByOffChipBandwidth) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  isa::ReadWeights rw = tile_from_ub(cfg, 0);
+  rw.source = isa::WeightSource::OffChip;
+  const std::uint32_t B = 1;
+  sim.host.programs[0] = {rw, matmul(cfg, B, true), isa::Halt{}};
+  const Cycle end = sim.run();
+  // Decode (1 cycle) -> fetch -> shift -> feed -> drain; the halt is decoded meanwhile.
+  const Clock clock(cfg.clock_hz());
+  const Cycles fetch = sim.chip.off_chip_bw->uncontended_cycles(cfg.weight_tile_bytes());
+  const Cycle want = 1 + fetch.value() + cfg.mxu.rows + B + (cfg.mxu.rows + cfg.mxu.cols - 1);
+  EXPECT_EQ(end, want);
+  EXPECT_EQ(sim.mxu0().weight_stall + sim.mxu0().idle + sim.mxu0().weight_shift,
+            end - B - (cfg.mxu.rows + cfg.mxu.cols - 1) + 0 * clock.hz())
+      << "before the feed the MXU waits for the tile, then for its shift";
+}
+
+TEST(MxuTiming, FeedIsSlowedWhenTheUnifiedBufferPortIsNarrowerThanARow) {
+  ChipConfig cfg = shipped("v1");
+  cfg.unified_buffer.bytes_per_cycle = cfg.mxu.rows * size_of(cfg.mxu.input_type) / 4;
+  Simulation sim(cfg);
+  const std::uint32_t B = 100;
+  sim.host.programs[0] = {tile_from_ub(cfg, 0), matmul(cfg, B, true), isa::Halt{}};
+  sim.run();
+  EXPECT_EQ(sim.mxu0().active, B);
+  EXPECT_EQ(sim.mxu0().input_stall, 3ull * B) << "a quarter-row port takes 4 cycles per row";
+}
+
+TEST(Hazards, ActivateWaitsForTheMatMulToDrainIntoTheAccumulators) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  const std::uint32_t B = 64;
+  isa::Activate a;
+  a.src = AccAddr(0), a.dst = UbAddr(1 << 20), a.params = UbAddr(2 << 20);
+  a.rows = B, a.cols = static_cast<std::uint16_t>(cfg.mxu.cols), a.dst_stride = cfg.mxu.cols;
+  a.out_type = DType::Int8;
+  sim.host.programs[0] = {tile_from_ub(cfg, 0), matmul(cfg, B, true), a, isa::Halt{}};
+  const Cycle end = sim.run();
+  // The activate starts when the matmul's results are in the accumulators, then runs its cost.
+  const Cycle matmul_done = sim.chip.cores[0]->mxus[0]->last_feed_end() + cfg.mxu.rows +
+                            cfg.mxu.cols - 1;
+  EXPECT_EQ(end, matmul_done + VectorOps(cfg).cost(a).cycles);
+}
+
+TEST(Hazards, DmaDoesNotOverwriteUnifiedBufferDataAMatMulStillNeeds) {
+  ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  // Weights: identity in the top-left corner, so each output equals its input.
+  const std::uint32_t R = cfg.mxu.rows, C = cfg.mxu.cols;
+  const std::uint32_t w_ub = 0, x_ub = R * C, acc_out = 4 << 20, params = 5 << 20;
+  std::vector<std::uint8_t> w(std::size_t{R} * C, 0);
+  for (std::uint32_t i = 0; i < std::min(R, C); ++i) w[std::size_t{i} * C + i] = 1;
+  std::memcpy(sim.host.memory.data(), w.data(), w.size());
+  std::vector<std::uint8_t> x(R, 0), y(R, 0);
+  for (std::uint32_t i = 0; i < R; ++i) x[i] = static_cast<std::uint8_t>(i % 100), y[i] = 99;
+  std::memcpy(sim.host.memory.data() + 0x40000, x.data(), R);
+  std::memcpy(sim.host.memory.data() + 0x50000, y.data(), R);
+  // params: bias 0, multiplier 2^30 (0.5 in Q31) with shift -1 -> scale 1.0 requantization.
+  for (std::uint32_t j = 0; j < C; ++j) {
+    const std::int32_t rec[3] = {0, 1 << 30, -1};
+    std::memcpy(sim.host.memory.data() + 0x60000 + 12 * j, rec, 12);
+  }
+  isa::Activate a;
+  a.src = AccAddr(0), a.dst = UbAddr(acc_out), a.params = UbAddr(params);
+  a.rows = 1, a.cols = static_cast<std::uint16_t>(C), a.dst_stride = C;
+  a.out_type = DType::Int8;
+  sim.host.programs[0] = {
+      isa::ReadHost{HostAddr(0), UbAddr(w_ub), R * C},
+      isa::ReadHost{HostAddr(0x40000), UbAddr(x_ub), R},
+      isa::ReadHost{HostAddr(0x60000), UbAddr(params), 12 * C},
+      isa::ReadWeights{0, isa::WeightSource::UnifiedBuffer, w_ub, static_cast<std::uint16_t>(R),
+                       static_cast<std::uint16_t>(C)},
+      matmul(cfg, 1, true, x_ub),
+      isa::ReadHost{HostAddr(0x50000), UbAddr(x_ub), R},  // WAR: must wait for the matmul
+      a,
+      isa::WriteHost{UbAddr(acc_out), HostAddr(0x70000), C},
+      isa::Halt{}};
+  sim.run();
+  for (std::uint32_t i = 0; i < std::min(R, C); ++i)
+    ASSERT_EQ(sim.host.memory[0x70000 + i], x[i]) << "output " << i << " saw the overwritten input";
+}
+
+TEST(BadPrograms, IllegalOpcodeStopsTheRunNamingTheInstruction) {
+  Simulation sim(shipped("v1"));
+  std::vector<std::uint8_t> words = isa::encode_all({isa::Nop{}, isa::Nop{}});
+  words.resize(words.size() + isa::kInstructionBytes, 0);
+  words[2 * isa::kInstructionBytes] = 0x7e;
+  sim.host.raw[0] = words;
+  const std::string msg = sim.run_expecting_error();
+  EXPECT_NE(msg.find("core 0 instruction 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("illegal opcode 0x7e"), std::string::npos) << msg;
+}
+
+TEST(BadPrograms, UnifiedBufferAddressOutOfRangeNamesInstructionAndAddress) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  const auto end = static_cast<std::uint32_t>(cfg.unified_buffer.bytes - 16);
+  sim.host.programs[0] = {isa::Nop{}, isa::ReadHost{HostAddr(0), UbAddr(end), 64}, isa::Halt{}};
+  const std::string msg = sim.run_expecting_error();
+  EXPECT_NE(msg.find("core 0 instruction 1 (read_host)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fmt::format("{:#x}", end)), std::string::npos) << msg;
+}
+
+TEST(BadPrograms, OffChipAddressOutOfRangeGetsATlmErrorResponse) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  const std::uint64_t beyond = cfg.off_chip_memory.bytes - 8;
+  sim.host.programs[0] = {isa::ReadMem{MemAddr(beyond), UbAddr(0), 64}, isa::Halt{}};
+  const std::string msg = sim.run_expecting_error();
+  EXPECT_NE(msg.find("core 0 instruction 0 (read_mem)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("address error"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fmt::format("{:#x}", beyond)), std::string::npos) << msg;
+}
+
+TEST(BadPrograms, MatMulWithoutWeightsIsRefused) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  sim.host.programs[0] = {matmul(cfg, 4, false), isa::Halt{}};
+  const std::string msg = sim.run_expecting_error();
+  EXPECT_NE(msg.find("no resident weights"), std::string::npos) << msg;
+}
+
+TEST(HostInterface, InstructionQueueBackPressuresTheHost) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  // Slow vector instructions: the host's writes are accepted only as the queue drains.
+  isa::Eltwise e;
+  e.a = UbAddr(0), e.b = UbAddr(0), e.dst = UbAddr(1 << 20), e.count = 1 << 16;
+  const std::size_t n = 600;
+  std::vector<isa::Instruction> p(n, e);
+  p.push_back(isa::Halt{});
+  sim.host.programs[0] = p;
+  sim.run();
+  EXPECT_EQ(sim.chip.cores[0]->sequencer->issued(), p.size());
+  // At most queue depth + unit queue + one write's worth can be ahead of execution.
+  const std::uint64_t each = VectorOps(cfg).cost(e).cycles;
+  EXPECT_GT(sim.host.written_at[0], (n - 256 - 16 - sim.host.instructions_per_write - 1) * each);
+}
+
+}  // namespace
+}  // namespace tpu
