@@ -91,10 +91,6 @@ json resolve(const json& node, const fs::path& file, const std::string& ptr, Ori
 json load_resolved(const fs::path& file, const std::string& ptr, Origins& origins,
                    std::vector<fs::path>& stack) {
   const fs::path canon = fs::weakly_canonical(file);
-  for (const auto& f : stack)
-    if (f == canon)
-      throw ConfigError(fmt::format("{}: include cycle through {}", stack.back().string(),
-                                    file.string()));
   if (stack.size() >= kMaxIncludeDepth)
     throw ConfigError(fmt::format("{}: includes nested deeper than {}", file.string(),
                                   kMaxIncludeDepth));
@@ -126,7 +122,21 @@ json resolve(const json& node, const fs::path& file, const std::string& ptr, Ori
       throw ConfigError(fmt::format("{}: {}/include = {} (must be a file name, relative to {})",
                                     file.string(), ptr, inc->dump(), file.parent_path().string()));
     const fs::path target = file.parent_path() / inc->get<std::string>();
+    // Checked here, not in load_resolved, so the message names the including file, the pointer
+    // and the value the user wrote.
+    std::error_code ec;
+    if (!fs::is_regular_file(target, ec))
+      throw ConfigError(fmt::format("{}: {}/include = {} (no such file: {})", file.string(), ptr,
+                                    inc->dump(), target.string()));
+    const fs::path canon = fs::weakly_canonical(target);
+    for (const auto& f : stack)
+      if (f == canon)
+        throw ConfigError(fmt::format("{}: {}/include = {} (include cycle back to {})",
+                                      file.string(), ptr, inc->dump(), target.string()));
     out = load_resolved(target, ptr, origins, stack);
+    // The object itself belongs to the including file: a key missing from it is for that file's
+    // author to add (the included file may be a deliberately partial fragment).
+    origins[ptr] = file.string();
     if (!out.is_object())
       throw ConfigError(fmt::format("{}: must hold a JSON object to be included at {} by {}",
                                     target.string(), ptr.empty() ? "/" : ptr, file.string()));
@@ -296,8 +306,9 @@ void check_sources(const json& doc, const json& sources, const Context& ctx) {
       names_field = false;
     }
     if (!names_field)
-      ctx.fail(at, "names no field of this config (keys of /sources are JSON pointers such as "
-                   "\"/clock_mhz\")");
+      ctx.fail(at, fmt::format("= {} names no field of this config (keys of /sources are JSON "
+                               "pointers such as \"/clock_mhz\")",
+                               json(it.key()).dump()));
   }
 }
 
