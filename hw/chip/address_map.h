@@ -6,6 +6,8 @@
 //                                               [0] halts, [1] instructions issued,
 //                                               [2] free instruction-queue slots,
 //                                               [3] current layer tag, [4] cycle of last halt
+//   kCoreBase + c * kCoreStride + kUbWindow     core c's unified buffer (byte addresses)
+//   kCoreBase + c * kCoreStride + kAccWindow    core c's accumulators (entry * cols * 4 + col * 4)
 #pragma once
 
 #include <cstdint>
@@ -13,17 +15,25 @@
 namespace tpu::address_map {
 
 inline constexpr std::uint64_t kCoreBase = 1ull << 48;  // above any off-chip memory (48-bit)
-inline constexpr std::uint64_t kCoreStride = 1ull << 20;
+inline constexpr std::uint64_t kCoreStride = 1ull << 40;
 inline constexpr std::uint64_t kQueue = 0x0;
 inline constexpr std::uint64_t kQueueBytes = 0x10000;  // any write inside pushes instructions
 inline constexpr std::uint64_t kStatus = 0x10000;
 inline constexpr std::uint64_t kStatusWords = 5;
+inline constexpr std::uint64_t kUbWindow = 1ull << 32;   // UbAddr is 32 bits
+inline constexpr std::uint64_t kAccWindow = 1ull << 36;  // 2^24 entries x 4096 cols x 4 B
 
 inline constexpr std::uint64_t queue_address(std::uint32_t core) {
   return kCoreBase + core * kCoreStride + kQueue;
 }
 inline constexpr std::uint64_t status_address(std::uint32_t core) {
   return kCoreBase + core * kCoreStride + kStatus;
+}
+inline constexpr std::uint64_t ub_address(std::uint32_t core, std::uint64_t a) {
+  return kCoreBase + core * kCoreStride + kUbWindow + a;
+}
+inline constexpr std::uint64_t acc_address(std::uint32_t core, std::uint64_t a) {
+  return kCoreBase + core * kCoreStride + kAccWindow + a;
 }
 
 }  // namespace tpu::address_map

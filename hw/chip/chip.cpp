@@ -35,6 +35,10 @@ Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg)
   }
   hif = std::make_unique<HostInterface>("hif", cfg_, clock_, seqs, host_link_in, host_link_out);
   hif->hif2mem.bind(mem_ic.in);
+  for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) {
+    hif->hif2ub[c]->bind(cores[c]->ub.socket);
+    hif->hif2acc[c]->bind(cores[c]->acc.socket);
+  }
 }
 
 LayerCounters Chip::counters() const {

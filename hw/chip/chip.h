@@ -34,8 +34,14 @@ class Chip : public sc_core::sc_module {
 
   // Activity of every core, by layer, plus what the host interface moved (layer 0).
   [[nodiscard]] LayerCounters counters() const;
-  // Closes the MXU cycle accounting at `end` (call once, after the run).
+  // Closes the cycle accounting at `end` (after the run).
   void finish(Cycle end);
+  // Raised when core `c` retires a Halt: the interrupt the host waits for.
+  [[nodiscard]] const sc_core::sc_event& halted_event(std::uint32_t c) const {
+    return cores[c]->sequencer->halted_event();
+  }
+  [[nodiscard]] std::uint64_t halts(std::uint32_t c) const { return cores[c]->sequencer->halts(); }
+  [[nodiscard]] Cycle halted_at(std::uint32_t c) const { return cores[c]->sequencer->halted_at(); }
 
   BandwidthResource host_link_in;   // host -> chip
   BandwidthResource host_link_out;  // chip -> host

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "hw/chip/address_map.h"
 
 namespace tpu {
@@ -17,6 +19,10 @@ HostInterface::HostInterface(sc_core::sc_module_name name, const ChipConfig& cfg
       sequencers_(std::move(sequencers)),
       link_in_(link_in),
       link_out_(link_out) {
+  for (std::size_t c = 0; c < sequencers_.size(); ++c) {
+    hif2ub.push_back(std::make_unique<Socket>(fmt::format("hif2ub_{}", c).c_str()));
+    hif2acc.push_back(std::make_unique<Socket>(fmt::format("hif2acc_{}", c).c_str()));
+  }
   host2chip.register_b_transport(this, &HostInterface::b_transport);
   host2chip.register_transport_dbg(this, &HostInterface::transport_dbg);
 }
@@ -44,6 +50,19 @@ void HostInterface::read_status(std::uint32_t core, std::uint64_t offset, unsign
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
 }
 
+HostInterface::Socket* HostInterface::window(std::uint32_t core, std::uint64_t offset,
+                                             std::uint64_t& local) {
+  if (offset >= address_map::kAccWindow) {
+    local = offset - address_map::kAccWindow;
+    return hif2acc[core].get();
+  }
+  if (offset >= address_map::kUbWindow) {
+    local = offset - address_map::kUbWindow;
+    return hif2ub[core].get();
+  }
+  return nullptr;
+}
+
 void HostInterface::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
   sc_core::wait(delay);
   delay = sc_core::SC_ZERO_TIME;
@@ -69,6 +88,15 @@ void HostInterface::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& 
     }
     return;
   }
+  std::uint64_t local = 0;
+  if (Socket* w = window(static_cast<std::uint32_t>(core), offset, local)) {
+    if (gp.is_write()) link_in_.transfer(len);
+    gp.set_address(local);
+    (*w)->b_transport(gp, delay);
+    gp.set_address(addr);
+    if (gp.is_read() && gp.is_response_ok()) link_out_.transfer(len);
+    return;
+  }
   if (offset >= address_map::kQueue && offset < address_map::kQueue + address_map::kQueueBytes) {
     if (!gp.is_write() || len % isa::kInstructionBytes != 0) {
       gp.set_response_status(tlm::TLM_COMMAND_ERROR_RESPONSE);
@@ -85,7 +113,8 @@ void HostInterface::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& 
     gp.set_response_status(tlm::TLM_OK_RESPONSE);
     return;
   }
-  if (offset >= address_map::kStatus && gp.is_read()) {
+  if (offset >= address_map::kStatus && offset < address_map::kStatus + 8 * address_map::kStatusWords &&
+      gp.is_read()) {
     read_status(static_cast<std::uint32_t>(core), offset, data, len, gp);
     if (gp.is_response_ok()) link_out_.transfer(len);
     return;
@@ -97,6 +126,14 @@ unsigned int HostInterface::transport_dbg(tlm::tlm_generic_payload& gp) {
   std::uint64_t offset = 0;
   const int core = core_of(gp.get_address(), offset);
   if (core < 0) return hif2mem->transport_dbg(gp);
+  std::uint64_t local = 0;
+  if (Socket* w = window(static_cast<std::uint32_t>(core), offset, local)) {
+    const std::uint64_t addr = gp.get_address();
+    gp.set_address(local);
+    const unsigned int n = (*w)->transport_dbg(gp);
+    gp.set_address(addr);
+    return n;
+  }
   if (offset >= address_map::kStatus && gp.is_read()) {
     read_status(static_cast<std::uint32_t>(core), offset, gp.get_data_ptr(), gp.get_data_length(),
                 gp);

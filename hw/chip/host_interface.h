@@ -10,6 +10,7 @@
 #include <tlm_utils/simple_initiator_socket.h>
 #include <tlm_utils/simple_target_socket.h>
 
+#include <memory>
 #include <vector>
 
 #include "hw/common/clock.h"
@@ -23,6 +24,9 @@ class HostInterface : public sc_core::sc_module {
  public:
   tlm_utils::simple_target_socket<HostInterface> host2chip;
   tlm_utils::simple_initiator_socket<HostInterface> hif2mem;
+  using Socket = tlm_utils::simple_initiator_socket<HostInterface>;
+  std::vector<std::unique_ptr<Socket>> hif2ub;   // per core: the unified buffer window
+  std::vector<std::unique_ptr<Socket>> hif2acc;  // per core: the accumulator window
 
   HostInterface(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
                 std::vector<Sequencer*> sequencers, BandwidthResource& link_in,
@@ -35,6 +39,8 @@ class HostInterface : public sc_core::sc_module {
  private:
   void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
   unsigned int transport_dbg(tlm::tlm_generic_payload& gp);
+  // The socket and window-relative address for a core-window access, or nullptr.
+  Socket* window(std::uint32_t core, std::uint64_t offset, std::uint64_t& local);
   // Which core block an address falls in, or -1; `offset` is the offset inside the block.
   int core_of(std::uint64_t addr, std::uint64_t& offset) const;
   void read_status(std::uint32_t core, std::uint64_t offset, unsigned char* data,

@@ -31,6 +31,9 @@ struct MxuBuckets {
 };
 
 struct Counters {
+  // Cycles the core's sequencer spent on this layer (from its Tag to the next, the last one
+  // extended to the chip's end): per core, these add up to the run's cycles.
+  std::uint64_t cycles = 0;
   std::uint64_t instructions = 0;
   std::uint64_t macs = 0;           // useful multiply-accumulates (K x N x B per MatMul)
   std::uint64_t weight_tiles = 0;   // tiles loaded into weight FIFOs
@@ -47,6 +50,7 @@ struct Counters {
   MxuBuckets mxu;
 
   Counters& operator+=(const Counters& o) {
+    cycles += o.cycles;
     instructions += o.instructions;
     macs += o.macs;
     weight_tiles += o.weight_tiles;

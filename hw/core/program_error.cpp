@@ -16,8 +16,10 @@ void report_program_error(const std::string& core, std::uint64_t index, const st
 }
 
 void report_program_error(const std::string& core, const InFlight& f, const std::string& what) {
-  report_program_error(core, f.index,
-                       fmt::format("({}) {}", isa::mnemonic(isa::opcode_of(f.inst)), what));
+  const std::string msg = fmt::format("{} instruction {} ({}): {}", core, f.index,
+                                      isa::mnemonic(isa::opcode_of(f.inst)), what);
+  SC_REPORT_ERROR(kProgramErrorType, msg.c_str());
+  throw ProgramError(msg);
 }
 
 }  // namespace tpu

@@ -52,16 +52,25 @@ void Sequencer::run() {
     const std::uint64_t index = index_++;
     isa::Instruction inst;
     try {
-      inst = isa::decode(w.bytes, index);
+      inst = isa::decode(w.bytes);
     } catch (const InputError& e) {
       report_program_error(core_name_, index, e.what());
     }
     // One instruction decoded per cycle.
     clock_.wait_for(Cycles(1));
-    if (const auto* t = std::get_if<isa::Tag>(&inst)) layer_ = t->id;
+    if (const auto* t = std::get_if<isa::Tag>(&inst)) {
+      counters_.at(layer_).cycles += clock_.now() - layer_since_;
+      layer_since_ = clock_.now();
+      layer_ = t->id;
+    }
     counters_.at(layer_).instructions += 1;
     issue(index, inst);
   }
+}
+
+void Sequencer::finish(Cycle end) {
+  if (end > layer_since_) counters_.at(layer_).cycles += end - layer_since_;
+  layer_since_ = std::max(end, layer_since_);
 }
 
 void Sequencer::check_ub(const InFlight& f, const char* field, std::uint64_t lo,

@@ -63,6 +63,8 @@ class Sequencer : public sc_core::sc_module {
   [[nodiscard]] std::uint64_t halts() const { return halts_; }
   [[nodiscard]] Cycle halted_at() const { return halted_at_; }
   [[nodiscard]] std::uint32_t layer() const { return layer_; }
+  // Closes the per-layer time slices at the chip's end (the core waits in its last layer).
+  void finish(Cycle end);
   const sc_core::sc_event& halted_event() const { return halted_event_; }
   // Instructions the host may still write before the queue is full.
   [[nodiscard]] int free_slots() const { return instructions.num_free(); }
@@ -86,6 +88,7 @@ class Sequencer : public sc_core::sc_module {
 
   std::uint64_t index_ = 0;
   std::uint32_t layer_ = 0;
+  Cycle layer_since_ = 0;  // when the current layer's Tag issued
   isa::SetWindow window_{};
   // Tile shapes (rows, cols) read into each MXU's FIFO and not yet swapped in, and the shape
   // resident after the last swap: a MatMul's K is the resident tile's row count.

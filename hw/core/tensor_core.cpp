@@ -39,6 +39,7 @@ TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, cons
 
 void TensorCore::finish(Cycle end) {
   for (auto& m : mxus) m->finish(end);
+  sequencer->finish(end);
 }
 
 }  // namespace tpu

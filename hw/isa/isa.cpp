@@ -175,7 +175,7 @@ Word encode(const Instruction& inst) {
   return w;
 }
 
-Instruction decode(const Word& word, std::uint64_t index) {
+Instruction decode(const Word& word) {
   Instruction inst;
   switch (static_cast<Opcode>(word[0])) {
     case Opcode::Nop: inst = decode_as<Nop>(word); break;
@@ -193,16 +193,15 @@ Instruction decode(const Word& word, std::uint64_t index) {
     case Opcode::Tag: inst = decode_as<Tag>(word); break;
     case Opcode::Halt: inst = decode_as<Halt>(word); break;
     default:
-      throw ProgramError(fmt::format("instruction {}: illegal opcode {:#04x}", index, word[0]));
+      throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
   }
   if (!enums_valid(inst))
-    throw ProgramError(fmt::format("instruction {} ({}): function or data type out of range "
-                                   "(byte 2 = {}, byte 3 = {})",
-                                   index, mnemonic(opcode_of(inst)), word[2], word[3]));
+    throw ProgramError(fmt::format("{}: function or data type out of range (byte 2 = {}, byte 3 "
+                                   "= {})",
+                                   mnemonic(opcode_of(inst)), word[2], word[3]));
   // Every bit the layout does not define must be zero: re-encoding must give the same word.
   if (encode(inst) != word)
-    throw ProgramError(fmt::format("instruction {} ({}): reserved bits are not zero", index,
-                                   mnemonic(opcode_of(inst))));
+    throw ProgramError(fmt::format("{}: reserved bits are not zero", mnemonic(opcode_of(inst))));
   return inst;
 }
 
@@ -226,7 +225,11 @@ std::vector<Instruction> decode_all(const std::uint8_t* data, std::size_t bytes)
   for (std::size_t i = 0; i < bytes / kInstructionBytes; ++i) {
     Word w;
     std::memcpy(w.data(), data + i * kInstructionBytes, kInstructionBytes);
-    out.push_back(decode(w, i));
+    try {
+      out.push_back(decode(w));
+    } catch (const ProgramError& e) {
+      throw ProgramError(fmt::format("instruction {}: {}", i, e.what()));
+    }
   }
   return out;
 }

@@ -147,9 +147,9 @@ Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);
 
 Word encode(const Instruction& inst);
-// Throws ProgramError naming `index` (the instruction's position in its stream) for an illegal
-// opcode, an unknown enum value or a reserved field that is not zero.
-Instruction decode(const Word& word, std::uint64_t index);
+// Throws ProgramError for an illegal opcode, an unknown enum value or a reserved field that is
+// not zero (decode_all adds the instruction's index to the message).
+Instruction decode(const Word& word);
 
 std::vector<std::uint8_t> encode_all(const std::vector<Instruction>& program);
 std::vector<Instruction> decode_all(const std::uint8_t* data, std::size_t bytes);

@@ -41,17 +41,24 @@ class TestHost : public sc_core::sc_module {
     halted_at.assign(chip.config().tensor_cores, 0);
     written_at.assign(chip.config().tensor_cores, 0);
     SC_HAS_PROCESS(TestHost);
-    for (std::uint32_t c = 0; c < chip.config().tensor_cores; ++c)
-      sc_core::sc_spawn([this, c] { stream(c); });
+    SC_THREAD(start);
   }
 
-  // Untimed load of an off-chip memory image (before sc_start).
+  // Off-chip memory image, written untimed at the start of the simulation (sockets are only
+  // usable once elaboration has completed).
   void load_memory(std::uint64_t addr, const std::vector<std::uint8_t>& bytes) {
-    auto copy = bytes;
-    tlm_debug(host2chip, tlm::TLM_WRITE_COMMAND, addr, copy.data(), copy.size());
+    image_.emplace_back(addr, bytes);
   }
 
  private:
+  void start() {
+    for (auto& [addr, bytes] : image_)
+      if (tlm_debug(host2chip, tlm::TLM_WRITE_COMMAND, addr, bytes.data(), bytes.size()) != bytes.size())
+        SC_REPORT_ERROR("test_host", "memory image write refused");
+    for (std::uint32_t c = 0; c < chip_.config().tensor_cores; ++c)
+      sc_core::sc_spawn([this, c] { stream(c); });
+  }
+
   void stream(std::uint32_t core) {
     const auto words = raw[core].empty() ? isa::encode_all(programs[core]) : raw[core];
     const std::size_t chunk = instructions_per_write * isa::kInstructionBytes;
@@ -83,6 +90,12 @@ class TestHost : public sc_core::sc_module {
   }
 
   Chip& chip_;
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> image_;
 };
+
+// Untimed read of off-chip memory through the host interface (after the run).
+inline unsigned int read_memory(TestHost& host, std::uint64_t addr, void* dst, std::uint64_t n) {
+  return tlm_debug(host.host2chip, tlm::TLM_READ_COMMAND, addr, dst, n);
+}
 
 }  // namespace tpu::test

@@ -1,11 +1,13 @@
 // GoogleTest entry for testbenches that may elaborate SystemC modules. Each test runs in its own
 // process (gtest_discover_tests), because the SystemC kernel cannot be reset.
+#include <systemc>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 // libsystemc's own main() calls sc_main(); ours replaces it, but the library still refers to the
-// symbol, so it must exist.
+// symbol (extern "C", declared by <systemc>), so it must exist.
 int sc_main(int, char*[]) { return 0; }
 
 int main(int argc, char** argv) {

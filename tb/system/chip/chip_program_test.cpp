@@ -72,7 +72,10 @@ TEST(ChipProgram, V3RunsBothCoresAndAllMxusConcurrently) {
   const ChipConfig cfg = shipped("v3");
   ASSERT_EQ(cfg.tensor_cores, 2u);
   ASSERT_EQ(cfg.mxu.count, 2u);
-  const std::uint32_t K = cfg.mxu.rows, N = cfg.mxu.cols, B = 2 * cfg.mxu.rows, T = 24;
+  // Each MXU multiplies its own B x K input by T weight tiles, accumulating, so the work is
+  // compute-bound: inputs, tiles and outputs stay in HBM, and the accumulators hold B rows per MXU.
+  const std::uint32_t K = cfg.mxu.rows, N = cfg.mxu.cols, T = 24;
+  const std::uint32_t B = cfg.accumulators.entries / cfg.mxu.count;
   const std::uint64_t x_bytes = std::uint64_t{B} * K * 2, tile_bytes = std::uint64_t{K} * N * 2;
   const std::uint64_t out_bytes = std::uint64_t{B} * N * 4, params_bytes = 12ull * N;
   const std::uint32_t units = cfg.tensor_cores * cfg.mxu.count;
@@ -85,34 +88,35 @@ TEST(ChipProgram, V3RunsBothCoresAndAllMxusConcurrently) {
     for (std::uint32_t t = 0; t < T; ++t) w[u].push_back(random_bf16(std::size_t{K} * N, rng));
   }
 
-  // Host memory: [params][x per unit][out per unit]. Off-chip: tiles per unit.
-  const std::uint64_t h_params = 0, h_x = params_bytes, h_out = h_x + units * x_bytes;
-  Simulation sim(cfg, h_out + units * out_bytes);
-  for (std::uint32_t j = 0; j < N; ++j) {
-    put<float>(sim.host.memory, h_params + 12 * j, 0.0f);      // bias
-    put<float>(sim.host.memory, h_params + 12 * j + 4, 1.0f);  // scale
+  // HBM: [params][x per unit][tiles per unit][out per unit].
+  const std::uint64_t m_params = 0, m_x = 4096, m_tiles = m_x + units * x_bytes;
+  const std::uint64_t m_out = m_tiles + std::uint64_t{units} * T * tile_bytes;
+  Simulation sim(cfg, 4096);
+  sim.host.instructions_per_write = 64;
+  std::vector<std::uint8_t> params(params_bytes);
+  for (std::uint32_t j = 0; j < N; ++j) put<float>(params, 12 * j + 4, 1.0f);  // bias 0, scale 1
+  sim.host.load_memory(m_params, params);
+  auto bytes_of = [](const std::vector<std::uint16_t>& v) {
+    std::vector<std::uint8_t> b(v.size() * 2);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  auto tile_addr = [&](std::uint32_t u, std::uint32_t t) { return m_tiles + (u * T + t) * tile_bytes; };
+  for (std::uint32_t u = 0; u < units; ++u) {
+    sim.host.load_memory(m_x + u * x_bytes, bytes_of(x[u]));
+    for (std::uint32_t t = 0; t < T; ++t) sim.host.load_memory(tile_addr(u, t), bytes_of(w[u][t]));
   }
-  for (std::uint32_t u = 0; u < units; ++u)
-    std::memcpy(sim.host.memory.data() + h_x + u * x_bytes, x[u].data(), x_bytes);
-  auto tile_addr = [&](std::uint32_t u, std::uint32_t t) { return (u * T + t) * tile_bytes; };
-  for (std::uint32_t u = 0; u < units; ++u)
-    for (std::uint32_t t = 0; t < T; ++t) {
-      std::vector<std::uint8_t> bytes(tile_bytes);
-      std::memcpy(bytes.data(), w[u][t].data(), tile_bytes);
-      sim.host.load_memory(tile_addr(u, t), bytes);
-    }
 
   // UB per core: [params][x for mxu 0][x for mxu 1][out 0][out 1]; accumulators: B rows per MXU.
-  const std::uint64_t ub_x = params_bytes, ub_out = ub_x + cfg.mxu.count * x_bytes;
+  const std::uint64_t ub_x = 4096, ub_out = ub_x + cfg.mxu.count * x_bytes;
+  auto u32 = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
   std::size_t total = 0;
   for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c) {
     auto& p = sim.host.programs[c];
-    p.push_back(isa::ReadHost{HostAddr(h_params), UbAddr(0), static_cast<std::uint32_t>(params_bytes)});
-    for (std::uint32_t m = 0; m < cfg.mxu.count; ++m) {
-      const std::uint32_t u = c * cfg.mxu.count + m;
-      p.push_back(isa::ReadHost{HostAddr(h_x + u * x_bytes), UbAddr(static_cast<std::uint32_t>(ub_x + m * x_bytes)),
-                                static_cast<std::uint32_t>(x_bytes)});
-    }
+    p.push_back(isa::ReadMem{MemAddr(m_params), UbAddr(0), u32(params_bytes)});
+    for (std::uint32_t m = 0; m < cfg.mxu.count; ++m)
+      p.push_back(isa::ReadMem{MemAddr(m_x + (c * cfg.mxu.count + m) * x_bytes),
+                               UbAddr(u32(ub_x + m * x_bytes)), u32(x_bytes)});
     for (std::uint32_t t = 0; t < T; ++t)
       for (std::uint32_t m = 0; m < cfg.mxu.count; ++m) {
         const std::uint32_t u = c * cfg.mxu.count + m;
@@ -123,7 +127,7 @@ TEST(ChipProgram, V3RunsBothCoresAndAllMxusConcurrently) {
         mm.mxu = static_cast<std::uint8_t>(m);
         mm.swap_weights = true;
         mm.accumulate = t > 0;
-        mm.src = UbAddr(static_cast<std::uint32_t>(ub_x + m * x_bytes));
+        mm.src = UbAddr(u32(ub_x + m * x_bytes));
         mm.dst = AccAddr(m * B);
         mm.rows = B;
         mm.src_stride = K * 2;
@@ -133,15 +137,15 @@ TEST(ChipProgram, V3RunsBothCoresAndAllMxusConcurrently) {
       const std::uint32_t u = c * cfg.mxu.count + m;
       isa::Activate a;
       a.src = AccAddr(m * B);
-      a.dst = UbAddr(static_cast<std::uint32_t>(ub_out + m * out_bytes));
+      a.dst = UbAddr(u32(ub_out + m * out_bytes));
       a.params = UbAddr(0);
       a.rows = B;
       a.cols = static_cast<std::uint16_t>(N);
       a.dst_stride = N * 4;
       a.out_type = DType::Fp32;
       p.push_back(a);
-      p.push_back(isa::WriteHost{UbAddr(static_cast<std::uint32_t>(ub_out + m * out_bytes)),
-                                 HostAddr(h_out + u * out_bytes), static_cast<std::uint32_t>(out_bytes)});
+      p.push_back(isa::WriteMem{UbAddr(u32(ub_out + m * out_bytes)), MemAddr(m_out + u * out_bytes),
+                                u32(out_bytes)});
     }
     p.push_back(isa::Halt{});
     total += p.size();
@@ -153,13 +157,15 @@ TEST(ChipProgram, V3RunsBothCoresAndAllMxusConcurrently) {
   // Results: bit-exact with the reference, for every core and MXU.
   for (std::uint32_t u = 0; u < units; ++u) {
     const auto want = reference_bf16(x[u], w[u], B, K, N);
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      const float got = get<float>(sim.host.memory, h_out + u * out_bytes + 4 * i);
-      ASSERT_EQ(std::memcmp(&got, &want[i], 4), 0) << "unit " << u << " element " << i;
-    }
+    std::vector<float> got(want.size());
+    ASSERT_EQ(test::read_memory(sim.host, m_out + u * out_bytes, got.data(), out_bytes), out_bytes);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+          << "unit " << u << " element " << i << ": " << got[i] << " vs " << want[i];
   }
-  // Concurrency: each MXU was active T*B cycles; done one after another they would take
-  // units*T*B cycles, but the chip finished well inside that.
+  // Concurrency: each MXU was active T*B cycles; one MXU doing all of it would take the serial
+  // sum, but the chip finished in well under half of that, so both cores and both MXUs per core
+  // ran at the same time.
   std::uint64_t serial = 0;
   for (const auto& core : sim.chip.cores)
     for (const auto& m : core->mxus) {

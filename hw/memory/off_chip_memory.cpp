@@ -1,0 +1,85 @@
+#include "hw/memory/off_chip_memory.h"
+
+#include <algorithm>
+
+namespace tpu {
+
+OffChipMemory::OffChipMemory(sc_core::sc_module_name name, const ChipConfig& cfg,
+                             const Clock& clock, BandwidthResource& bandwidth)
+    : sc_core::sc_module(name),
+      socket("socket"),
+      kind_(cfg.off_chip_memory.kind),
+      clock_(clock),
+      bandwidth_(bandwidth),
+      store_(cfg.off_chip_memory.bytes) {
+  socket.register_b_transport(this, &OffChipMemory::b_transport);
+  socket.register_get_direct_mem_ptr(this, &OffChipMemory::get_direct_mem_ptr);
+  socket.register_transport_dbg(this, &OffChipMemory::transport_dbg);
+}
+
+void OffChipMemory::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
+  const std::uint64_t addr = gp.get_address();
+  const std::uint64_t len = gp.get_data_length();
+  if (!store_.in_range(addr, len)) {
+    gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+    return;
+  }
+  if (gp.get_byte_enable_ptr() != nullptr) {
+    gp.set_response_status(tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE);
+    return;
+  }
+  if (gp.get_streaming_width() != len) {
+    gp.set_response_status(tlm::TLM_BURST_ERROR_RESPONSE);
+    return;
+  }
+  if (len > 0 && gp.get_data_ptr() == nullptr) {
+    gp.set_response_status(tlm::TLM_GENERIC_ERROR_RESPONSE);
+    return;
+  }
+  if (gp.is_read() || gp.is_write()) {
+    // 1. Reach the initiator's local time, then the next whole cycle: the bandwidth resource
+    //    counts in whole cycles of the chip clock.
+    sc_core::wait(delay);
+    delay = sc_core::SC_ZERO_TIME;
+    const sc_core::sc_time now = sc_core::sc_time_stamp();
+    Cycle start = clock_.cycle_of(now);
+    if (clock_.time_of(start) < now) ++start;
+    clock_.wait_until(start);
+    // 2. Latency, then the bytes at the shared rate.
+    bandwidth_.transfer(len);
+    // 3. The data moves when the transfer completes.
+    if (gp.is_read()) {
+      store_.read(addr, gp.get_data_ptr(), len);
+      bytes_read_ += len;
+    } else {
+      store_.write(addr, gp.get_data_ptr(), len);
+      bytes_written_ += len;
+    }
+  }
+  gp.set_dmi_allowed(false);
+  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+bool OffChipMemory::get_direct_mem_ptr(tlm::tlm_generic_payload&, tlm::tlm_dmi& dmi) {
+  // Deny the whole address space, so initiators do not ask again.
+  dmi.set_start_address(0);
+  dmi.set_end_address(store_.capacity() == 0 ? 0 : store_.capacity() - 1);
+  return false;
+}
+
+unsigned int OffChipMemory::transport_dbg(tlm::tlm_generic_payload& gp) {
+  const std::uint64_t addr = gp.get_address();
+  if (addr >= store_.capacity() || gp.get_data_ptr() == nullptr) return 0;
+  const auto len = static_cast<unsigned int>(
+      std::min<std::uint64_t>(gp.get_data_length(), store_.capacity() - addr));
+  if (gp.is_read()) {
+    store_.read(addr, gp.get_data_ptr(), len);
+  } else if (gp.is_write()) {
+    store_.write(addr, gp.get_data_ptr(), len);
+  } else {
+    return 0;
+  }
+  return len;
+}
+
+}  // namespace tpu

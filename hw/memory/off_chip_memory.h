@@ -1,0 +1,63 @@
+// OffChipMemory: the chip's weight and activation memory (J17: 8 GiB DDR3 on TPU v1; N21: HBM
+// on v2-v4; on Edge host memory reached over the USB link), a TLM-2.0 target around a
+// SparseMemory, timed by a shared BandwidthResource.
+//
+// Timing: b_transport blocks, so it must be called from an initiator's SC_THREAD. It first
+// honours the loosely-timed offset — wait(delay), delay = 0, then on to the next whole cycle of
+// the chip clock — and then moves the bytes through the bandwidth resource (its latency plus
+// the bytes at the rate the concurrent transfers share), then copies them. The resource is the
+// chip's DDR3/HBM channels or, for kind host-link, the host link's own resource, so on Edge
+// parameter streaming and host transfers share the USB link.
+//
+// No DMI: the storage is sparse pages, not one array, so get_direct_mem_ptr returns false.
+// Debug transport is untimed and uncounted (the driver loads memory images at time zero).
+#pragma once
+
+#include <tlm_utils/simple_target_socket.h>
+
+#include <cstdint>
+#include <systemc>
+#include <tlm>
+
+#include "hw/common/clock.h"
+#include "hw/config/chip_config.h"
+#include "hw/memory/bandwidth.h"
+#include "hw/memory/sparse_memory.h"
+
+namespace tpu {
+
+class OffChipMemory : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_target_socket<OffChipMemory> socket;
+
+  // cfg.off_chip_memory.bytes of storage. Throws ConfigError if that exceeds
+  // SparseMemory::kMaxCapacity.
+  OffChipMemory(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+                BandwidthResource& bandwidth);
+
+  [[nodiscard]] MemoryKind memory_kind() const { return kind_; }
+  [[nodiscard]] std::uint64_t capacity() const { return store_.capacity(); }
+  // Host bytes actually allocated for written pages.
+  [[nodiscard]] std::uint64_t allocated_bytes() const { return store_.allocated_bytes(); }
+  // Timed traffic (b_transport only).
+  [[nodiscard]] std::uint64_t bytes_read() const { return bytes_read_; }
+  [[nodiscard]] std::uint64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  // Errors, checked before any time passes: a byte outside -> TLM_ADDRESS_ERROR_RESPONSE; byte
+  // enables -> TLM_BYTE_ENABLE_ERROR_RESPONSE; streaming width != length ->
+  // TLM_BURST_ERROR_RESPONSE; no data pointer -> TLM_GENERIC_ERROR_RESPONSE.
+  void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  bool get_direct_mem_ptr(tlm::tlm_generic_payload& gp, tlm::tlm_dmi& dmi);
+  // Copies the bytes that lie inside the memory; returns how many.
+  unsigned int transport_dbg(tlm::tlm_generic_payload& gp);
+
+  MemoryKind kind_;
+  const Clock& clock_;
+  BandwidthResource& bandwidth_;
+  SparseMemory store_;
+  std::uint64_t bytes_read_ = 0;
+  std::uint64_t bytes_written_ = 0;
+};
+
+}  // namespace tpu

@@ -1,0 +1,435 @@
+#include "hw/mxu/systolic_array.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include "hw/common/error.h"
+
+namespace tpu {
+
+namespace {
+
+constexpr std::uint64_t kU64Max = std::numeric_limits<std::uint64_t>::max();
+
+// Address arithmetic on program-supplied fields saturates, so an absurd address cannot wrap
+// around into the unified buffer and pass the bounds check.
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
+  return a > kU64Max - b ? kU64Max : a + b;
+}
+std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) {
+  return b != 0 && a > kU64Max / b ? kU64Max : a * b;
+}
+
+// Rows gathered and multiplied together: the weight tile is read once per block instead of once
+// per row, and the block's column sums stay in registers across k.
+constexpr std::uint32_t kRowBlock = 4;
+// Columns per register block of the widest kernel (two 32-byte vectors of 32-bit lanes); the
+// weight scratch is padded to a multiple of it with zero columns, whose sums are discarded.
+constexpr std::uint32_t kColPad = 16;
+
+// One contiguous run of tile rows inside a window: tile rows [k, k + count) are channels
+// [c, c + count) of window position (ky, kx), `offset` elements after channel 0 of window position
+// (0, 0). The same for every output pixel, so computed once per multiply.
+struct Segment {
+  std::uint32_t k = 0;
+  std::uint32_t count = 0;
+  std::uint32_t c = 0;
+  std::uint32_t ky = 0;
+  std::uint32_t kx = 0;
+  std::uint64_t offset = 0;
+};
+
+std::vector<Segment> window_segments(const isa::SetWindow& g, std::uint32_t k_first,
+                                     std::uint32_t k) {
+  std::vector<Segment> segs;
+  std::uint32_t done = 0;
+  while (done < k) {
+    const std::uint32_t kk = k_first + done;
+    const std::uint32_t pos = kk / g.in_c;
+    Segment s;
+    s.k = done;
+    s.c = kk % g.in_c;
+    s.count = std::min<std::uint32_t>(g.in_c - s.c, k - done);
+    s.ky = pos / g.kernel_w;
+    s.kx = pos % g.kernel_w;
+    s.offset = (std::uint64_t{s.ky} * g.in_w + s.kx) * g.in_c + s.c;
+    segs.push_back(s);
+    done += s.count;
+  }
+  return segs;
+}
+
+bool window_is_sane(const isa::SetWindow& g) {
+  return g.in_h >= 1 && g.in_w >= 1 && g.in_c >= 1 && g.kernel_h >= 1 && g.kernel_w >= 1 &&
+         g.stride_h >= 1 && g.stride_w >= 1 && g.out_h >= 1 && g.out_w >= 1;
+}
+
+std::uint64_t window_k_total(const isa::SetWindow& g) {
+  return std::uint64_t{g.kernel_h} * g.kernel_w * g.in_c;
+}
+
+// Input pixel (y, x) that window position (ky, kx) of output pixel (oy, ox) reads; may lie
+// outside the image (padding).
+std::int64_t input_y(const isa::SetWindow& g, std::uint64_t oy, std::uint32_t ky) {
+  return static_cast<std::int64_t>(oy * g.stride_h + ky) - g.pad_top;
+}
+std::int64_t input_x(const isa::SetWindow& g, std::uint64_t ox, std::uint32_t kx) {
+  return static_cast<std::int64_t>(ox * g.stride_w + kx) - g.pad_left;
+}
+
+// The smallest and largest element index, relative to the image's first element, that output
+// pixels [p_begin, p_end) of one image read; nullopt if all their reads are padding.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> touched_in_image(
+    const isa::SetWindow& g, const std::vector<Segment>& segs, std::uint64_t p_begin,
+    std::uint64_t p_end) {
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> r;
+  for (std::uint64_t p = p_begin; p < p_end; ++p) {
+    const std::uint64_t oy = p / g.out_w, ox = p % g.out_w;
+    for (const Segment& s : segs) {
+      const std::int64_t y = input_y(g, oy, s.ky), x = input_x(g, ox, s.kx);
+      if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
+      const std::uint64_t first =
+          (static_cast<std::uint64_t>(y) * g.in_w + static_cast<std::uint64_t>(x)) * g.in_c + s.c;
+      const std::uint64_t last = first + s.count - 1;
+      if (!r) r.emplace(first, last);
+      r->first = std::min(r->first, first);
+      r->second = std::max(r->second, last);
+    }
+  }
+  return r;
+}
+
+// Every complete image of a batch reads the same relative elements, and a partial image reads a
+// subset of them; so the lowest element read is in the first image that reads anything, which is
+// the first or the second image of the range (or none reads anything), and likewise for the
+// highest. Element indices are absolute (image * image elements + relative index), saturating.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> window_touched(
+    const InputSpec& in, const std::vector<Segment>& segs) {
+  const isa::SetWindow& g = in.geom;
+  const std::uint64_t per_image = std::uint64_t{g.out_h} * g.out_w;
+  const std::uint64_t image_elems = std::uint64_t{g.in_h} * g.in_w * g.in_c;
+  const std::uint64_t p_first = in.first_pixel;
+  const std::uint64_t p_end = p_first + in.rows;
+  const std::uint64_t b_first = p_first / per_image, b_last = (p_end - 1) / per_image;
+  auto scan = [&](std::uint64_t b) {
+    return touched_in_image(g, segs, std::max(p_first, b * per_image) - b * per_image,
+                            std::min(p_end, (b + 1) * per_image) - b * per_image);
+  };
+  const auto first = scan(b_first);
+  const auto last = b_last == b_first ? first : scan(b_last);
+  std::optional<std::uint64_t> lo, hi;
+  if (first) {
+    lo = sat_add(sat_mul(b_first, image_elems), first->first);
+  } else if (b_last > b_first) {
+    const auto t = b_first + 1 == b_last ? last : scan(b_first + 1);
+    if (t) lo = sat_add(sat_mul(b_first + 1, image_elems), t->first);
+  }
+  if (last) {
+    hi = sat_add(sat_mul(b_last, image_elems), last->second);
+  } else if (b_last > b_first) {
+    const auto t = b_last - 1 == b_first ? first : scan(b_last - 1);
+    if (t) hi = sat_add(sat_mul(b_last - 1, image_elems), t->second);
+  }
+  if (!lo || !hi) return std::nullopt;
+  return std::make_pair(*lo, *hi);
+}
+
+// Scratch reused across calls, so a multiply allocates nothing in the steady state. Per thread,
+// so arrays in different threads (parallel sweeps) never share it.
+struct Scratch {
+  std::vector<std::uint32_t> w_int;  // K x padded N, int8 weights sign-extended
+  std::vector<float> w_float;        // K x padded N, bf16 weights widened
+  std::vector<std::uint32_t> x_int;  // kRowBlock x K
+  std::vector<float> x_float;
+};
+thread_local Scratch scratch;
+
+// The MXU's two input types, widened to the type the kernel multiplies in. int8 products and
+// sums are done in uint32: sign-extended operands multiply to the int32 product modulo 2^32, and
+// the column sum then wraps like the hardware's two's-complement adder without undefined
+// behaviour.
+struct Int8Type {
+  using Wide = std::uint32_t;
+  static constexpr std::uint32_t bytes = 1;
+  static Wide load(const std::uint8_t* p) {
+    return static_cast<std::uint32_t>(static_cast<std::int32_t>(static_cast<std::int8_t>(*p)));
+  }
+  static std::vector<Wide>& w(Scratch& s) { return s.w_int; }
+  static std::vector<Wide>& x(Scratch& s) { return s.x_int; }
+};
+
+struct Bf16Type {
+  using Wide = float;
+  static constexpr std::uint32_t bytes = 2;
+  static Wide load(const std::uint8_t* p) {
+    const std::uint32_t u = (std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  static std::vector<Wide>& w(Scratch& s) { return s.w_float; }
+  static std::vector<Wide>& x(Scratch& s) { return s.x_float; }
+};
+
+// Multiplies a block of `rows` (<= kRowBlock) gathered input rows x (kRowBlock x k) by the
+// widened weights w (k x np, np >= n rounded up to Cols) and writes or adds columns 0..n-1 of each
+// result row into out (row r at out + r * out_stride). Each column sum starts at zero and adds its
+// products in k order. The sums of a block live in registers as whole vectors (GCC vector
+// extensions), one lane per column, so nothing reorders the adds within a column; the product and
+// the add are separate operations, never a fused multiply-add, which would skip the product's
+// rounding when it underflows.
+template <class T, std::size_t VectorBytes, std::uint32_t Cols>
+inline __attribute__((always_inline)) void kernel_body(const T* __restrict x, const T* __restrict w,
+                                                       std::uint32_t k, std::uint32_t np,
+                                                       std::uint32_t n, std::uint32_t rows,
+                                                       std::uint32_t* __restrict out,
+                                                       std::uint32_t out_stride, bool accumulate) {
+  typedef T V __attribute__((vector_size(VectorBytes)));
+  constexpr std::uint32_t lanes = VectorBytes / sizeof(T);
+  constexpr std::uint32_t vecs = Cols / lanes;
+  static_assert(vecs * lanes == Cols && sizeof(T) == sizeof(std::uint32_t));
+  for (std::uint32_t n0 = 0; n0 < n; n0 += Cols) {
+    V a[kRowBlock][vecs] = {};
+    for (std::uint32_t kk = 0; kk < k; ++kk) {
+      const T* wk = w + std::size_t{kk} * np + n0;
+      V wv[vecs];
+#pragma GCC unroll 8
+      for (std::uint32_t v = 0; v < vecs; ++v) std::memcpy(&wv[v], wk + v * lanes, sizeof(V));
+#pragma GCC unroll 8
+      for (std::uint32_t r = 0; r < kRowBlock; ++r) {
+        const T xs = x[std::size_t{r} * k + kk];
+#pragma GCC unroll 8
+        for (std::uint32_t v = 0; v < vecs; ++v) {
+          const V p = xs * wv[v];
+          a[r][v] += p;
+        }
+      }
+    }
+    // Accumulator words are int32 or fp32 bits; memcpy reinterprets them without aliasing issues.
+    const std::uint32_t cols = std::min(Cols, n - std::min(n, n0));
+    if (rows == kRowBlock && cols == Cols) {
+#pragma GCC unroll 8
+      for (std::uint32_t r = 0; r < kRowBlock; ++r) {
+#pragma GCC unroll 8
+        for (std::uint32_t v = 0; v < vecs; ++v) {
+          std::uint32_t* o = out + std::size_t{r} * out_stride + n0 + v * lanes;
+          V res = a[r][v];
+          if (accumulate) {
+            V old;
+            std::memcpy(&old, o, sizeof(V));
+            res = old + res;
+          }
+          std::memcpy(o, &res, sizeof(V));
+        }
+      }
+      continue;
+    }
+    // A partial block (the last rows or columns): spilled so that the loops below, whose shape
+    // depends on rows and n, do not force the sums out of registers inside the k loop.
+    T sums[kRowBlock][Cols];
+#pragma GCC unroll 8
+    for (std::uint32_t r = 0; r < kRowBlock; ++r)
+#pragma GCC unroll 8
+      for (std::uint32_t v = 0; v < vecs; ++v)
+        std::memcpy(&sums[r][v * lanes], &a[r][v], sizeof(V));
+    for (std::uint32_t r = 0; r < rows; ++r) {
+      std::uint32_t* o = out + std::size_t{r} * out_stride + n0;
+      for (std::uint32_t j = 0; j < cols; ++j) {
+        T old;
+        std::memcpy(&old, o + j, sizeof(T));
+        const T res = accumulate ? old + sums[r][j] : sums[r][j];
+        std::memcpy(o + j, &res, sizeof(T));
+      }
+    }
+  }
+}
+
+// The kernel for the host: AVX2 where the CPU has it, else 16-byte vectors, which every SIMD
+// instruction set has (SSE2, NEON). Both give the same bits: integer sums are exact modulo 2^32,
+// and every column's fp32 sum is the same sequence of rounded adds whatever the vector width.
+template <class T>
+void kernel_portable(const T* x, const T* w, std::uint32_t k, std::uint32_t np, std::uint32_t n,
+                     std::uint32_t rows, std::uint32_t* out, std::uint32_t out_stride,
+                     bool accumulate) {
+  kernel_body<T, 16, 8>(x, w, k, np, n, rows, out, out_stride, accumulate);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+template <class T>
+__attribute__((target("avx2"))) void kernel_avx2(const T* x, const T* w, std::uint32_t k,
+                                                 std::uint32_t np, std::uint32_t n,
+                                                 std::uint32_t rows, std::uint32_t* out,
+                                                 std::uint32_t out_stride, bool accumulate) {
+  kernel_body<T, 32, kColPad>(x, w, k, np, n, rows, out, out_stride, accumulate);
+}
+
+bool host_has_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+#endif
+
+template <class T>
+void kernel(const T* x, const T* w, std::uint32_t k, std::uint32_t np, std::uint32_t n,
+            std::uint32_t rows, std::uint32_t* out, std::uint32_t out_stride, bool accumulate) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (host_has_avx2()) return kernel_avx2(x, w, k, np, n, rows, out, out_stride, accumulate);
+#endif
+  kernel_portable(x, w, k, np, n, rows, out, out_stride, accumulate);
+}
+
+template <class E>
+void run(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub, std::uint32_t* acc,
+         std::uint32_t acc_stride, bool accumulate) {
+  using W = typename E::Wide;
+  const std::uint32_t k = tile.rows, n = tile.cols;
+  const std::uint32_t np = (n + kColPad - 1) / kColPad * kColPad;
+  Scratch& sc = scratch;
+
+  // 1. Widen the weight tile once per call; padding columns are zero.
+  std::vector<W>& w = E::w(sc);
+  w.assign(std::size_t{k} * np, W{});
+  for (std::uint32_t kk = 0; kk < k; ++kk)
+    for (std::uint32_t j = 0; j < n; ++j)
+      w[std::size_t{kk} * np + j] = E::load(&tile.bytes[(std::size_t{kk} * n + j) * E::bytes]);
+  std::vector<W>& x = E::x(sc);
+  x.assign(std::size_t{kRowBlock} * k, W{});
+
+  // Output pixel of the next windowed row, stepped rather than divided out per row.
+  const isa::SetWindow& g = in.geom;
+  const std::vector<Segment> segs =
+      in.window ? window_segments(g, in.k_first, k) : std::vector<Segment>{};
+  const std::uint64_t image_elems = std::uint64_t{g.in_h} * g.in_w * g.in_c;
+  std::uint64_t b = 0, oy = 0, ox = 0;
+  if (in.window) {
+    const std::uint64_t per_image = std::uint64_t{g.out_h} * g.out_w;
+    b = in.first_pixel / per_image;
+    oy = in.first_pixel % per_image / g.out_w;
+    ox = in.first_pixel % g.out_w;
+  }
+
+  for (std::uint32_t r0 = 0; r0 < in.rows; r0 += kRowBlock) {
+    const std::uint32_t block = std::min(kRowBlock, in.rows - r0);
+    // 2. Gather the block's input rows into contiguous, widened vectors (rows past the end of the
+    // matmul keep stale values; their sums are not written).
+    for (std::uint32_t r = 0; r < block; ++r) {
+      W* xr = &x[std::size_t{r} * k];
+      if (!in.window) {
+        const std::uint8_t* row = ub + in.src + std::uint64_t{r0 + r} * in.src_stride;
+        for (std::uint32_t kk = 0; kk < k; ++kk) xr[kk] = E::load(row + std::size_t{kk} * E::bytes);
+        continue;
+      }
+      // Element index of channel 0 at window position (0, 0). When that position lies in the
+      // padding the index wraps modulo 2^64, and adding an in-image segment's offset wraps back.
+      const std::int64_t y0 = input_y(g, oy, 0), x0 = input_x(g, ox, 0);
+      const std::uint64_t corner =
+          b * image_elems + static_cast<std::uint64_t>(y0 * g.in_w + x0) * g.in_c;
+      const bool inside =
+          y0 >= 0 && x0 >= 0 && y0 + g.kernel_h <= g.in_h && x0 + g.kernel_w <= g.in_w;
+      for (const Segment& sg : segs) {
+        if (!inside) {
+          const std::int64_t y = y0 + sg.ky, xx = x0 + sg.kx;
+          if (y < 0 || y >= g.in_h || xx < 0 || xx >= g.in_w) {
+            std::fill_n(xr + sg.k, sg.count, W{});
+            continue;
+          }
+        }
+        const std::uint8_t* src = ub + in.src + (corner + sg.offset) * E::bytes;
+        for (std::uint32_t i = 0; i < sg.count; ++i)
+          xr[sg.k + i] = E::load(src + std::size_t{i} * E::bytes);
+      }
+      if (++ox == g.out_w) {
+        ox = 0;
+        if (++oy == g.out_h) oy = 0, ++b;
+      }
+    }
+    // 3. Multiply, and write or accumulate columns 0..n-1; the rest of each entry is untouched.
+    kernel(x.data(), w.data(), k, np, n, block, acc + std::uint64_t{r0} * acc_stride, acc_stride,
+           accumulate);
+  }
+}
+
+}  // namespace
+
+SystolicArray::SystolicArray(const MxuConfig& cfg) : cfg_(cfg) {
+  const bool int8 = cfg.input_type == DType::Int8 && cfg.acc_type == DType::Int32;
+  const bool bf16 = cfg.input_type == DType::Bf16 && cfg.acc_type == DType::Fp32;
+  if (!int8 && !bf16)
+    throw ConfigError(
+        fmt::format("mxu: input_type {} with acc_type {} (allowed: int8 with int32, "
+                    "bf16 with fp32)",
+                    name_of(cfg.input_type), name_of(cfg.acc_type)));
+  if (cfg.rows == 0 || cfg.cols == 0)
+    throw ConfigError(
+        fmt::format("mxu: rows {} x cols {} (both must be >= 1)", cfg.rows, cfg.cols));
+}
+
+std::pair<std::uint64_t, std::uint64_t> SystolicArray::input_extent(const InputSpec& in,
+                                                                    std::uint32_t k) const {
+  const std::uint64_t elem = size_of(cfg_.input_type);
+  const std::pair<std::uint64_t, std::uint64_t> nothing{in.src, in.src};
+  if (in.rows == 0 || k == 0) return nothing;
+  if (!in.window) {
+    const std::uint64_t last_row = sat_mul(in.rows - 1, in.src_stride);
+    return {in.src, sat_add(sat_add(in.src, last_row), sat_mul(k, elem))};
+  }
+  // An impossible window reads nothing; multiply() rejects it with the reason.
+  if (!window_is_sane(in.geom) || std::uint64_t{in.k_first} + k > window_k_total(in.geom))
+    return nothing;
+  const auto t = window_touched(in, window_segments(in.geom, in.k_first, k));
+  if (!t) return nothing;
+  return {sat_add(in.src, sat_mul(t->first, elem)),
+          sat_add(in.src, sat_mul(sat_add(t->second, 1), elem))};
+}
+
+void SystolicArray::multiply(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub,
+                             std::uint64_t ub_bytes, std::uint32_t* acc, std::uint32_t acc_stride,
+                             bool accumulate) const {
+  const std::uint32_t elem = size_of(cfg_.input_type);
+  if (tile.rows == 0 || tile.cols == 0 || tile.rows > cfg_.rows || tile.cols > cfg_.cols)
+    throw ProgramError(
+        fmt::format("matmul: weight tile of {} x {} does not fit the {} x {} array "
+                    "(rows 1..{}, cols 1..{})",
+                    tile.rows, tile.cols, cfg_.rows, cfg_.cols, cfg_.rows, cfg_.cols));
+  if (tile.bytes.size() != std::uint64_t{tile.rows} * tile.cols * elem)
+    throw std::invalid_argument(fmt::format("WeightTile of {} x {} holds {} bytes, not {}",
+                                            tile.rows, tile.cols, tile.bytes.size(),
+                                            std::uint64_t{tile.rows} * tile.cols * elem));
+  if (in.window) {
+    const isa::SetWindow& g = in.geom;
+    if (!window_is_sane(g))
+      throw ProgramError(fmt::format(
+          "matmul window: in {}x{}x{}, kernel {}x{}, stride {}x{}, out {}x{} (every size and "
+          "stride must be >= 1; set_window must precede a windowed matmul)",
+          g.in_h, g.in_w, g.in_c, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.out_h,
+          g.out_w));
+    if (std::uint64_t{in.k_first} + tile.rows > window_k_total(g))
+      throw ProgramError(
+          fmt::format("matmul window: k_first {} + tile rows {} exceeds the "
+                      "window's kernel_h*kernel_w*in_c = {}",
+                      in.k_first, tile.rows, window_k_total(g)));
+  }
+  const auto [lo, hi] = input_extent(in, tile.rows);
+  if (lo != hi && hi > ub_bytes) {
+    if (in.window)
+      throw ProgramError(fmt::format(
+          "matmul window: src {:#x}, first_pixel {}, rows {}, k_first {} reads bytes [{:#x}, "
+          "{:#x}), outside the {}-byte unified buffer",
+          in.src, in.first_pixel, in.rows, in.k_first, lo, hi, ub_bytes));
+    throw ProgramError(
+        fmt::format("matmul: src {:#x} + (rows {} - 1) * stride {} + {} bytes "
+                    "ends at {:#x}, outside the {}-byte unified buffer",
+                    in.src, in.rows, in.src_stride, std::uint64_t{tile.rows} * elem, hi, ub_bytes));
+  }
+  if (cfg_.input_type == DType::Int8)
+    run<Int8Type>(tile, in, ub, acc, acc_stride, accumulate);
+  else
+    run<Bf16Type>(tile, in, ub, acc, acc_stride, accumulate);
+}
+
+}  // namespace tpu

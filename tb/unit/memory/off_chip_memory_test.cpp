@@ -1,0 +1,379 @@
+// Each TEST that elaborates modules must run in its own process (one elaboration per process).
+#include "hw/memory/off_chip_memory.h"
+
+#include <gtest/gtest.h>
+#include <tlm_utils/multi_passthrough_target_socket.h>
+#include <tlm_utils/simple_initiator_socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <systemc>
+#include <tlm>
+#include <utility>
+#include <vector>
+
+#include "hw/common/clock.h"
+#include "hw/config/chip_config.h"
+#include "hw/memory/bandwidth.h"
+#include "hw/memory/sparse_memory.h"
+
+namespace tpu {
+namespace {
+
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+constexpr unsigned int kTransferBytes = 1U << 20;
+
+// Shaped like TPU v1 (J17 Table 2: 700 MHz, 8 GiB of DDR3 at 34 GB/s).
+ChipConfig test_config() {
+  ChipConfig cfg;
+  cfg.name = "off-chip-memory-test";
+  cfg.clock_mhz = 700;
+  cfg.tensor_cores = 1;
+  cfg.off_chip_memory.kind = MemoryKind::Ddr3;
+  cfg.off_chip_memory.bytes = 8 * kGiB;
+  cfg.off_chip_memory.bandwidth_gbps = 34;
+  cfg.off_chip_memory.latency_ns = 100;
+  cfg.off_chip_memory.channels = 2;
+  cfg.host_link.kind = "pcie-gen3-x16";
+  cfg.host_link.bandwidth_gbps = 14;
+  cfg.host_link.latency_ns = 1000;
+  return cfg;
+}
+
+// Independent reference of the timing formulas, in exact decimal steps (MHz, ns, GB/s).
+double latency_cycles(const ChipConfig& cfg) {
+  return std::ceil(cfg.off_chip_memory.latency_ns * cfg.clock_mhz / 1e3);
+}
+double bytes_per_cycle(const ChipConfig& cfg) {
+  return cfg.off_chip_memory.bandwidth_gbps * 1e3 / cfg.clock_mhz;
+}
+
+class Initiator : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_initiator_socket<Initiator> socket;
+
+  Initiator(sc_core::sc_module_name name, std::function<void(Initiator&)> body)
+      : sc_core::sc_module(name), socket("socket"), body_(std::move(body)) {
+    SC_HAS_PROCESS(Initiator);
+    SC_THREAD(run);
+  }
+
+  tlm::tlm_response_status transport(tlm::tlm_command cmd, std::uint64_t addr, void* data,
+                                     unsigned int len, sc_core::sc_time& delay) {
+    tlm::tlm_generic_payload gp;
+    gp.set_command(cmd);
+    gp.set_address(addr);
+    gp.set_data_ptr(static_cast<unsigned char*>(data));
+    gp.set_data_length(len);
+    gp.set_streaming_width(len);
+    gp.set_byte_enable_ptr(nullptr);
+    gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+    socket->b_transport(gp, delay);
+    return gp.get_response_status();
+  }
+
+  unsigned int debug(tlm::tlm_command cmd, std::uint64_t addr, void* data, unsigned int len) {
+    tlm::tlm_generic_payload gp;
+    gp.set_command(cmd);
+    gp.set_address(addr);
+    gp.set_data_ptr(static_cast<unsigned char*>(data));
+    gp.set_data_length(len);
+    return socket->transport_dbg(gp);
+  }
+
+ private:
+  void run() { body_(*this); }
+  std::function<void(Initiator&)> body_;
+};
+
+// A thread that uses a bandwidth resource directly (as the host interface does).
+class Process : public sc_core::sc_module {
+ public:
+  Process(sc_core::sc_module_name name, std::function<void()> body)
+      : sc_core::sc_module(name), body_(std::move(body)) {
+    SC_HAS_PROCESS(Process);
+    SC_THREAD(run);
+  }
+
+ private:
+  void run() { body_(); }
+  std::function<void()> body_;
+};
+
+// Several initiators into the memory's one target socket (the chip's interconnect, in small):
+// routing adds no time.
+class Fanin : public sc_core::sc_module {
+ public:
+  tlm_utils::multi_passthrough_target_socket<Fanin> in;
+  tlm_utils::simple_initiator_socket<Fanin> out;
+
+  explicit Fanin(sc_core::sc_module_name name) : sc_core::sc_module(name), in("in"), out("out") {
+    in.register_b_transport(this, &Fanin::forward);
+  }
+
+ private:
+  void forward(int, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
+    out->b_transport(gp, delay);
+  }
+};
+
+// The chip's own off-chip bandwidth resource, built from the config as the chip builds it.
+struct Bench {
+  explicit Bench(const ChipConfig& c)
+      : cfg(c),
+        clock(cfg.clock_hz()),
+        bw("bw", clock, cfg.off_chip_bytes_per_s(), cfg.off_chip_memory.latency_ns),
+        memory("memory", cfg, clock, bw) {}
+  ChipConfig cfg;
+  Clock clock;
+  BandwidthResource bw;
+  OffChipMemory memory;
+};
+
+std::vector<std::uint8_t> pattern(std::size_t n) {
+  std::vector<std::uint8_t> v(n);
+  std::iota(v.begin(), v.end(), std::uint8_t{11});
+  return v;
+}
+
+TEST(OffChipMemoryTiming, TransferTakesLatencyPlusBytesOverBandwidth) {
+  Bench b(test_config());
+  const std::vector<std::uint8_t> written = pattern(kTransferBytes);
+  std::vector<std::uint8_t> read(written.size());
+  Cycle after_write = 0;
+  Cycle after_read = 0;
+  sc_core::sc_time left = sc_core::SC_ZERO_TIME;
+  Initiator init("init", [&](Initiator& self) {
+    std::vector<std::uint8_t> out = written;
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    self.transport(tlm::TLM_WRITE_COMMAND, 4 * kGiB, out.data(), kTransferBytes, delay);
+    after_write = b.clock.now();
+    self.transport(tlm::TLM_READ_COMMAND, 4 * kGiB, read.data(), kTransferBytes, delay);
+    after_read = b.clock.now();
+    left = delay;
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  const auto one = static_cast<Cycle>(latency_cycles(b.cfg) +
+                                      std::ceil(kTransferBytes / bytes_per_cycle(b.cfg)));
+  EXPECT_EQ(after_write, one);
+  EXPECT_EQ(after_read, 2 * one);
+  EXPECT_EQ(left, sc_core::SC_ZERO_TIME);
+  EXPECT_EQ(read, written);
+  EXPECT_EQ(b.memory.bytes_written(), kTransferBytes);
+  EXPECT_EQ(b.memory.bytes_read(), kTransferBytes);
+  EXPECT_EQ(b.bw.bytes_moved(), 2ULL * kTransferBytes);
+}
+
+// DESIGN "Shared bandwidth is a resource": two transfers at once each see half of it.
+TEST(OffChipMemoryTiming, ConcurrentTransfersShareTheBandwidth) {
+  Bench b(test_config());
+  Cycle end[2] = {0, 0};
+  std::vector<std::unique_ptr<Initiator>> inits;
+  for (int i = 0; i < 2; ++i) {
+    inits.push_back(std::make_unique<Initiator>(
+        ("init" + std::to_string(i)).c_str(), [&b, &end, i](Initiator& self) {
+          std::vector<std::uint8_t> buf(kTransferBytes);
+          sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+          self.transport(i == 0 ? tlm::TLM_READ_COMMAND : tlm::TLM_WRITE_COMMAND,
+                         static_cast<std::uint64_t>(i) * kGiB, buf.data(), kTransferBytes, delay);
+          end[i] = b.clock.now();
+        }));
+  }
+  Fanin fanin("fanin");
+  for (auto& i : inits) i->socket.bind(fanin.in);
+  fanin.out.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  const auto both = static_cast<Cycle>(latency_cycles(b.cfg) +
+                                       std::ceil(2.0 * kTransferBytes / bytes_per_cycle(b.cfg)));
+  EXPECT_EQ(end[0], both);
+  EXPECT_EQ(end[1], both);
+}
+
+// Processor sharing, step by step: the first transfer runs alone until the second arrives, then
+// both share the rate until the first completes (on a whole cycle, rounded up), then the second
+// runs alone. The second initiator hands its start as a loosely-timed offset, which the memory
+// must honour before the transfer.
+TEST(OffChipMemoryTiming, StaggeredTransfersFollowProcessorSharing) {
+  Bench b(test_config());
+  const Cycle offset = 5000;
+  Cycle end[2] = {0, 0};
+  sc_core::sc_time left = sc_core::SC_ZERO_TIME;
+  Initiator first("first", [&](Initiator& self) {
+    std::vector<std::uint8_t> buf(kTransferBytes);
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    self.transport(tlm::TLM_READ_COMMAND, 0, buf.data(), kTransferBytes, delay);
+    end[0] = b.clock.now();
+  });
+  Initiator second("second", [&](Initiator& self) {
+    std::vector<std::uint8_t> buf(kTransferBytes);
+    sc_core::sc_time delay = b.clock.time_of(offset);
+    self.transport(tlm::TLM_READ_COMMAND, kGiB, buf.data(), kTransferBytes, delay);
+    end[1] = b.clock.now();
+    left = delay;
+  });
+  Fanin fanin("fanin");
+  first.socket.bind(fanin.in);
+  second.socket.bind(fanin.in);
+  fanin.out.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  const double rate = bytes_per_cycle(b.cfg);
+  const double n = kTransferBytes;
+  const double start1 = latency_cycles(b.cfg);
+  const double start2 = static_cast<double>(offset) + latency_cycles(b.cfg);
+  const double left1 = n - rate * (start2 - start1);
+  ASSERT_GT(left1, 0) << "the second transfer must arrive while the first is running";
+  const double done1 = std::ceil(start2 + left1 / (rate / 2));
+  const double left2 = n - (rate / 2) * (done1 - start2);
+  const double done2 = std::ceil(done1 + left2 / rate);
+  EXPECT_EQ(end[0], static_cast<Cycle>(done1));
+  EXPECT_EQ(end[1], static_cast<Cycle>(done2));
+  EXPECT_EQ(left, sc_core::SC_ZERO_TIME);
+}
+
+// On Edge, off-chip memory is host memory across the link: parameter streaming and host
+// transfers share one resource.
+TEST(OffChipMemoryTiming, HostLinkKindSharesTheLinkWithHostTransfers) {
+  ChipConfig cfg = test_config();
+  cfg.off_chip_memory.kind = MemoryKind::HostLink;
+  const Clock clock(cfg.clock_hz());
+  BandwidthResource link("host_link", clock, cfg.host_link_bytes_per_s(), cfg.host_link.latency_ns);
+  OffChipMemory memory("memory", cfg, clock, link);
+  Cycle end[2] = {0, 0};
+  Initiator streaming("streaming", [&](Initiator& self) {
+    std::vector<std::uint8_t> buf(kTransferBytes);
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    self.transport(tlm::TLM_READ_COMMAND, 0, buf.data(), kTransferBytes, delay);
+    end[0] = clock.now();
+  });
+  Process host("host", [&] {
+    link.transfer(kTransferBytes);
+    end[1] = clock.now();
+  });
+  streaming.socket.bind(memory.socket);
+  sc_core::sc_start();
+
+  const double latency = std::ceil(cfg.host_link.latency_ns * cfg.clock_mhz / 1e3);
+  const double rate = cfg.host_link.bandwidth_gbps * 1e3 / cfg.clock_mhz;
+  const auto both = static_cast<Cycle>(latency + std::ceil(2.0 * kTransferBytes / rate));
+  EXPECT_EQ(end[0], both);
+  EXPECT_EQ(end[1], both);
+  EXPECT_EQ(memory.memory_kind(), MemoryKind::HostLink);
+}
+
+TEST(OffChipMemory, AnyByteOutsideGivesAddressErrorWithoutTime) {
+  Bench b(test_config());
+  const std::uint64_t cap = b.cfg.off_chip_memory.bytes;
+  std::vector<tlm::tlm_response_status> got;
+  Cycle end = 1;
+  Initiator init("init", [&](Initiator& self) {
+    std::uint8_t buf[8] = {};
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    got.push_back(self.transport(tlm::TLM_WRITE_COMMAND, cap - 4, buf, sizeof buf, delay));
+    got.push_back(self.transport(tlm::TLM_READ_COMMAND, cap, buf, 1, delay));
+    got.push_back(self.transport(tlm::TLM_READ_COMMAND, std::numeric_limits<std::uint64_t>::max(),
+                                 buf, sizeof buf, delay));
+    end = b.clock.now();
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  ASSERT_EQ(got.size(), 3U);
+  for (const auto s : got) EXPECT_EQ(s, tlm::TLM_ADDRESS_ERROR_RESPONSE);
+  EXPECT_EQ(end, 0U);
+  EXPECT_EQ(b.bw.bytes_moved(), 0U);
+  EXPECT_EQ(b.memory.bytes_read() + b.memory.bytes_written(), 0U);
+  EXPECT_EQ(b.memory.allocated_bytes(), 0U);
+}
+
+// The driver loads memory images through debug transport at time zero.
+TEST(OffChipMemory, DebugTransportTakesNoTimeAndIsNotCounted) {
+  Bench b(test_config());
+  const std::vector<std::uint8_t> image = pattern(3 * SparseMemory::kPageBytes + 5);
+  const std::uint64_t at = 3 * kGiB + 77;
+  std::vector<std::uint8_t> debug_read(image.size());
+  std::vector<std::uint8_t> timed_read(image.size());
+  unsigned int loaded = 0;
+  Cycle after_debug = 1;
+  Cycle after_timed = 0;
+  Initiator init("init", [&](Initiator& self) {
+    std::vector<std::uint8_t> out = image;
+    const auto len = static_cast<unsigned int>(out.size());
+    loaded = self.debug(tlm::TLM_WRITE_COMMAND, at, out.data(), len);
+    self.debug(tlm::TLM_READ_COMMAND, at, debug_read.data(), len);
+    after_debug = b.clock.now();
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    self.transport(tlm::TLM_READ_COMMAND, at, timed_read.data(), len, delay);
+    after_timed = b.clock.now();
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  EXPECT_EQ(loaded, image.size());
+  EXPECT_EQ(debug_read, image);
+  EXPECT_EQ(timed_read, image);
+  EXPECT_EQ(after_debug, 0U);
+  EXPECT_EQ(after_timed, b.bw.uncontended_cycles(image.size()).value());
+  EXPECT_EQ(b.memory.bytes_written(), 0U);
+  EXPECT_EQ(b.memory.bytes_read(), image.size());
+}
+
+TEST(OffChipMemory, GrantsNoDmi) {
+  Bench b(test_config());
+  bool granted = true;
+  tlm::tlm_dmi dmi;
+  Initiator init("init", [&](Initiator& self) {
+    tlm::tlm_generic_payload gp;
+    gp.set_command(tlm::TLM_READ_COMMAND);
+    gp.set_address(0);
+    granted = self.socket->get_direct_mem_ptr(gp, dmi);
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+  EXPECT_FALSE(granted);
+}
+
+// Resident set size of this process (/proc/self/statm, in pages).
+std::uint64_t rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0;
+  std::uint64_t resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// DESIGN: "A 32 GiB HBM config must not allocate 32 GiB."
+TEST(OffChipMemory, HbmCapacityIsAllocatedOnlyWhereWritten) {
+  ChipConfig cfg = test_config();
+  cfg.off_chip_memory.kind = MemoryKind::Hbm;
+  cfg.off_chip_memory.bytes = 32 * kGiB;
+  const std::uint64_t rss_before = rss_bytes();
+  Bench b(cfg);
+  const std::vector<std::uint64_t> addrs = {0, 7 * kGiB + 3, 20 * kGiB, 32 * kGiB - 1};
+  Initiator init("init", [&](Initiator& self) {
+    for (const std::uint64_t a : addrs) {
+      std::uint8_t byte = 0xa5;
+      self.debug(tlm::TLM_WRITE_COMMAND, a, &byte, 1);
+    }
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  EXPECT_EQ(b.memory.capacity(), cfg.off_chip_memory.bytes);
+  EXPECT_EQ(b.memory.allocated_bytes(), addrs.size() * SparseMemory::kPageBytes);
+  // Far below the capacity: a thousandth of it is already more than the model itself needs.
+  EXPECT_LT(rss_bytes() - rss_before, cfg.off_chip_memory.bytes / 1000);
+}
+
+}  // namespace
+}  // namespace tpu

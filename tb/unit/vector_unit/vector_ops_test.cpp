@@ -1,0 +1,1007 @@
+// VectorOps and the shared scalar functions, without the kernel. Every expected value comes from
+// a plain reference written here (exact integer arithmetic, double precision, or fp32 in the
+// documented order with an independent bf16 rounding) or from the config.
+#include "hw/vector_unit/vector_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hw/common/error.h"
+#include "hw/config/chip_config.h"
+#include "hw/isa/fields.h"
+#include "hw/vector_unit/functions.h"
+
+namespace tpu {
+namespace {
+
+constexpr std::int32_t kI32Min = std::numeric_limits<std::int32_t>::min();
+constexpr std::int32_t kI32Max = std::numeric_limits<std::int32_t>::max();
+
+ChipConfig test_config() {
+  ChipConfig cfg;
+  cfg.name = "vector-test";
+  cfg.clock_mhz = 700;
+  cfg.tensor_cores = 1;
+  cfg.mxu.count = 1;
+  cfg.mxu.rows = 16;
+  cfg.mxu.cols = 16;
+  cfg.mxu.input_type = DType::Int8;
+  cfg.mxu.acc_type = DType::Int32;
+  cfg.unified_buffer.bytes = 1 << 16;
+  cfg.unified_buffer.bytes_per_cycle = 32;
+  cfg.accumulators.entries = 64;
+  cfg.vector_unit.lanes = 8;
+  cfg.vector_unit.sublanes = 4;
+  cfg.vector_unit.latency_cycles = 5;
+  return cfg;
+}
+
+// ---- independent references ----
+
+// round(n / d) for d > 0, ties away from zero, by integer quotient and remainder.
+std::int64_t ref_round_div(std::int64_t n, std::int64_t d) {
+  const std::int64_t mag = n < 0 ? -n : n;
+  std::int64_t q = mag / d;
+  if (2 * (mag % d) >= d) ++q;
+  return n < 0 ? -q : q;
+}
+
+// floor(n / d + 1/2) for d > 0: round to nearest, ties toward +infinity.
+std::int64_t ref_round_half_up(std::int64_t n, std::int64_t d) {
+  const std::int64_t t = 2 * n + d, dd = 2 * d;
+  return t / dd - ((t % dd != 0 && t < 0) ? 1 : 0);
+}
+
+std::int64_t ref_clamp(std::int64_t v, std::int64_t lo, std::int64_t hi) {
+  return std::min(std::max(v, lo), hi);
+}
+
+// The requantization rule spelled out in exact integer arithmetic: a left shift saturates to
+// int32 first; the Q31 product is rounded to int32 (ties toward +infinity, as gemmlowp's
+// doubling high multiply does), then divided by 2^shift (ties away from zero).
+std::int32_t ref_requantize(std::int32_t x, std::int32_t m, std::int32_t shift) {
+  std::int64_t v = x;
+  if (shift < 0) v = ref_clamp(v * (std::int64_t{1} << -shift), kI32Min, kI32Max);
+  std::int64_t hi =
+      (v == kI32Min && m == kI32Min) ? kI32Max : ref_round_half_up(v * m, std::int64_t{1} << 31);
+  if (shift > 0) hi = ref_round_div(hi, std::int64_t{1} << shift);
+  return static_cast<std::int32_t>(ref_clamp(hi, -128, 127));
+}
+
+// fp32 -> nearest bf16-representable value, ties to even, via frexp on the significand: 8
+// significant bits. Normal numbers only.
+float ref_bf16(float f) {
+  if (f == 0.0f || !std::isfinite(f)) return f;
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(f), &e);
+  return static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8));
+}
+
+std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float float_of(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// ---- unified buffer and accumulator fixture ----
+
+struct Core {
+  ChipConfig cfg = test_config();
+  std::vector<std::uint8_t> ub = std::vector<std::uint8_t>(cfg.unified_buffer.bytes, 0xa5);
+  std::vector<std::uint32_t> acc =
+      std::vector<std::uint32_t>(std::size_t{cfg.accumulators.entries} * cfg.mxu.cols, 0);
+  DType acc_type = DType::Int32;
+
+  UbView ub_view() { return UbView{ub.data(), ub.size()}; }
+  AccView acc_view() {
+    return AccView{acc.data(), cfg.accumulators.entries, cfg.mxu.cols, acc_type};
+  }
+  std::uint32_t& acc_word(std::uint32_t entry, std::uint32_t col) {
+    return acc[std::size_t{entry} * cfg.mxu.cols + col];
+  }
+
+  void put32(std::uint64_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) ub[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+  std::uint32_t get32(std::uint64_t at) const {
+    return std::uint32_t{ub[at]} | std::uint32_t{ub[at + 1]} << 8 |
+           std::uint32_t{ub[at + 2]} << 16 | std::uint32_t{ub[at + 3]} << 24;
+  }
+  void put_bf16(std::uint64_t at, float v) {
+    const std::uint32_t u = bits_of(ref_bf16(v));
+    ub[at] = static_cast<std::uint8_t>(u >> 16);
+    ub[at + 1] = static_cast<std::uint8_t>(u >> 24);
+  }
+  float get_bf16(std::uint64_t at) const {
+    return float_of((std::uint32_t{ub[at]} | std::uint32_t{ub[at + 1]} << 8) << 16);
+  }
+  void put8(std::uint64_t at, int v) { ub[at] = static_cast<std::uint8_t>(v); }
+  int get8(std::uint64_t at) const { return static_cast<std::int8_t>(ub[at]); }
+
+  void put_params(std::uint64_t at, std::uint32_t bias, std::uint32_t scale, std::int32_t shift) {
+    put32(at, bias);
+    put32(at + 4, scale);
+    put32(at + 8, static_cast<std::uint32_t>(shift));
+  }
+};
+
+// Expects `f` to throw ProgramError whose message names every string in `words`.
+template <class F>
+void expect_program_error(F&& f, const std::vector<std::string>& words) {
+  try {
+    f();
+    ADD_FAILURE() << "no ProgramError thrown";
+  } catch (const ProgramError& e) {
+    for (const auto& w : words)
+      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
+          << "'" << w << "' not in: " << e.what();
+  }
+}
+
+// ---- scalar functions ----
+
+TEST(VectorFunctions, RoundingDivideByPotRoundsHalfAwayFromZero) {
+  for (std::int32_t x = -1000; x <= 1000; ++x)
+    for (int e = 0; e <= 10; ++e)
+      EXPECT_EQ(rounding_divide_by_pot(x, e), std::round(x / std::ldexp(1.0, e)))
+          << x << " / 2^" << e;
+  for (int e = 0; e <= kMaxRequantShift; ++e) {
+    EXPECT_EQ(rounding_divide_by_pot(kI32Min, e), ref_round_div(kI32Min, std::int64_t{1} << e));
+    EXPECT_EQ(rounding_divide_by_pot(kI32Max, e), ref_round_div(kI32Max, std::int64_t{1} << e));
+  }
+}
+
+TEST(VectorFunctions, DoublingHighMulRoundsHalfUpAndSaturatesOnlyMinTimesMin) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<std::int32_t> any(kI32Min, kI32Max);
+  for (int i = 0; i < 20000; ++i) {
+    const std::int32_t a = any(rng), b = any(rng);
+    const std::int64_t expect = (a == kI32Min && b == kI32Min)
+                                    ? kI32Max
+                                    : ref_round_half_up(std::int64_t{a} * b, std::int64_t{1} << 31);
+    EXPECT_EQ(saturating_rounding_doubling_high_mul(a, b), expect) << a << " * " << b;
+  }
+  // b = 2^30 halves a: odd a is an exact tie, which gemmlowp rounds toward +infinity.
+  for (std::int32_t a = -101; a <= 101; ++a)
+    EXPECT_EQ(saturating_rounding_doubling_high_mul(a, std::int32_t{1} << 30),
+              std::floor(a / 2.0 + 0.5));
+  EXPECT_EQ(saturating_rounding_doubling_high_mul(kI32Min, kI32Min), kI32Max);
+}
+
+TEST(VectorFunctions, RequantizeMatchesExactTwoStepRounding) {
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<std::int32_t> any(kI32Min, kI32Max);
+  std::uniform_int_distribution<std::int32_t> small(-70000, 70000);
+  std::uniform_int_distribution<std::int32_t> mult(std::int32_t{1} << 30, kI32Max);
+  std::uniform_int_distribution<std::int32_t> shift(kMinRequantShift, kMaxRequantShift);
+  for (int i = 0; i < 50000; ++i) {
+    const std::int32_t x = (i % 2) ? any(rng) : small(rng);
+    const std::int32_t m = mult(rng), s = shift(rng);
+    EXPECT_EQ(requantize(x, m, s), ref_requantize(x, m, s)) << x << " m=" << m << " s=" << s;
+  }
+}
+
+TEST(VectorFunctions, RequantizeIsWithinOneOfDoublePrecisionScaling) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<std::int32_t> acc(-2000000, 2000000);
+  std::uniform_real_distribution<double> log2_scale(-24.0, 2.0);
+  int exact = 0;
+  for (int i = 0; i < 50000; ++i) {
+    const std::int32_t x = acc(rng);
+    const QuantizedMultiplier q = quantize_multiplier(std::exp2(log2_scale(rng)));
+    const double real = x * (q.multiplier_q31 / 2147483648.0) * std::ldexp(1.0, -q.shift);
+    const double ideal = std::min(std::max(std::round(real), -128.0), 127.0);
+    const int got = requantize(x, q.multiplier_q31, q.shift);
+    EXPECT_LE(std::abs(got - ideal), 1.0) << x << " scale " << real / x;
+    // Two roundings differ from one only when the real value is within 2^-shift of a tie.
+    const double frac = std::abs(real - std::trunc(real));
+    if (std::abs(frac - 0.5) > std::ldexp(1.0, -std::max(q.shift, 0)) + 1e-9) {
+      EXPECT_EQ(got, ideal) << x << " real " << real;
+      ++exact;
+    }
+  }
+  EXPECT_GT(exact, 40000);
+}
+
+TEST(VectorFunctions, RequantizeSaturatesToInt8AndShiftsLeftBeforeMultiplying) {
+  const std::int32_t half = std::int32_t{1} << 30;  // 0.5 in Q31
+  EXPECT_EQ(requantize(1000, half, 0), 127);
+  EXPECT_EQ(requantize(-1000, half, 0), -128);
+  // Negative shift: x * 2^3 first (saturating at int32), then x 0.5.
+  EXPECT_EQ(requantize(5, half, -3), std::round(5 * 8 * 0.5));
+  EXPECT_EQ(requantize(kI32Max, kI32Max, kMinRequantShift), 127);
+  EXPECT_EQ(requantize(kI32Min, kI32Max, kMinRequantShift), -128);
+  // A right shift rounds half away from zero: +-6 * 0.5 = +-3, / 2 = +-1.5 -> +-2.
+  EXPECT_EQ(requantize(6, half, 1), std::round(1.5));
+  EXPECT_EQ(requantize(-6, half, 1), std::round(-1.5));
+  // Ties of the Q31 product itself round toward +infinity (gemmlowp): -3 * 0.5 -> -1.
+  EXPECT_EQ(requantize(3, half, 0), std::floor(1.5 + 0.5));
+  EXPECT_EQ(requantize(-3, half, 0), std::floor(-1.5 + 0.5));
+  for (std::int32_t x = -300; x <= 300; ++x)
+    for (std::int32_t s = kMinRequantShift; s <= kMaxRequantShift; ++s)
+      EXPECT_EQ(requantize(x, half, s), ref_requantize(x, half, s)) << x << " " << s;
+}
+
+TEST(VectorFunctions, QuantizeMultiplierRepresentsTheScaleToQ31Precision) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<double> log2_scale(-30.0, 30.0);
+  for (int i = 0; i < 10000; ++i) {
+    const double scale = std::exp2(log2_scale(rng));
+    const QuantizedMultiplier q = quantize_multiplier(scale);
+    EXPECT_GE(q.multiplier_q31, std::int32_t{1} << 30);
+    EXPECT_GE(q.shift, kMinRequantShift);
+    EXPECT_LE(q.shift, kMaxRequantShift);
+    const double back = q.multiplier_q31 / 2147483648.0 * std::ldexp(1.0, -q.shift);
+    EXPECT_LE(std::abs(back - scale) / scale, std::ldexp(1.0, -31)) << scale;
+  }
+  EXPECT_EQ(quantize_multiplier(std::ldexp(1.0, -40)).multiplier_q31, 0);
+  EXPECT_THROW((void)quantize_multiplier(0.0), InputError);
+  EXPECT_THROW((void)quantize_multiplier(-1.0), InputError);
+  EXPECT_THROW((void)quantize_multiplier(std::nan("")), InputError);
+  EXPECT_THROW((void)quantize_multiplier(std::ldexp(1.0, 31)), InputError);
+}
+
+TEST(VectorFunctions, SoftmaxRowSumsToOneAndMatchesDoublePrecision) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> v(-20.0f, 20.0f);
+  std::vector<float> in(37), out(37);
+  for (float& f : in) f = v(rng);
+  softmax_row(in.data(), out.data(), in.size());
+  const double m = *std::max_element(in.begin(), in.end());
+  double total = 0, sum = 0;
+  for (float f : in) total += std::exp(f - m);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    EXPECT_NEAR(out[i], std::exp(in[i] - m) / total, 1e-6);
+    sum += out[i];
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+// ---- activate ----
+
+TEST(VectorActivate, IntAccToInt8RequantizesPerColumnThenRelu) {
+  Core core;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(6);
+  std::uniform_int_distribution<std::int32_t> accv(-3000000, 3000000);
+  std::uniform_int_distribution<std::int32_t> biasv(-50000, 50000);
+  std::uniform_real_distribution<double> log2_scale(-18.0, -8.0);
+  isa::Activate a;
+  a.src = AccAddr(3);
+  a.dst = UbAddr(0x1000);
+  a.params = UbAddr(0x200);
+  a.rows = 5;
+  a.cols = 6;  // fewer than the entry's mxu.cols words
+  a.dst_stride = 8;
+  a.func = isa::ActFunc::Relu;
+  a.out_type = DType::Int8;
+  std::vector<QuantizedMultiplier> q(a.cols);
+  std::vector<std::int32_t> bias(a.cols);
+  for (std::uint32_t c = 0; c < a.cols; ++c) {
+    q[c] = quantize_multiplier(std::exp2(log2_scale(rng)));
+    bias[c] = biasv(rng);
+    core.put_params(a.params.value() + 12 * c, static_cast<std::uint32_t>(bias[c]),
+                    static_cast<std::uint32_t>(q[c].multiplier_q31), q[c].shift);
+  }
+  core.acc_word(3, 0) = static_cast<std::uint32_t>(kI32Max);  // bias add saturates
+  for (std::uint32_t r = 0; r < a.rows; ++r)
+    for (std::uint32_t c = 0; c < a.cols; ++c)
+      if (r + c > 0) core.acc_word(3 + r, c) = static_cast<std::uint32_t>(accv(rng));
+  bias[0] = std::abs(bias[0]);
+  core.put32(a.params.value(), static_cast<std::uint32_t>(bias[0]));
+
+  const std::vector<std::uint8_t> before = core.ub;
+  ops.activate(a, core.acc_view(), core.ub_view());
+  for (std::uint32_t r = 0; r < a.rows; ++r) {
+    for (std::uint32_t c = 0; c < a.cols; ++c) {
+      const std::int64_t sum =
+          ref_clamp(std::int64_t{static_cast<std::int32_t>(core.acc_word(3 + r, c))} + bias[c],
+                    kI32Min, kI32Max);
+      const std::int32_t expect = std::max(
+          ref_requantize(static_cast<std::int32_t>(sum), q[c].multiplier_q31, q[c].shift), 0);
+      EXPECT_EQ(core.get8(a.dst.value() + r * a.dst_stride + c), expect) << r << "," << c;
+    }
+    for (std::uint32_t g = a.cols; g < a.dst_stride; ++g) {
+      const std::uint64_t at = a.dst.value() + r * a.dst_stride + g;
+      EXPECT_EQ(core.ub[at], before[at]) << "gap byte " << at << " written";
+    }
+  }
+}
+
+TEST(VectorActivate, IntAccToInt32AddsBiasWithSaturationThenRelu) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Activate a;
+  a.src = AccAddr(0);
+  a.dst = UbAddr(0x400);
+  a.params = UbAddr(0);
+  a.rows = 2;
+  a.cols = 4;
+  a.dst_stride = 16;
+  a.out_type = DType::Int32;
+  const std::vector<std::int32_t> acc = {kI32Max, kI32Min, -7, 9, 100, -100, 0, kI32Max - 1};
+  const std::vector<std::int32_t> bias = {5, -5, 3, -20};
+  for (std::uint32_t c = 0; c < a.cols; ++c)
+    core.put_params(12 * c, static_cast<std::uint32_t>(bias[c]), 0, 0);
+  for (std::uint32_t i = 0; i < acc.size(); ++i)
+    core.acc_word(i / a.cols, i % a.cols) = static_cast<std::uint32_t>(acc[i]);
+  for (isa::ActFunc f : {isa::ActFunc::None, isa::ActFunc::Relu}) {
+    a.func = f;
+    ops.activate(a, core.acc_view(), core.ub_view());
+    for (std::uint32_t i = 0; i < acc.size(); ++i) {
+      std::int64_t expect = ref_clamp(std::int64_t{acc[i]} + bias[i % a.cols], kI32Min, kI32Max);
+      if (f == isa::ActFunc::Relu) expect = std::max<std::int64_t>(expect, 0);
+      const std::uint64_t at = a.dst.value() + (i / a.cols) * a.dst_stride + 4 * (i % a.cols);
+      EXPECT_EQ(static_cast<std::int32_t>(core.get32(at)), expect) << i;
+    }
+  }
+}
+
+TEST(VectorActivate, FloatAccScalesInFp32AndRoundsToBf16NearestEven) {
+  Core core;
+  core.acc_type = DType::Fp32;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> v(-8.0f, 8.0f);
+  isa::Activate a;
+  a.src = AccAddr(10);
+  a.dst = UbAddr(0x800);
+  a.params = UbAddr(0x100);
+  a.rows = 7;
+  a.cols = 16;
+  a.dst_stride = 32;
+  a.out_type = DType::Bf16;
+  std::vector<float> bias(a.cols), scale(a.cols);
+  for (std::uint32_t c = 0; c < a.cols; ++c) {
+    bias[c] = v(rng);
+    scale[c] = v(rng) / 4.0f;
+    core.put_params(a.params.value() + 12 * c, bits_of(bias[c]), bits_of(scale[c]), 0);
+  }
+  for (std::uint32_t r = 0; r < a.rows; ++r)
+    for (std::uint32_t c = 0; c < a.cols; ++c) core.acc_word(10 + r, c) = bits_of(v(rng));
+  for (isa::ActFunc f : {isa::ActFunc::None, isa::ActFunc::Relu, isa::ActFunc::Relu6,
+                         isa::ActFunc::Sigmoid, isa::ActFunc::Tanh}) {
+    a.func = f;
+    ops.activate(a, core.acc_view(), core.ub_view());
+    for (std::uint32_t r = 0; r < a.rows; ++r)
+      for (std::uint32_t c = 0; c < a.cols; ++c) {
+        float y = (float_of(core.acc_word(10 + r, c)) + bias[c]) * scale[c];
+        if (f == isa::ActFunc::Relu) y = y < 0.0f ? 0.0f : y;
+        if (f == isa::ActFunc::Relu6) y = std::min(y < 0.0f ? 0.0f : y, 6.0f);
+        if (f == isa::ActFunc::Sigmoid) y = 1.0f / (1.0f + std::exp(-y));
+        if (f == isa::ActFunc::Tanh) y = std::tanh(y);
+        EXPECT_EQ(bits_of(core.get_bf16(a.dst.value() + r * a.dst_stride + 2 * c)),
+                  bits_of(ref_bf16(y)))
+            << isa::name_of(f) << " " << r << "," << c;
+      }
+  }
+}
+
+TEST(VectorActivate, Bf16RoundingBreaksTiesToEven) {
+  Core core;
+  core.acc_type = DType::Fp32;
+  VectorOps ops(core.cfg);
+  // 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7 (even: 1); 1 + 3*2^-8 lies
+  // halfway between 1 + 2^-7 and 1 + 2^-6 (even: 1 + 2^-6).
+  const std::vector<float> ties = {1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8),
+                                   -(1.0f + std::ldexp(1.0f, -8))};
+  isa::Activate a;
+  a.src = AccAddr(0);
+  a.dst = UbAddr(0x100);
+  a.params = UbAddr(0);
+  a.rows = 1;
+  a.cols = static_cast<std::uint16_t>(ties.size());
+  a.dst_stride = 2 * a.cols;
+  a.out_type = DType::Bf16;
+  for (std::uint32_t c = 0; c < a.cols; ++c) {
+    core.put_params(12 * c, bits_of(0.0f), bits_of(1.0f), 0);
+    core.acc_word(0, c) = bits_of(ties[c]);
+  }
+  ops.activate(a, core.acc_view(), core.ub_view());
+  for (std::uint32_t c = 0; c < a.cols; ++c)
+    EXPECT_EQ(core.get_bf16(a.dst.value() + 2 * c), ref_bf16(ties[c])) << c;
+}
+
+TEST(VectorActivate, IntAccToFloatConvertsSaturatedSumThenScales) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Activate a;
+  a.src = AccAddr(0);
+  a.dst = UbAddr(0x100);
+  a.params = UbAddr(0);
+  a.rows = 1;
+  a.cols = 3;
+  a.dst_stride = 12;
+  a.func = isa::ActFunc::Sigmoid;
+  a.out_type = DType::Fp32;
+  const std::vector<std::int32_t> acc = {1234, -98765, kI32Max};
+  const std::vector<std::int32_t> bias = {-1000, 4321, 1};
+  const float scale = 1.0f / 4096.0f;
+  for (std::uint32_t c = 0; c < a.cols; ++c) {
+    core.put_params(12 * c, static_cast<std::uint32_t>(bias[c]), bits_of(scale), 0);
+    core.acc_word(0, c) = static_cast<std::uint32_t>(acc[c]);
+  }
+  ops.activate(a, core.acc_view(), core.ub_view());
+  for (std::uint32_t c = 0; c < a.cols; ++c) {
+    const auto sum =
+        static_cast<float>(ref_clamp(std::int64_t{acc[c]} + bias[c], kI32Min, kI32Max));
+    const float y = 1.0f / (1.0f + std::exp(-(sum * scale)));
+    EXPECT_EQ(core.get32(a.dst.value() + 4 * c), bits_of(y)) << c;
+  }
+}
+
+TEST(VectorActivate, SoftmaxWorksAcrossTheRowAndSumsToOne) {
+  Core core;
+  core.acc_type = DType::Fp32;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> v(-6.0f, 6.0f);
+  isa::Activate a;
+  a.src = AccAddr(20);
+  a.dst = UbAddr(0x2000);
+  a.params = UbAddr(0x40);
+  a.rows = 4;
+  a.cols = 10;
+  a.dst_stride = 64;
+  a.func = isa::ActFunc::Softmax;
+  std::vector<float> bias(a.cols), scale(a.cols);
+  for (std::uint32_t c = 0; c < a.cols; ++c) {
+    bias[c] = v(rng);
+    scale[c] = 0.5f + static_cast<float>(c) / 8.0f;
+    core.put_params(a.params.value() + 12 * c, bits_of(bias[c]), bits_of(scale[c]), 0);
+  }
+  for (std::uint32_t r = 0; r < a.rows; ++r)
+    for (std::uint32_t c = 0; c < a.cols; ++c) core.acc_word(20 + r, c) = bits_of(v(rng));
+  for (DType out : {DType::Fp32, DType::Bf16}) {
+    a.out_type = out;
+    ops.activate(a, core.acc_view(), core.ub_view());
+    for (std::uint32_t r = 0; r < a.rows; ++r) {
+      std::vector<float> x(a.cols);
+      for (std::uint32_t c = 0; c < a.cols; ++c)
+        x[c] = (float_of(core.acc_word(20 + r, c)) + bias[c]) * scale[c];
+      const float m = *std::max_element(x.begin(), x.end());
+      float sum = 0.0f;
+      double dsum = 0.0;
+      for (float f : x) {
+        sum += std::exp(f - m);
+        dsum += std::exp(static_cast<double>(f) - m);
+      }
+      double total = 0.0;
+      for (std::uint32_t c = 0; c < a.cols; ++c) {
+        const std::uint64_t at = a.dst.value() + r * a.dst_stride + c * size_of(out);
+        const float got = out == DType::Fp32 ? float_of(core.get32(at)) : core.get_bf16(at);
+        const float y = std::exp(x[c] - m) / sum;
+        EXPECT_EQ(bits_of(got), bits_of(out == DType::Fp32 ? y : ref_bf16(y))) << r << "," << c;
+        EXPECT_NEAR(got, std::exp(static_cast<double>(x[c]) - m) / dsum,
+                    out == DType::Fp32 ? 1e-6 : 4e-3);
+        total += got;
+      }
+      EXPECT_NEAR(total, 1.0, out == DType::Fp32 ? 1e-5 : 2e-2);
+    }
+  }
+}
+
+// A valid activate whose fields the error tests change one at a time.
+struct ActivateCase {
+  Core core;
+  isa::Activate a;
+  ActivateCase() {
+    a.src = AccAddr(0);
+    a.dst = UbAddr(0x1000);
+    a.params = UbAddr(0x100);
+    a.rows = 4;
+    a.cols = 8;
+    a.dst_stride = 8;
+    a.out_type = DType::Int8;
+    for (std::uint32_t c = 0; c < a.cols; ++c)
+      core.put_params(a.params.value() + 12 * c, 0, std::uint32_t{1} << 30, 1);
+  }
+  void run() {
+    VectorOps ops(core.cfg);
+    ops.activate(a, core.acc_view(), core.ub_view());
+  }
+};
+
+TEST(VectorActivate, RejectsOutOfRangeFieldsNamingThem) {
+  {
+    ActivateCase t;
+    t.a.params = UbAddr(static_cast<std::uint32_t>(t.core.ub.size() - 12 * t.a.cols + 1));
+    expect_program_error([&] { t.run(); }, {"activate", "params"});
+  }
+  {
+    ActivateCase t;
+    t.a.dst = UbAddr(static_cast<std::uint32_t>(t.core.ub.size() - 3 * t.a.dst_stride - 7));
+    expect_program_error([&] { t.run(); }, {"dst", "0x"});
+  }
+  {
+    ActivateCase t;
+    t.a.src = AccAddr(t.core.cfg.accumulators.entries - t.a.rows + 1);
+    expect_program_error([&] { t.run(); },
+                         {"src", std::to_string(t.core.cfg.accumulators.entries)});
+  }
+  {
+    ActivateCase t;
+    t.a.cols = static_cast<std::uint16_t>(t.core.cfg.mxu.cols + 1);
+    expect_program_error([&] { t.run(); }, {"cols", std::to_string(t.core.cfg.mxu.cols)});
+  }
+  {
+    ActivateCase t;
+    t.a.cols = 0;
+    expect_program_error([&] { t.run(); }, {"cols"});
+  }
+  {
+    ActivateCase t;
+    t.a.rows = 0;
+    expect_program_error([&] { t.run(); }, {"rows"});
+  }
+  {
+    ActivateCase t;
+    t.a.dst_stride = t.a.cols - 1;
+    expect_program_error([&] { t.run(); }, {"stride"});
+  }
+  {
+    ActivateCase t;
+    t.a.dst = UbAddr(t.a.params.value() + 12 * t.a.cols - 1);
+    expect_program_error([&] { t.run(); }, {"dst", "params", "overlaps"});
+  }
+}
+
+TEST(VectorActivate, RejectsUnsupportedFunctionAndOutputTypeCombinations) {
+  for (isa::ActFunc f :
+       {isa::ActFunc::Relu6, isa::ActFunc::Sigmoid, isa::ActFunc::Tanh, isa::ActFunc::Softmax}) {
+    for (DType out : {DType::Int8, DType::Int32}) {
+      ActivateCase t;
+      t.a.func = f;
+      t.a.out_type = out;
+      t.a.dst_stride = t.a.cols * size_of(out);
+      expect_program_error([&] { t.run(); },
+                           {"func", std::string(isa::name_of(f)), std::string(name_of(out))});
+    }
+  }
+  for (DType out : {DType::Int8, DType::Int32}) {
+    ActivateCase t;
+    t.core.acc_type = DType::Fp32;
+    t.a.out_type = out;
+    t.a.dst_stride = t.a.cols * size_of(out);
+    expect_program_error([&] { t.run(); }, {"out", std::string(name_of(out)), "fp32"});
+  }
+}
+
+TEST(VectorActivate, RejectsBadRequantParamsBeforeWritingAnything) {
+  {
+    ActivateCase t;
+    const std::uint64_t last = t.a.params.value() + 12 * (t.a.cols - 1);
+    t.core.put32(last + 8, static_cast<std::uint32_t>(kMaxRequantShift + 1));
+    const std::vector<std::uint8_t> before = t.core.ub;
+    expect_program_error([&] { t.run(); }, {"shift", "column 7"});
+    EXPECT_EQ(t.core.ub, before);
+  }
+  {
+    ActivateCase t;
+    t.core.put32(t.a.params.value() + 4, static_cast<std::uint32_t>(-5));
+    expect_program_error([&] { t.run(); }, {"scale", "column 0"});
+  }
+}
+
+// ---- pool ----
+
+struct PoolGeom {
+  std::uint64_t oh, ow;
+};
+PoolGeom geom_of(const isa::Pool& p) {
+  return {(p.in_h - p.kernel_h) / std::uint64_t{p.stride_h} + 1,
+          (p.in_w - p.kernel_w) / std::uint64_t{p.stride_w} + 1};
+}
+
+isa::Pool pool_case(isa::PoolKind kind, DType type) {
+  isa::Pool p;
+  p.src = UbAddr(0x100);
+  p.dst = UbAddr(0x4000);
+  p.in_h = 9;
+  p.in_w = 8;
+  p.channels = 3;
+  p.kernel_h = 3;
+  p.kernel_w = 2;
+  p.stride_h = 2;  // overlapping windows vertically
+  p.stride_w = 3;  // gaps between windows horizontally
+  p.images = 2;
+  p.kind = kind;
+  p.type = type;
+  return p;
+}
+
+TEST(VectorPool, Int8MaxAndAvgOverValidWindowsOfEveryImage) {
+  for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
+    Core core;
+    VectorOps ops(core.cfg);
+    const isa::Pool p = pool_case(kind, DType::Int8);
+    std::mt19937 rng(9);
+    std::uniform_int_distribution<int> v(-128, 127);
+    const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * p.channels;
+    for (std::uint64_t i = 0; i < in_elems; ++i) core.put8(p.src.value() + i, v(rng));
+    ops.pool(p, core.ub_view());
+    const PoolGeom g = geom_of(p);
+    for (std::uint64_t c = 0; c < p.channels; ++c)
+      for (std::uint64_t n = 0; n < p.images; ++n)
+        for (std::uint64_t oy = 0; oy < g.oh; ++oy)
+          for (std::uint64_t ox = 0; ox < g.ow; ++ox) {
+            std::vector<int> win;
+            for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky)
+              for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx)
+                win.push_back(core.get8(
+                    p.src.value() +
+                    ((n * p.in_h + oy * p.stride_h + ky) * p.in_w + ox * p.stride_w + kx) *
+                        p.channels +
+                    c));
+            int sum = 0;
+            for (int w : win) sum += w;
+            const double expect =
+                kind == isa::PoolKind::Max
+                    ? *std::max_element(win.begin(), win.end())
+                    : std::round(static_cast<double>(sum) / static_cast<double>(win.size()));
+            EXPECT_EQ(core.get8(p.dst.value() + ((n * g.oh + oy) * g.ow + ox) * p.channels + c),
+                      expect)
+                << isa::name_of(kind) << " n" << n << " y" << oy << " x" << ox << " c" << c;
+          }
+  }
+}
+
+TEST(VectorPool, Int8AvgRoundsHalfAwayFromZero) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Pool p;
+  p.src = UbAddr(0);
+  p.dst = UbAddr(0x100);
+  p.in_h = 1;
+  p.in_w = 2;
+  p.channels = 4;
+  p.kernel_h = 1;
+  p.kernel_w = 2;
+  p.stride_h = 1;
+  p.stride_w = 1;
+  p.images = 1;
+  p.kind = isa::PoolKind::Avg;
+  const std::vector<int> left = {-3, 3, -128, 127}, right = {-2, 2, -127, 126};
+  for (std::uint64_t c = 0; c < p.channels; ++c) {
+    core.put8(c, left[c]);
+    core.put8(p.channels + c, right[c]);
+  }
+  ops.pool(p, core.ub_view());
+  for (std::uint64_t c = 0; c < p.channels; ++c)
+    EXPECT_EQ(core.get8(p.dst.value() + c), std::round((left[c] + right[c]) / 2.0)) << c;
+}
+
+TEST(VectorPool, Bf16MaxAndAvgSumInFp32InWindowOrder) {
+  for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
+    Core core;
+    VectorOps ops(core.cfg);
+    const isa::Pool p = pool_case(kind, DType::Bf16);
+    std::mt19937 rng(10);
+    std::uniform_real_distribution<float> v(-100.0f, 100.0f);
+    const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * p.channels;
+    for (std::uint64_t i = 0; i < in_elems; ++i) core.put_bf16(p.src.value() + 2 * i, v(rng));
+    ops.pool(p, core.ub_view());
+    const PoolGeom g = geom_of(p);
+    for (std::uint64_t n = 0; n < p.images; ++n)
+      for (std::uint64_t oy = 0; oy < g.oh; ++oy)
+        for (std::uint64_t ox = 0; ox < g.ow; ++ox)
+          for (std::uint64_t c = 0; c < p.channels; ++c) {
+            float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
+            for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky)
+              for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx) {
+                const float x = core.get_bf16(
+                    p.src.value() +
+                    2 * (((n * p.in_h + oy * p.stride_h + ky) * p.in_w + ox * p.stride_w + kx) *
+                             p.channels +
+                         c));
+                mx = std::max(mx, x);
+                sum += x;
+              }
+            const float expect = kind == isa::PoolKind::Max
+                                     ? mx
+                                     : ref_bf16(sum / static_cast<float>(p.kernel_h * p.kernel_w));
+            EXPECT_EQ(
+                core.get_bf16(p.dst.value() + 2 * (((n * g.oh + oy) * g.ow + ox) * p.channels + c)),
+                expect)
+                << isa::name_of(kind) << " n" << n << " y" << oy << " x" << ox << " c" << c;
+          }
+  }
+}
+
+TEST(VectorPool, RejectsBadGeometryRangesAndOverlapNamingTheField) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const auto run = [&](const isa::Pool& p) { ops.pool(p, core.ub_view()); };
+  const isa::Pool ok = pool_case(isa::PoolKind::Max, DType::Int8);
+  {
+    isa::Pool p = ok;
+    p.kernel_h = static_cast<std::uint16_t>(p.in_h + 1);
+    expect_program_error([&] { run(p); }, {"pool", "kernel_h", std::to_string(p.in_h)});
+  }
+  {
+    isa::Pool p = ok;
+    p.kernel_w = 0;
+    expect_program_error([&] { run(p); }, {"kernel_w"});
+  }
+  {
+    isa::Pool p = ok;
+    p.stride_w = 0;
+    expect_program_error([&] { run(p); }, {"stride_w"});
+  }
+  {
+    isa::Pool p = ok;
+    p.channels = 0;
+    expect_program_error([&] { run(p); }, {"channels"});
+  }
+  {
+    isa::Pool p = ok;
+    p.type = DType::Int32;
+    expect_program_error([&] { run(p); }, {"type", "int32"});
+  }
+  {
+    isa::Pool p = ok;
+    p.src = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 10));
+    expect_program_error([&] { run(p); }, {"src", "0x"});
+  }
+  {
+    isa::Pool p = ok;
+    p.dst = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 1));
+    expect_program_error([&] { run(p); }, {"dst"});
+  }
+  {
+    isa::Pool p = ok;
+    p.dst = UbAddr(p.src.value() + 7);
+    const std::vector<std::uint8_t> before = core.ub;
+    expect_program_error([&] { run(p); }, {"dst", "src", "overlaps"});
+    EXPECT_EQ(core.ub, before);
+  }
+}
+
+// ---- eltwise ----
+
+TEST(VectorEltwise, Int8OpsSaturateAndMulRoundsHalfAwayAfterShift) {
+  Core core;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> v(-128, 127);
+  isa::Eltwise e;
+  e.a = UbAddr(0x100);
+  e.b = UbAddr(0x800);
+  e.dst = UbAddr(0x1000);
+  e.count = 1500;
+  e.type = DType::Int8;
+  std::vector<int> a(e.count), b(e.count);
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    a[i] = i < 4 ? (i % 2 ? -128 : 127) : v(rng);  // saturating pairs first
+    b[i] = i < 4 ? a[i] : v(rng);
+    core.put8(e.a.value() + i, a[i]);
+    core.put8(e.b.value() + i, b[i]);
+  }
+  for (isa::EltOp op : {isa::EltOp::Add, isa::EltOp::Mul, isa::EltOp::Max, isa::EltOp::Min}) {
+    for (int shift : {0, 1, 7}) {
+      if (op != isa::EltOp::Mul && shift != 0) continue;
+      e.op = op;
+      e.shift = static_cast<std::uint8_t>(shift);
+      ops.eltwise(e, core.ub_view());
+      for (std::uint32_t i = 0; i < e.count; ++i) {
+        double expect = 0;
+        switch (op) {
+          case isa::EltOp::Add: expect = a[i] + b[i]; break;
+          case isa::EltOp::Mul: expect = std::round(a[i] * b[i] / std::ldexp(1.0, shift)); break;
+          case isa::EltOp::Max: expect = std::max(a[i], b[i]); break;
+          case isa::EltOp::Min: expect = std::min(a[i], b[i]); break;
+        }
+        expect = std::min(std::max(expect, -128.0), 127.0);
+        EXPECT_EQ(core.get8(e.dst.value() + i), expect)
+            << isa::name_of(op) << " shift " << shift << " " << a[i] << "," << b[i];
+      }
+    }
+  }
+}
+
+TEST(VectorEltwise, Bf16OpsComputeInFp32AndRoundToBf16) {
+  Core core;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> v(-50.0f, 50.0f);
+  isa::Eltwise e;
+  e.a = UbAddr(0x100);
+  e.b = UbAddr(0x1100);
+  e.dst = UbAddr(0x2100);
+  e.count = 1000;
+  e.type = DType::Bf16;
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    core.put_bf16(e.a.value() + 2 * i, v(rng));
+    core.put_bf16(e.b.value() + 2 * i, v(rng));
+  }
+  for (isa::EltOp op : {isa::EltOp::Add, isa::EltOp::Mul, isa::EltOp::Max, isa::EltOp::Min}) {
+    e.op = op;
+    ops.eltwise(e, core.ub_view());
+    for (std::uint32_t i = 0; i < e.count; ++i) {
+      const float x = core.get_bf16(e.a.value() + 2 * i), y = core.get_bf16(e.b.value() + 2 * i);
+      float expect = 0;
+      switch (op) {
+        case isa::EltOp::Add: expect = ref_bf16(x + y); break;
+        case isa::EltOp::Mul: expect = ref_bf16(x * y); break;
+        case isa::EltOp::Max: expect = std::max(x, y); break;
+        case isa::EltOp::Min: expect = std::min(x, y); break;
+      }
+      EXPECT_EQ(core.get_bf16(e.dst.value() + 2 * i), expect) << isa::name_of(op) << " " << i;
+    }
+  }
+}
+
+TEST(VectorEltwise, InPlaceIsAllowedButPartialOverlapIsNot) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Eltwise e;
+  e.a = UbAddr(0x100);
+  e.b = UbAddr(0x200);
+  e.dst = e.a;
+  e.count = 64;
+  e.op = isa::EltOp::Add;
+  std::vector<int> a(e.count), b(e.count);
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    a[i] = static_cast<int>(i) - 32;
+    b[i] = 3 * static_cast<int>(i) - 90;
+    core.put8(e.a.value() + i, a[i]);
+    core.put8(e.b.value() + i, b[i]);
+  }
+  ops.eltwise(e, core.ub_view());
+  for (std::uint32_t i = 0; i < e.count; ++i)
+    EXPECT_EQ(core.get8(e.a.value() + i), std::min(std::max(a[i] + b[i], -128), 127));
+  e.dst = UbAddr(e.b.value() + 1);
+  expect_program_error([&] { ops.eltwise(e, core.ub_view()); }, {"dst", "overlaps", "b"});
+}
+
+TEST(VectorEltwise, RejectsBadFieldsNamingThem) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Eltwise ok;
+  ok.a = UbAddr(0);
+  ok.b = UbAddr(0x100);
+  ok.dst = UbAddr(0x200);
+  ok.count = 16;
+  const auto run = [&](const isa::Eltwise& e) { ops.eltwise(e, core.ub_view()); };
+  const auto end = static_cast<std::uint32_t>(core.ub.size());
+  {
+    isa::Eltwise e = ok;
+    e.a = UbAddr(end - 15);
+    expect_program_error([&] { run(e); }, {"eltwise", "a = 0x"});
+  }
+  {
+    isa::Eltwise e = ok;
+    e.b = UbAddr(end);
+    expect_program_error([&] { run(e); }, {"b = 0x"});
+  }
+  {
+    isa::Eltwise e = ok;
+    e.dst = UbAddr(end - 1);
+    expect_program_error([&] { run(e); }, {"dst = 0x"});
+  }
+  {
+    isa::Eltwise e = ok;
+    e.count = 0;
+    expect_program_error([&] { run(e); }, {"count"});
+  }
+  {
+    isa::Eltwise e = ok;
+    e.shift = 2;
+    expect_program_error([&] { run(e); }, {"shift", "add"});
+  }
+  {
+    isa::Eltwise e = ok;
+    e.op = isa::EltOp::Mul;
+    e.shift = static_cast<std::uint8_t>(kMaxRequantShift + 1);
+    expect_program_error([&] { run(e); }, {"shift"});
+  }
+  {
+    isa::Eltwise e = ok;
+    e.type = DType::Fp32;
+    expect_program_error([&] { run(e); }, {"type", "fp32"});
+  }
+}
+
+// ---- cost ----
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+// docs/timing-model.md: latency + max(element ops / lane slots, UB bytes / port bytes per cycle).
+std::uint64_t formula(const ChipConfig& cfg, std::uint64_t ops, std::uint64_t ub_bytes) {
+  const std::uint64_t slots = std::uint64_t{cfg.vector_unit.lanes} * cfg.vector_unit.sublanes;
+  return cfg.vector_unit.latency_cycles +
+         std::max(ceil_div(ops, slots), ceil_div(ub_bytes, cfg.unified_buffer.bytes_per_cycle));
+}
+
+TEST(VectorCost, ConfigWithoutLanesOrPortBandwidthIsRejected) {
+  ChipConfig cfg = test_config();
+  cfg.vector_unit.sublanes = 0;
+  EXPECT_THROW(VectorOps{cfg}, ConfigError);
+  cfg = test_config();
+  cfg.unified_buffer.bytes_per_cycle = 0;
+  EXPECT_THROW(VectorOps{cfg}, ConfigError);
+}
+
+TEST(VectorCost, ActivateCountsOneOpPerOutputAndThreeForSoftmax) {
+  const ChipConfig cfg = test_config();
+  VectorOps ops(cfg);
+  isa::Activate a;
+  a.rows = 100;
+  a.cols = 16;
+  a.dst_stride = 16;
+  a.out_type = DType::Int8;
+  for (isa::ActFunc f : {isa::ActFunc::Relu, isa::ActFunc::Softmax}) {
+    a.func = f;
+    a.out_type = f == isa::ActFunc::Softmax ? DType::Bf16 : DType::Int8;
+    const VectorCost c = ops.cost(a);
+    const std::uint64_t elems = std::uint64_t{a.rows} * a.cols;
+    EXPECT_EQ(c.element_ops, elems * (f == isa::ActFunc::Softmax ? 3 : 1));
+    EXPECT_EQ(c.acc_bytes_read, elems * size_of(cfg.mxu.acc_type));
+    EXPECT_EQ(c.ub_bytes_read, 12u * a.cols);
+    EXPECT_EQ(c.ub_bytes_written, elems * size_of(a.out_type));
+    EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+  }
+}
+
+TEST(VectorCost, DoublingLanesHalvesTheThroughputPartWhenComputeBound) {
+  ChipConfig cfg = test_config();
+  cfg.unified_buffer.bytes_per_cycle = 1 << 20;  // the port never limits
+  isa::Eltwise e;
+  e.count = 4096;
+  e.type = DType::Bf16;
+  const std::uint64_t slots = std::uint64_t{cfg.vector_unit.lanes} * cfg.vector_unit.sublanes;
+  const std::uint64_t narrow = VectorOps(cfg).cost(e).cycles;
+  EXPECT_EQ(narrow - cfg.vector_unit.latency_cycles, ceil_div(e.count, slots));
+  ChipConfig wide = cfg;
+  wide.vector_unit.lanes *= 2;
+  const std::uint64_t fast = VectorOps(wide).cost(e).cycles;
+  EXPECT_EQ(2 * (fast - cfg.vector_unit.latency_cycles), narrow - cfg.vector_unit.latency_cycles);
+}
+
+TEST(VectorCost, UnifiedBufferPortBoundsTheCostWhenNarrow) {
+  ChipConfig cfg = test_config();
+  cfg.unified_buffer.bytes_per_cycle = 4;
+  VectorOps ops(cfg);
+  isa::Eltwise e;
+  e.count = 1000;
+  e.type = DType::Int8;
+  const VectorCost c = ops.cost(e);
+  EXPECT_EQ(c.element_ops, e.count);
+  EXPECT_EQ(c.ub_bytes_read, 2u * e.count);
+  EXPECT_EQ(c.ub_bytes_written, e.count);
+  EXPECT_EQ(c.cycles, cfg.vector_unit.latency_cycles +
+                          ceil_div(3u * e.count, cfg.unified_buffer.bytes_per_cycle));
+  EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, 3u * e.count));
+}
+
+TEST(VectorCost, PoolCountsOneOpPerWindowElementAndReadsTheInputOnce) {
+  const ChipConfig cfg = test_config();
+  VectorOps ops(cfg);
+  for (DType t : {DType::Int8, DType::Bf16}) {
+    const isa::Pool p = pool_case(isa::PoolKind::Avg, t);
+    const PoolGeom g = geom_of(p);
+    const std::uint64_t outs = std::uint64_t{p.images} * g.oh * g.ow * p.channels;
+    const VectorCost c = ops.cost(p);
+    EXPECT_EQ(c.element_ops, outs * p.kernel_h * p.kernel_w);
+    EXPECT_EQ(c.ub_bytes_read, std::uint64_t{p.images} * p.in_h * p.in_w * p.channels * size_of(t));
+    EXPECT_EQ(c.ub_bytes_written, outs * size_of(t));
+    EXPECT_EQ(c.acc_bytes_read, 0u);
+    EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+  }
+}
+
+}  // namespace
+}  // namespace tpu
