@@ -1,9 +1,11 @@
-// tpusim: the command line. Each subcommand is one simulation (or none) per process: the
+// tpusim: the command line. Each subcommand runs at most one simulation per process: the
 // SystemC kernel cannot be reset.
 #include <systemc>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -11,8 +13,28 @@
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/cli/info.h"
+#include "sw/report/session.h"
 
 namespace {
+
+// Writes `text` to `path` atomically: a temporary file beside it, then rename, so a failed run
+// never leaves a half-written report that looks finished.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw tpu::InputError(path + ": cannot open for writing");
+    out << text;
+    out.flush();
+    if (!out) throw tpu::InputError(path + ": write failed");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw tpu::InputError(path + ": cannot rename the finished report into place");
+  }
+}
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"tpusim: a SystemC TLM-2.0 model of Google's TPU chips"};
@@ -24,6 +46,27 @@ int run_cli(int argc, char** argv) {
   info->add_option("--chip", chip_file, "Chip config (JSON)")->required();
   info->add_flag("--json", as_json, "Print JSON instead of text");
 
+  tpu::report::RunOptions ro;
+  std::string weights, json_out;
+  bool no_check = false;
+  CLI::App* run = app.add_subcommand("run", "Run a network on a simulated chip and report");
+  run->add_option("--chip", chip_file, "Chip config (JSON)")->required();
+  run->add_option("--model", ro.model, "Model (Keras-style JSON)")->capture_default_str();
+  run->add_option("--weights", weights,
+                  "Weights file (default: configs/weights/<model>.bin beside the model's folder, "
+                  "if present)");
+  run->add_flag("--random-weights", ro.random_weights, "Seeded random weights instead");
+  run->add_option("--seed", ro.seed, "Seed for random weights and inputs")->capture_default_str();
+  run->add_option("--data-dir", ro.data_dir, "Fashion-MNIST directory (default: Debian's)");
+  run->add_option("--images", ro.images, "Images (or generated samples) to run")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
+  run->add_option("--batch", ro.batch, "Images per step across the chip")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  run->add_option("--json", json_out, "Write the JSON report here");
+  run->add_flag("--no-check", no_check, "Skip the bit-exact comparison with the reference");
+
   CLI11_PARSE(app, argc, argv);
 
   if (info->parsed()) {
@@ -32,6 +75,15 @@ int run_cli(int argc, char** argv) {
       std::cout << tpu::to_json(cfg).dump(2) << "\n";
     else
       std::cout << tpu::cli::describe(cfg);
+  } else if (run->parsed()) {
+    const tpu::ChipConfig cfg = tpu::load_chip_config(chip_file);
+    if (!weights.empty()) ro.weights = weights;
+    if (!weights.empty() && ro.random_weights)
+      throw tpu::InputError("--weights and --random-weights exclude each other");
+    ro.check = !no_check;
+    const auto report = tpu::report::run_workload(cfg, ro);
+    std::cout << tpu::report::summary(report);
+    if (!json_out.empty()) write_atomically(json_out, report.dump(2) + "\n");
   }
   return 0;
 }
@@ -51,4 +103,11 @@ int sc_main(int argc, char* argv[]) {
     std::cerr << "tpusim: internal error: " << e.what() << "\n";
     return 3;
   }
+}
+
+// Our own entry point, ahead of libsystemc's: the kernel prints its banner before sc_main runs
+// unless told not to, and the banner is noise in every tool's output.
+int main(int argc, char* argv[]) {
+  setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 1);
+  return sc_core::sc_elab_and_sim(argc, argv);
 }
