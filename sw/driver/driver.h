@@ -1,0 +1,49 @@
+// The host driver: a SystemC module on the host side of the chip's host link (J17: the host
+// writes the weights and sends instructions; the TPU does not fetch). It writes the program's
+// memory image through the host interface, streams each core's instructions into its queue as
+// the queue drains (back-pressure), waits for every core's Halt interrupt, and serves the
+// chip's reads and writes of host memory (inputs and outputs).
+#pragma once
+
+#include <systemc>
+#include <tlm>
+#include <tlm_utils/simple_initiator_socket.h>
+#include <tlm_utils/simple_target_socket.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "hw/chip/chip.h"
+#include "sw/compiler/program.h"
+
+namespace tpu::driver {
+
+class Driver : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_initiator_socket<Driver> host2chip;
+  tlm_utils::simple_target_socket<Driver> host_memory;
+
+  // `inputs`: the encoded input images, program.images x input_bytes_per_image bytes.
+  Driver(sc_core::sc_module_name name, Chip& chip, const compiler::Program& program,
+         const std::vector<std::uint8_t>& inputs);
+
+  [[nodiscard]] const std::vector<std::uint8_t>& memory() const { return memory_; }
+  [[nodiscard]] Cycle loaded_at() const { return loaded_at_; }
+  [[nodiscard]] bool done() const { return cores_done_ == program_.cores.size(); }
+  // Outputs decoded to floats: images x output_elements.
+  [[nodiscard]] std::vector<float> outputs() const;
+
+ private:
+  void load();  // SC_THREAD: memory image, then one streaming thread per core
+  void stream(std::uint32_t core);
+  void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+
+  Chip& chip_;
+  const compiler::Program& program_;
+  std::vector<std::uint8_t> memory_;
+  sc_core::sc_event loaded_;
+  Cycle loaded_at_ = 0;
+  std::size_t cores_done_ = 0;
+};
+
+}  // namespace tpu::driver

@@ -1,0 +1,60 @@
+// The quantized networks the chips run, and their reference inference, which the chip's output
+// must match bit for bit (docs/quantization.md).
+//
+// int8 (v1, Edge): symmetric per-tensor activation scales from calibration, symmetric
+// per-output-channel int8 weights, int32 biases, fixed-point requantization (functions.h).
+// bf16 (v2-v4): bf16 activations and weights, fp32 biases, fp32 accumulation in the MXU's order:
+// each tile of `tile_rows` input rows sums its column in row order from +0, then adds into the
+// accumulator.
+// The last weighted layer (and any softmax after it) produces fp32.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hw/common/dtype.h"
+#include "sw/nn/model.h"
+#include "sw/nn/weights.h"
+
+namespace tpu::nn {
+
+struct QuantizedLayer {
+  // Tensor of this layer's output as it sits in the unified buffer.
+  DType out_type = DType::Int8;
+  float out_scale = 1.0f;  // int8: real = q * out_scale
+
+  // Weighted layers: kernel in Keras order ([kh][kw][cin][cout] / [in][out]) as int8 or bf16 bits.
+  std::vector<std::int8_t> kernel_i8;
+  std::vector<std::uint16_t> kernel_bf16;
+  std::vector<float> weight_scale;  // int8: per output channel
+  // Per output channel parameter record for Activate: {bias, scale, shift} as 32-bit words.
+  std::vector<std::int32_t> bias_i32;
+  std::vector<std::int32_t> multiplier;  // int8 out: Q31; fp32 out from int acc: unused
+  std::vector<std::int32_t> shift;
+  std::vector<float> bias_f32;   // bf16 chips
+  std::vector<float> scale_f32;  // fp32 out: dequantization scale (int) or 1.0 (float)
+  Act fused_activation = Act::Linear;  // applied by the Activate instruction
+  bool fused_into_previous = false;    // an Activation layer folded into the layer before
+};
+
+struct QuantizedModel {
+  const Model* model = nullptr;
+  DType act_type = DType::Int8;  // int8 or bf16
+  std::uint32_t tile_rows = 0;   // K per weight tile (mxu.rows): the bf16 summation order
+  float input_scale = 1.0f;      // int8: q = round(x / input_scale)
+  std::vector<QuantizedLayer> layers;  // one per model layer
+};
+
+// Builds the quantized model for a chip whose MXU takes `input_type` in tiles of `tile_rows`.
+// `calibration` holds n_cal images (floats, NHWC) used for int8 activation ranges.
+QuantizedModel quantize(const Model& m, const Weights& w, DType input_type,
+                        std::uint32_t tile_rows, const float* calibration, std::size_t n_cal);
+
+// Converts float images into the chip's input encoding (int8 or bf16, little-endian bytes).
+std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images,
+                                       std::size_t n);
+
+// Reference inference: n images in, n x output-size floats out (exactly what the chip returns).
+std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n);
+
+}  // namespace tpu::nn

@@ -1,0 +1,289 @@
+#include "sw/report/session.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "hw/chip/chip.h"
+#include "hw/chip/energy.h"
+#include "hw/common/error.h"
+#include "sw/compiler/compiler.h"
+#include "sw/data/idx.h"
+#include "sw/driver/driver.h"
+#include "sw/nn/model.h"
+#include "sw/nn/quantized.h"
+#include "sw/nn/reference.h"
+#include "sw/nn/weights.h"
+
+namespace tpu::report {
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+constexpr std::size_t kCalibrationImages = 256;  // int8 activation ranges (docs/quantization.md)
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Inputs {
+  std::vector<float> images;  // n x input size
+  std::vector<std::uint8_t> labels;
+  std::vector<float> calibration;  // kCalibrationImages x input size
+  std::string source;
+};
+
+// Seeded inputs uniform in [0, 255], like raw pixels, from our own mapping of mt19937_64 (the
+// standard distributions are implementation-defined).
+std::vector<float> random_images(std::size_t count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(count);
+  for (auto& x : v) x = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-53 * 255.0);
+  return v;
+}
+
+Inputs load_inputs(const nn::Model& m, const RunOptions& opt) {
+  Inputs in;
+  const std::size_t per = m.input.size();
+  const bool fashion = m.input == nn::Shape{28, 28, 1};
+  if (!fashion) {
+    in.images = random_images(opt.images * per, opt.seed);
+    in.calibration = random_images(kCalibrationImages * per, opt.seed + 1);
+    in.source = fmt::format("random inputs (seed {}): the model's input {}x{}x{} is not "
+                            "Fashion-MNIST's 28x28x1",
+                            opt.seed, m.input.h, m.input.w, m.input.c);
+    return in;
+  }
+  const std::string dir = opt.data_dir.empty() ? data::kDefaultFashionMnistDir : opt.data_dir;
+  data::Dataset ds = data::load_fashion_mnist(dir, "t10k");
+  if (opt.images > ds.images.count)
+    throw InputError(fmt::format("--images {}: the Fashion-MNIST test set in {} has {} images",
+                                 opt.images, dir, ds.images.count));
+  in.images.resize(opt.images * per);
+  for (std::size_t i = 0; i < in.images.size(); ++i) in.images[i] = ds.images.pixels[i];
+  in.labels.assign(ds.labels.begin(), ds.labels.begin() + static_cast<std::ptrdiff_t>(opt.images));
+  const std::size_t cal = std::min<std::size_t>(kCalibrationImages, ds.images.count);
+  in.calibration.resize(cal * per);
+  for (std::size_t i = 0; i < in.calibration.size(); ++i) in.calibration[i] = ds.images.pixels[i];
+  in.source = fmt::format("Fashion-MNIST t10k ({})", dir);
+  return in;
+}
+
+double top1(const std::vector<float>& out, std::size_t k, const std::vector<std::uint8_t>& labels) {
+  const auto pred = nn::argmax_rows(out, k);
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < labels.size(); ++i) ok += pred[i] == labels[i];
+  return labels.empty() ? 0.0 : static_cast<double>(ok) / static_cast<double>(labels.size());
+}
+
+ordered_json buckets_json(const MxuBuckets& b) {
+  return {{"active", b.active},           {"weight_stall", b.weight_stall},
+          {"weight_shift", b.weight_shift}, {"data_hazard", b.data_hazard},
+          {"input_stall", b.input_stall}, {"idle", b.idle}};
+}
+
+struct Simulated {
+  std::vector<float> outputs;
+  Cycle cycles = 0;
+  Cycle loaded_at = 0;
+  LayerCounters counters;
+  std::vector<ordered_json> mxus;
+};
+
+Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
+                   const std::vector<std::uint8_t>& encoded) {
+  Chip chip("chip", cfg);
+  driver::Driver drv("driver", chip, prog, encoded);
+  sc_core::sc_start();
+  Simulated s;
+  if (!drv.done()) {
+    std::string where;
+    for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c)
+      if (chip.halts(c) == 0)
+        where += fmt::format(" core {} stopped after issuing {} of {} instructions;", c,
+                             chip.cores[c]->sequencer->issued(), prog.cores[c].size());
+    throw ProgramError("the chip deadlocked (no event left before every core halted):" + where);
+  }
+  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c) s.cycles = std::max(s.cycles, chip.halted_at(c));
+  chip.finish(s.cycles);
+  s.outputs = drv.outputs();
+  s.loaded_at = drv.loaded_at();
+  s.counters = chip.counters();
+  for (const auto& core : chip.cores)
+    for (std::size_t m = 0; m < core->mxus.size(); ++m)
+      s.mxus.push_back({{"core", core->id()}, {"mxu", m},
+                        {"cycles", buckets_json(core->mxus[m]->buckets())}});
+  return s;
+}
+
+}  // namespace
+
+ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
+  if (opt.images == 0) throw InputError("--images must be >= 1");
+  const double t0 = now_s();
+  const nn::Model model = nn::load_model(opt.model);
+  std::string weights_source;
+  nn::Weights weights;
+  std::string wfile = opt.weights.value_or("");
+  if (wfile.empty() && !opt.random_weights) {
+    const fs::path guess = fs::path(opt.model).parent_path() / ".." / "weights" /
+                           (fs::path(opt.model).stem().string() + ".bin");
+    if (fs::exists(guess)) wfile = guess.lexically_normal().string();
+  }
+  if (!wfile.empty()) {
+    weights = nn::load_weights(wfile, model);
+    weights_source = wfile;
+  } else {
+    weights = nn::random_weights(model, opt.seed);
+    weights_source = fmt::format("random (seed {})", opt.seed);
+  }
+  const Inputs in = load_inputs(model, opt);
+  const std::size_t n_cal = in.calibration.size() / model.input.size();
+  const nn::QuantizedModel q =
+      nn::quantize(model, weights, cfg.mxu.input_type, cfg.mxu.rows, in.calibration.data(), n_cal);
+  const compiler::Program prog =
+      compiler::compile(q, cfg, compiler::Options{opt.images, opt.batch});
+  const auto encoded = nn::encode_input(q, in.images.data(), opt.images);
+
+  const double t_sim = now_s();
+  const Simulated sim = simulate(cfg, prog, encoded);
+  const double sim_wall = now_s() - t_sim;
+
+  // Totals.
+  const Clock clock(cfg.clock_hz());
+  const Counters tot = sim.counters.total();
+  const double seconds = clock.seconds(Cycles(sim.cycles));
+  const double ops = 2.0 * static_cast<double>(tot.macs);
+  const double peak_macs = static_cast<double>(cfg.peak_macs_per_cycle());
+  const EnergyBreakdown energy = energy_of(cfg.energy, tot, seconds);
+  const std::uint64_t off_chip = tot.off_chip_bytes_read + tot.off_chip_bytes_written;
+  const auto images = static_cast<double>(opt.images);
+
+  ordered_json r;
+  r["schema"] = "tpusim.run/1";
+  r["chip"] = chip_summary_json(cfg);
+  r["chip"]["file"] = cfg.file;
+  r["workload"] = {{"model", model.name},
+                   {"model_file", opt.model},
+                   {"weights", weights_source},
+                   {"inputs", in.source},
+                   {"images", opt.images},
+                   {"batch", opt.batch},
+                   {"micro_batch_per_core", prog.micro_batch},
+                   {"instructions", prog.instruction_count()},
+                   {"weights_in_unified_buffer", prog.weights_in_ub},
+                   {"unified_buffer_bytes_used", prog.ub_bytes_used}};
+
+  // Reference and accuracy.
+  double ref_wall = 0;
+  if (opt.check) {
+    const double t_ref = now_s();
+    const auto ref = nn::forward_quantized(q, in.images.data(), opt.images);
+    ref_wall = now_s() - t_ref;
+    const std::size_t k = prog.output_elements;
+    std::uint64_t mismatches = 0;
+    for (std::size_t i = 0; i < opt.images; ++i)
+      mismatches += std::memcmp(ref.data() + i * k, sim.outputs.data() + i * k, k * sizeof(float)) != 0;
+    ordered_json acc;
+    if (!in.labels.empty()) {
+      acc["top1"] = top1(sim.outputs, k, in.labels);
+      acc["reference_top1"] = top1(ref, k, in.labels);
+      acc["float_top1"] = top1(nn::forward_float(model, weights, in.images.data(), opt.images), k, in.labels);
+    }
+    acc["bit_exact"] = mismatches == 0;
+    acc["mismatches"] = mismatches;
+    r["accuracy"] = acc;
+  }
+
+  ordered_json t;
+  t["cycles"] = sim.cycles;
+  t["seconds"] = seconds;
+  t["images_per_s"] = images / seconds;
+  t["macs"] = tot.macs;
+  t["ops"] = ops;
+  t["ops_per_s"] = ops / seconds;
+  t["peak_ops_per_s"] = cfg.peak_ops_per_s();
+  t["utilization"] = static_cast<double>(tot.macs) / (peak_macs * static_cast<double>(sim.cycles));
+  t["energy_j"] = energy.total_j();
+  t["energy_per_image_j"] = energy.total_j() / images;
+  t["avg_power_w"] = energy.total_j() / seconds;
+  t["ops_per_j"] = ops / energy.total_j();
+  t["bytes_off_chip"] = off_chip;
+  t["bytes_host_link"] = tot.host_bytes_in + tot.host_bytes_out;
+  t["memory_image_loaded_cycle"] = sim.loaded_at;
+  t["mxu_cycles"] = buckets_json(tot.mxu);
+  r["totals"] = t;
+  r["energy"] = energy.to_json();
+  r["mxus"] = sim.mxus;
+
+  // Layers: tag 0 (setup, host I/O) and one row per model layer. A layer's cycles are the time
+  // the cores' sequencers spent on it, averaged over the cores, so the rows add up to the total.
+  ordered_json layers = ordered_json::array();
+  const auto& by_layer = sim.counters.by_layer();
+  for (std::size_t id = 0; id < prog.layers.size(); ++id) {
+    const auto it = by_layer.find(static_cast<std::uint32_t>(id));
+    const Counters c = it == by_layer.end() ? Counters{} : it->second;
+    const double cyc = static_cast<double>(c.cycles) / cfg.tensor_cores;
+    const double sec = cyc / cfg.clock_hz();
+    const EnergyBreakdown e = energy_of(cfg.energy, c, sec);
+    ordered_json l;
+    l["name"] = prog.layers[id].name;
+    l["type"] = prog.layers[id].type;
+    l["cycles"] = cyc;
+    l["seconds"] = sec;
+    l["macs"] = c.macs;
+    l["ops"] = 2.0 * static_cast<double>(c.macs);
+    l["ops_per_s"] = sec > 0 ? 2.0 * static_cast<double>(c.macs) / sec : 0.0;
+    l["utilization"] = cyc > 0 ? static_cast<double>(c.macs) / (peak_macs * cyc) : 0.0;
+    l["energy_j"] = e.total_j();
+    l["bytes_off_chip"] = c.off_chip_bytes_read + c.off_chip_bytes_written;
+    l["bytes_host_link"] = c.host_bytes_in + c.host_bytes_out;
+    l["mxu_cycles"] = buckets_json(c.mxu);
+    layers.push_back(l);
+  }
+  r["layers"] = layers;
+  r["host"] = {{"wall_seconds", now_s() - t0},
+               {"simulation_wall_seconds", sim_wall},
+               {"reference_wall_seconds", ref_wall},
+               {"simulated_macs_per_s", static_cast<double>(tot.macs) / sim_wall}};
+  return r;
+}
+
+std::string summary(const ordered_json& r) {
+  const auto& t = r["totals"];
+  const auto& c = r["chip"];
+  std::string s;
+  s += fmt::format("chip        {} ({})\n", c["name"].get<std::string>(), c["file"].get<std::string>());
+  s += fmt::format("workload    {} on {} images, batch {}; weights: {}; inputs: {}\n",
+                   r["workload"]["model"].get<std::string>(), r["workload"]["images"].get<std::uint64_t>(),
+                   r["workload"]["batch"].get<std::uint32_t>(), r["workload"]["weights"].get<std::string>(),
+                   r["workload"]["inputs"].get<std::string>());
+  if (r.contains("accuracy")) {
+    const auto& a = r["accuracy"];
+    if (a.contains("top1"))
+      s += fmt::format("accuracy    top-1 {:.2f}% (quantized reference {:.2f}%, float {:.2f}%)\n",
+                       100 * a["top1"].get<double>(), 100 * a["reference_top1"].get<double>(),
+                       100 * a["float_top1"].get<double>());
+    s += fmt::format("bit-exact   {} ({} mismatching images)\n", a["bit_exact"].get<bool>() ? "yes" : "NO",
+                     a["mismatches"].get<std::uint64_t>());
+  }
+  s += fmt::format("cycles      {}  = {:.6f} s simulated, {:.0f} images/s\n", t["cycles"].get<std::uint64_t>(),
+                   t["seconds"].get<double>(), t["images_per_s"].get<double>());
+  s += fmt::format("throughput  {:.3f} T ops/s of {:.2f} peak, utilization {:.2f}%\n",
+                   t["ops_per_s"].get<double>() / 1e12, t["peak_ops_per_s"].get<double>() / 1e12,
+                   100 * t["utilization"].get<double>());
+  s += fmt::format("energy      {:.3f} mJ per image, {:.2f} W average, {:.3g} ops/J\n",
+                   1e3 * t["energy_per_image_j"].get<double>(), t["avg_power_w"].get<double>(),
+                   t["ops_per_j"].get<double>());
+  s += fmt::format("host        {:.2f} s wall ({:.2f} s simulating, {:.2f} s reference)\n",
+                   r["host"]["wall_seconds"].get<double>(), r["host"]["simulation_wall_seconds"].get<double>(),
+                   r["host"]["reference_wall_seconds"].get<double>());
+  return s;
+}
+
+}  // namespace tpu::report

@@ -1,0 +1,35 @@
+// One workload on one chip, end to end: load the model, its weights and inputs; quantize for the
+// chip; compile; elaborate the chip and the driver; simulate; decode the outputs; run the
+// quantized reference and compare bit for bit; build the report ("Report JSON" in DESIGN.md,
+// docs/report.md). One simulation per process: the SystemC kernel cannot be reset.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "hw/config/chip_config.h"
+
+namespace tpu::report {
+
+struct RunOptions {
+  std::string model = "configs/models/fashion_mnist_cnn.json";
+  std::optional<std::string> weights;  // default: configs/weights/<model name>.bin if it exists
+  bool random_weights = false;         // --random-weights: seeded, for performance studies
+  std::uint64_t seed = 1;
+  std::string data_dir;                // default: the Debian dataset-fashion-mnist directory
+  std::uint64_t images = 10000;
+  std::uint32_t batch = 256;
+  bool check = true;  // run the quantized reference and compare
+};
+
+// Throws InputError for bad inputs and ProgramError (via sc_report) when the chip stops on an
+// instruction; the caller prints one line.
+nlohmann::ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt);
+
+// The short human summary `tpusim run` prints.
+std::string summary(const nlohmann::ordered_json& report);
+
+}  // namespace tpu::report
