@@ -6,6 +6,7 @@ namespace tpu {
 
 void InFlight::complete_at(const Clock& clock, Cycle c) {
   done_at = c;
+  if (ledger) (*ledger)[index] = c;
   done.notify(clock.time_of(c) - sc_core::sc_time_stamp());
 }
 

@@ -42,6 +42,8 @@ struct InFlight {
 
   Cycle done_at = std::numeric_limits<Cycle>::max();
   sc_core::sc_event done;
+  // Where the core's retirement ledger records done_at (see Sequencer::finish).
+  std::vector<Cycle>* ledger = nullptr;
 
   [[nodiscard]] bool is_done(const Clock& clock) const { return clock.now() >= done_at; }
   // Completes at absolute cycle `c` (>= now): dependants wake then.

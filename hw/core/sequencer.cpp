@@ -58,19 +58,26 @@ void Sequencer::run() {
     }
     // One instruction decoded per cycle.
     clock_.wait_for(Cycles(1));
-    if (const auto* t = std::get_if<isa::Tag>(&inst)) {
-      counters_.at(layer_).cycles += clock_.now() - layer_since_;
-      layer_since_ = clock_.now();
-      layer_ = t->id;
-    }
+    if (const auto* t = std::get_if<isa::Tag>(&inst)) layer_ = t->id;
+    ledger_layer_.push_back(layer_);
+    ledger_done_.push_back(clock_.now());  // instructions that no unit runs finish at issue
     counters_.at(layer_).instructions += 1;
     issue(index, inst);
   }
 }
 
 void Sequencer::finish(Cycle end) {
-  if (end > layer_since_) counters_.at(layer_).cycles += end - layer_since_;
-  layer_since_ = std::max(end, layer_since_);
+  // Instruction i is the oldest unfinished one from max(done of 0..i-1) to max(done of 0..i).
+  Cycle retired = 0;
+  for (std::size_t i = 0; i < ledger_done_.size(); ++i)
+    if (ledger_done_[i] > retired) {
+      counters_.at(ledger_layer_[i]).cycles += std::min(ledger_done_[i], end) - std::min(retired, end);
+      retired = ledger_done_[i];
+    }
+  const std::uint32_t last = ledger_layer_.empty() ? 0 : ledger_layer_.back();
+  if (end > retired) counters_.at(last).cycles += end - retired;
+  ledger_done_.clear();
+  ledger_layer_.clear();
 }
 
 void Sequencer::check_ub(const InFlight& f, const char* field, std::uint64_t lo,
@@ -217,6 +224,7 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
       inst);
 
   if (target) {
+    f->ledger = &ledger_done_;
     scoreboard_.issue(f);
     target->write(f);
   }

@@ -63,7 +63,9 @@ class Sequencer : public sc_core::sc_module {
   [[nodiscard]] std::uint64_t halts() const { return halts_; }
   [[nodiscard]] Cycle halted_at() const { return halted_at_; }
   [[nodiscard]] std::uint32_t layer() const { return layer_; }
-  // Closes the per-layer time slices at the chip's end (the core waits in its last layer).
+  // Charges every cycle of the run to a layer: the layer of the oldest unfinished instruction
+  // (retirement order), the cycles after the last one to the last layer. Per core, the layers'
+  // cycles add up to `end`.
   void finish(Cycle end);
   const sc_core::sc_event& halted_event() const { return halted_event_; }
   // Instructions the host may still write before the queue is full.
@@ -88,7 +90,9 @@ class Sequencer : public sc_core::sc_module {
 
   std::uint64_t index_ = 0;
   std::uint32_t layer_ = 0;
-  Cycle layer_since_ = 0;  // when the current layer's Tag issued
+  // Per instruction, in issue order: its layer and when it finished.
+  std::vector<std::uint32_t> ledger_layer_;
+  std::vector<Cycle> ledger_done_;
   isa::SetWindow window_{};
   // Tile shapes (rows, cols) read into each MXU's FIFO and not yet swapped in, and the shape
   // resident after the last swap: a MatMul's K is the resident tile's row count.

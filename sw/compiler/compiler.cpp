@@ -94,6 +94,17 @@ class Compiler {
     return true;
   }
 
+  // The pooling layer that reads layer i's tensor next, if nothing else comes between (fused
+  // activations and flattens do not materialise), or m_.layers.size().
+  [[nodiscard]] std::size_t pool_after(std::size_t i) const {
+    for (std::size_t p = i + 1; p < m_.layers.size(); ++p) {
+      if (!materialises(p)) continue;
+      const LayerKind k = m_.layers[p].kind;
+      return k == LayerKind::MaxPooling2D || k == LayerKind::AveragePooling2D ? p : m_.layers.size();
+    }
+    return m_.layers.size();
+  }
+
   // 1. Weight tiles and parameter records, laid out in off-chip memory.
   void plan_weights() {
     const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols;
@@ -262,10 +273,11 @@ class Compiler {
         tag(out, 0);
         if (pass + 1 < passes) read_input(pass + 1);  // one micro-batch ahead
         std::uint64_t cur = in_ub_[pass % 2];
+        pooled_.assign(m_.layers.size(), false);
         for (std::size_t i = 0; i < m_.layers.size(); ++i) {
           if (!materialises(i)) continue;
           tag(out, static_cast<std::uint32_t>(i + 1));
-          emit_layer(out, i, cur, static_cast<std::uint32_t>(n));
+          if (!pooled_[i]) emit_layer(out, i, cur, static_cast<std::uint32_t>(n));
           cur = tensor_ub_[i];
         }
         tag(out, 0);
@@ -288,21 +300,7 @@ class Compiler {
       case LayerKind::Conv2D:
       case LayerKind::Dense: emit_weighted(out, i, src, n); return;
       case LayerKind::MaxPooling2D:
-      case LayerKind::AveragePooling2D: {
-        isa::Pool p;
-        p.src = ub(src), p.dst = ub(dst);
-        p.in_h = static_cast<std::uint16_t>(l.in.h), p.in_w = static_cast<std::uint16_t>(l.in.w);
-        p.channels = static_cast<std::uint16_t>(l.in.c);
-        p.kernel_h = static_cast<std::uint16_t>(l.kernel_h), p.kernel_w = static_cast<std::uint16_t>(l.kernel_w);
-        p.stride_h = static_cast<std::uint16_t>(l.stride_h), p.stride_w = static_cast<std::uint16_t>(l.stride_w);
-        p.images = static_cast<std::uint16_t>(n);
-        p.kind = l.kind == LayerKind::MaxPooling2D ? isa::PoolKind::Max : isa::PoolKind::Avg;
-        p.type = ql.out_type;
-        if (l.in.h > 65535 || l.in.w > 65535 || l.in.c > 65535)
-          fail(l, "pooling dimensions must fit 16 bits");
-        out.push_back(p);
-        return;
-      }
+      case LayerKind::AveragePooling2D: emit_pool(out, i, src, dst, n); return;
       case LayerKind::Activation: {
         isa::Eltwise e;  // a standalone ReLU: max(x, 0) against a zero region
         e.a = ub(src), e.b = ub(zeros_ub_), e.dst = ub(dst);
@@ -314,6 +312,25 @@ class Compiler {
       }
       case LayerKind::Flatten: return;
     }
+  }
+
+  void emit_pool(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
+             std::uint64_t dst, std::uint32_t n) {
+    const Layer& l = m_.layers[i];
+    const nn::QuantizedLayer& ql = q_.layers[i];
+    auto ub = [](std::uint64_t a) { return UbAddr(static_cast<std::uint32_t>(a)); };
+    isa::Pool p;
+    p.src = ub(src), p.dst = ub(dst);
+    p.in_h = static_cast<std::uint16_t>(l.in.h), p.in_w = static_cast<std::uint16_t>(l.in.w);
+    p.channels = static_cast<std::uint16_t>(l.in.c);
+    p.kernel_h = static_cast<std::uint16_t>(l.kernel_h), p.kernel_w = static_cast<std::uint16_t>(l.kernel_w);
+    p.stride_h = static_cast<std::uint16_t>(l.stride_h), p.stride_w = static_cast<std::uint16_t>(l.stride_w);
+    p.images = static_cast<std::uint16_t>(n);
+    p.kind = l.kind == LayerKind::MaxPooling2D ? isa::PoolKind::Max : isa::PoolKind::Avg;
+    p.type = ql.out_type;
+    if (l.in.h > 65535 || l.in.w > 65535 || l.in.c > 65535)
+      fail(l, "pooling dimensions must fit 16 bits");
+    out.push_back(p);
   }
 
   void emit_weighted(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
@@ -340,8 +357,17 @@ class Compiler {
     const std::uint64_t rows_total = conv ? std::uint64_t{n} * l.out.h * l.out.w : n;
     // Rows per work item: at most an accumulator slot, and split over the MXUs, but no fewer
     // than the array's rows (a shorter feed cannot hide the next tile's shift).
-    const std::uint64_t chunk =
+    std::uint64_t chunk =
         std::min<std::uint64_t>(slot_, std::max<std::uint64_t>(R, ceil_div(rows_total, M)));
+    // A pooling layer right after a convolution pools each chunk as soon as it is activated, so
+    // the next layer does not wait for the whole micro-batch: chunks then hold whole images.
+    const std::uint64_t pixels = std::uint64_t{l.out.h} * l.out.w;
+    const std::size_t pool = conv && p.n_tiles == 1 ? pool_after(i) : m_.layers.size();
+    const bool fuse_pool = pool < m_.layers.size() && chunk >= pixels;
+    if (fuse_pool) {
+      chunk = chunk / pixels * pixels;
+      pooled_[pool] = true;
+    }
     for (std::uint32_t j = 0; j < p.n_tiles; ++j) {
       const std::uint32_t nc = std::min(C, p.N - j * C);
       for (std::uint64_t r0 = 0; r0 < rows_total; r0 += chunk) {
@@ -391,6 +417,13 @@ class Compiler {
         a.func = act_func(ql.fused_activation);
         a.out_type = ql.out_type;
         out.push_back(a);
+        if (fuse_pool) {
+          const std::uint64_t img0 = r0 / pixels;
+          tag(out, static_cast<std::uint32_t>(pool + 1));
+          emit_pool(out, pool, tensor_ub_[i] + img0 * out_bytes(i),
+                    tensor_ub_[pool] + img0 * out_bytes(pool), static_cast<std::uint32_t>(rows / pixels));
+          tag(out, static_cast<std::uint32_t>(i + 1));
+        }
       }
     }
   }
@@ -413,6 +446,7 @@ class Compiler {
   std::uint32_t current_tag_ = 0;
   std::vector<TileId> resident_;
   std::vector<std::uint32_t> parity_;
+  std::vector<bool> pooled_;  // pooling layers already emitted chunk by chunk this micro-batch
   std::uint32_t next_mxu_ = 0;
 };
 

@@ -243,6 +243,10 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
 
   out.type = ql.out_type;
   resize(out, n * std::uint64_t{oh} * ow * oc);
+  // int8 x int8 products fit int16 (|q| <= 127 on both sides); widened once per layer so the
+  // column loop vectorises. Sums wrap like the chip's int32 accumulators (unsigned adds).
+  std::vector<std::int16_t> w16(ql.kernel_i8.begin(), ql.kernel_i8.end());
+  std::vector<std::uint32_t> acc_u(oc);
   std::vector<std::int32_t> acc_i(oc);
   std::vector<float> acc_f(oc), psum(oc), row(oc);
   std::vector<float> x(K);
@@ -267,14 +271,15 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
         // 2. The MXU: int8 sums are exact (wrapping int32); bf16 sums run per tile of `tile`
         //    rows from +0 in row order and add into the accumulator.
         if (q.act_type == DType::Int8) {
-          std::fill(acc_i.begin(), acc_i.end(), 0);
+          std::fill(acc_u.begin(), acc_u.end(), 0u);
           for (std::uint64_t k = 0; k < K; ++k) {
             if (xi[k] == 0) continue;
-            const std::int8_t* wk = &ql.kernel_i8[k * oc];
+            const auto xk = static_cast<std::int16_t>(xi[k]);
+            const std::int16_t* wk = &w16[k * oc];
             for (std::uint32_t c = 0; c < oc; ++c)
-              acc_i[c] = static_cast<std::int32_t>(static_cast<std::uint32_t>(acc_i[c]) +
-                                                   static_cast<std::uint32_t>(xi[k] * wk[c]));
+              acc_u[c] += static_cast<std::uint32_t>(static_cast<std::int32_t>(static_cast<std::int16_t>(xk * wk[c])));
           }
+          for (std::uint32_t c = 0; c < oc; ++c) acc_i[c] = static_cast<std::int32_t>(acc_u[c]);
         } else {
           for (std::uint64_t k0 = 0; k0 < K; k0 += tile) {
             std::fill(psum.begin(), psum.end(), 0.0f);
