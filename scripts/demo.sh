@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job: on a fresh Debian 12 machine, installs what is missing, builds tpusim and shows
-# every shipped chip version: its resolved configuration and derived peaks, then a comparison
-# table written to results/demo/chips.md.
+# The main job: on a fresh Debian 12 machine, installs what is missing, builds tpusim, runs the
+# Fashion-MNIST test set (10,000 images) on every shipped chip version and writes a comparison
+# report: results/demo/<chip>.json per chip and results/demo/comparison.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,29 +11,12 @@ cmake --build "$build_dir" -j "$(nproc)" --target tpusim
 
 out=results/demo
 mkdir -p "$out"
+images=${TPUSIM_DEMO_IMAGES:-10000}
 chips=(v1 v2 v3 v4 edge)
 for c in "${chips[@]}"; do
-  echo "=== configs/chips/$c.json"
-  "$build_dir/tpusim" info --chip "configs/chips/$c.json"
+  echo "=== $c: Fashion-MNIST, $images test images"
+  "$build_dir/tpusim" run --chip "configs/chips/$c.json" --images "$images" --json "$out/$c.json"
   echo
 done
-
-# A comparison table from the JSON each chip prints (written to a temp file, then renamed, so
-# an interrupted run never leaves half a report).
-tmp=$(mktemp "$out/chips.md.XXXXXX")
-{
-  echo "| chip | clock (MHz) | cores x MXUs | array | peak (T ops/s) | on-chip (MiB) | off-chip (GB/s) | ridge (MAC/B) | idle (W) |"
-  echo "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"
-  for c in "${chips[@]}"; do
-    "$build_dir/tpusim" info --chip "configs/chips/$c.json" --json | python3 -c '
-import json, sys
-j = json.load(sys.stdin); c = j["chip"]; m = j["mxu"]
-print(f"| {c[\"name\"]} | {j[\"clock_mhz\"]:g} | {j[\"tensor_cores\"]} x {m[\"count\"]} | "
-      f"{m[\"rows\"]}x{m[\"cols\"]} {m[\"input_type\"]} | {c[\"peak_ops_per_s\"]/1e12:.2f} | "
-      f"{c[\"on_chip_bytes\"]/2**20:.1f} | {c[\"off_chip_bytes_per_s\"]/1e9:g} | "
-      f"{c[\"ridge_macs_per_byte\"]:.0f} | {c[\"idle_w\"]:g} |")'
-  done
-} > "$tmp"
-mv "$tmp" "$out/chips.md"
-echo "=== comparison ($out/chips.md)"
-cat "$out/chips.md"
+python3 scripts/compare.py "${chips[@]/#/$out/}" --suffix .json --markdown "$out/comparison.md"
+cat "$out/comparison.md"
