@@ -13,6 +13,7 @@
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/cli/info.h"
+#include "sw/cli/train_cmd.h"
 #include "sw/report/session.h"
 
 namespace {
@@ -67,6 +68,23 @@ int run_cli(int argc, char** argv) {
   run->add_option("--json", json_out, "Write the JSON report here");
   run->add_flag("--no-check", no_check, "Skip the bit-exact comparison with the reference");
 
+  tpu::cli::TrainCommand tc;
+  CLI::App* train = app.add_subcommand("train", "Train a model on Fashion-MNIST and write its weights");
+  train->add_option("--model", tc.model, "Model (Keras-style JSON)")->capture_default_str();
+  train->add_option("--out", tc.out, "Weights file to write (metadata goes beside it, .json)")
+      ->capture_default_str();
+  train->add_option("--data-dir", tc.data_dir, "Fashion-MNIST directory (default: Debian's)");
+  train->add_option("--epochs", tc.options.epochs)->capture_default_str()->check(CLI::Range(1u, 1000u));
+  train->add_option("--batch", tc.options.batch)->capture_default_str()->check(CLI::Range(1u, 60000u));
+  train->add_option("--seed", tc.options.seed)->capture_default_str();
+  train->add_option("--lr", tc.options.learning_rate, "Adam learning rate")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 10.0));
+  train->add_option("--input-scale", tc.options.input_scale,
+                    "Pixel scale while training, folded into the first layer's weights")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-6, 1.0));
+
   CLI11_PARSE(app, argc, argv);
 
   if (info->parsed()) {
@@ -75,6 +93,8 @@ int run_cli(int argc, char** argv) {
       std::cout << tpu::to_json(cfg).dump(2) << "\n";
     else
       std::cout << tpu::cli::describe(cfg);
+  } else if (train->parsed()) {
+    tpu::cli::run_train(tc);
   } else if (run->parsed()) {
     const tpu::ChipConfig cfg = tpu::load_chip_config(chip_file);
     if (!weights.empty()) ro.weights = weights;
