@@ -4,10 +4,9 @@
 // `chip2host` (initiator: the cores' Read/Write_Host_Memory reach host memory through it).
 #pragma once
 
+#include <memory>
 #include <systemc>
 #include <tlm>
-
-#include <memory>
 #include <vector>
 
 #include "hw/chip/energy.h"
@@ -43,8 +42,8 @@ class Chip : public sc_core::sc_module {
   [[nodiscard]] std::uint64_t halts(std::uint32_t c) const { return cores[c]->sequencer->halts(); }
   [[nodiscard]] Cycle halted_at(std::uint32_t c) const { return cores[c]->sequencer->halted_at(); }
 
-  BandwidthResource host_link_in;   // host -> chip
-  BandwidthResource host_link_out;  // chip -> host
+  BandwidthResource host_link_in;                  // host -> chip
+  BandwidthResource host_link_out;                 // chip -> host
   std::unique_ptr<BandwidthResource> off_chip_bw;  // absent when off-chip memory is the host link
   OffChipMemory memory;
   Interconnect mem_ic;   // cores' DMA, MXU weight paths, host interface -> memory

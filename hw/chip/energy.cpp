@@ -12,7 +12,8 @@ EnergyBreakdown energy_of(const EnergyConfig& e, const Counters& c, double secon
   b.unified_buffer_j = d(c.ub_bytes_read + c.ub_bytes_written) * e.ub_pj_per_byte * kPico;
   b.vector_unit_j = d(c.vector_ops) * e.vector_op_pj * kPico;
   b.sequencer_j = d(c.instructions) * e.instruction_pj * kPico;
-  b.off_chip_j = d(c.off_chip_bytes_read + c.off_chip_bytes_written) * e.off_chip_pj_per_byte * kPico;
+  b.off_chip_j =
+      d(c.off_chip_bytes_read + c.off_chip_bytes_written) * e.off_chip_pj_per_byte * kPico;
   b.host_link_j = d(c.host_bytes_in + c.host_bytes_out) * e.host_link_pj_per_byte * kPico;
   b.static_j = e.idle_w * seconds;
   return b;

@@ -1,8 +1,8 @@
 #include "hw/chip/host_interface.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "hw/chip/address_map.h"
 
@@ -39,8 +39,7 @@ void HostInterface::read_status(std::uint32_t core, std::uint64_t offset, unsign
                                 unsigned int len, tlm::tlm_generic_payload& gp) const {
   const Sequencer& s = *sequencers_[core];
   const std::uint64_t words[address_map::kStatusWords] = {
-      s.halts(), s.issued(), static_cast<std::uint64_t>(s.free_slots()), s.layer(),
-      s.halted_at()};
+      s.halts(), s.issued(), static_cast<std::uint64_t>(s.free_slots()), s.layer(), s.halted_at()};
   const std::uint64_t start = offset - address_map::kStatus;
   if (start > sizeof words || len > sizeof words - start) {
     gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
@@ -113,8 +112,8 @@ void HostInterface::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& 
     gp.set_response_status(tlm::TLM_OK_RESPONSE);
     return;
   }
-  if (offset >= address_map::kStatus && offset < address_map::kStatus + 8 * address_map::kStatusWords &&
-      gp.is_read()) {
+  if (offset >= address_map::kStatus &&
+      offset < address_map::kStatus + 8 * address_map::kStatusWords && gp.is_read()) {
     read_status(static_cast<std::uint32_t>(core), offset, data, len, gp);
     if (gp.is_response_ok()) link_out_.transfer(len);
     return;

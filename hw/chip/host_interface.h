@@ -5,12 +5,12 @@
 // writes crosses the host link and waits for its bandwidth.
 #pragma once
 
-#include <systemc>
-#include <tlm>
 #include <tlm_utils/simple_initiator_socket.h>
 #include <tlm_utils/simple_target_socket.h>
 
 #include <memory>
+#include <systemc>
+#include <tlm>
 #include <vector>
 
 #include "hw/common/clock.h"
@@ -43,8 +43,8 @@ class HostInterface : public sc_core::sc_module {
   Socket* window(std::uint32_t core, std::uint64_t offset, std::uint64_t& local);
   // Which core block an address falls in, or -1; `offset` is the offset inside the block.
   int core_of(std::uint64_t addr, std::uint64_t& offset) const;
-  void read_status(std::uint32_t core, std::uint64_t offset, unsigned char* data,
-                   unsigned int len, tlm::tlm_generic_payload& gp) const;
+  void read_status(std::uint32_t core, std::uint64_t offset, unsigned char* data, unsigned int len,
+                   tlm::tlm_generic_payload& gp) const;
 
   const ChipConfig& cfg_;
   const Clock& clock_;

@@ -3,10 +3,11 @@
 // adds no time: the target (or the link port) models bandwidth.
 #pragma once
 
-#include <systemc>
-#include <tlm>
 #include <tlm_utils/multi_passthrough_target_socket.h>
 #include <tlm_utils/simple_initiator_socket.h>
+
+#include <systemc>
+#include <tlm>
 
 #include "hw/memory/bandwidth.h"
 

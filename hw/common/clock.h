@@ -4,9 +4,8 @@
 // 4 GHz.
 #pragma once
 
-#include <systemc>
-
 #include <cmath>
+#include <systemc>
 
 #include "hw/common/types.h"
 

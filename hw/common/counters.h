@@ -35,9 +35,9 @@ struct Counters {
   // extended to the chip's end): per core, these add up to the run's cycles.
   std::uint64_t cycles = 0;
   std::uint64_t instructions = 0;
-  std::uint64_t macs = 0;           // useful multiply-accumulates (K x N x B per MatMul)
-  std::uint64_t weight_tiles = 0;   // tiles loaded into weight FIFOs
-  std::uint64_t weight_bytes = 0;   // bytes of those tiles
+  std::uint64_t macs = 0;          // useful multiply-accumulates (K x N x B per MatMul)
+  std::uint64_t weight_tiles = 0;  // tiles loaded into weight FIFOs
+  std::uint64_t weight_bytes = 0;  // bytes of those tiles
   std::uint64_t ub_bytes_read = 0;
   std::uint64_t ub_bytes_written = 0;
   std::uint64_t acc_bytes_read = 0;

@@ -1,11 +1,10 @@
 // Small helpers for the blocking transactions our initiators issue.
 #pragma once
 
-#include <systemc>
-#include <tlm>
-
 #include <cstdint>
 #include <string>
+#include <systemc>
+#include <tlm>
 
 namespace tpu {
 

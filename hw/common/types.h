@@ -33,8 +33,12 @@ class Quantity : public Strong<Tag> {
  public:
   using Strong<Tag>::Strong;
   constexpr Quantity(Strong<Tag> s) : Strong<Tag>(s) {}  // NOLINT(google-explicit-constructor)
-  friend constexpr Quantity operator+(Quantity a, Quantity b) { return Quantity(a.value() + b.value()); }
-  friend constexpr Quantity operator-(Quantity a, Quantity b) { return Quantity(a.value() - b.value()); }
+  friend constexpr Quantity operator+(Quantity a, Quantity b) {
+    return Quantity(a.value() + b.value());
+  }
+  friend constexpr Quantity operator-(Quantity a, Quantity b) {
+    return Quantity(a.value() - b.value());
+  }
   constexpr Quantity& operator+=(Quantity b) { return *this = *this + b; }
   constexpr Quantity& operator-=(Quantity b) { return *this = *this - b; }
 };
@@ -59,9 +63,9 @@ struct HostAddrTag {};
 
 using Cycles = Quantity<CyclesTag>;  // clock cycles of the chip clock
 using Bytes = Quantity<BytesTag>;
-using UbAddr = Address<UbAddrTag, std::uint32_t>;    // byte address in a core's unified buffer
-using AccAddr = Address<AccAddrTag, std::uint32_t>;  // accumulator entry (row) index
-using MemAddr = Address<MemAddrTag, std::uint64_t>;  // byte address in off-chip memory
+using UbAddr = Address<UbAddrTag, std::uint32_t>;      // byte address in a core's unified buffer
+using AccAddr = Address<AccAddrTag, std::uint32_t>;    // accumulator entry (row) index
+using MemAddr = Address<MemAddrTag, std::uint64_t>;    // byte address in off-chip memory
 using HostAddr = Address<HostAddrTag, std::uint64_t>;  // byte address in host memory
 
 // A point on the chip-clock time line (cycle 0 = start of simulation).

@@ -1,5 +1,7 @@
 #include "hw/config/chip_config.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -7,8 +9,6 @@
 #include <set>
 #include <sstream>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "hw/common/error.h"
 
@@ -38,9 +38,12 @@ using Origins = std::map<std::string, std::string>;
 std::string escape_key(const std::string& k) {
   std::string out;
   for (char c : k) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -66,12 +69,18 @@ json parse_file(const fs::path& file) {
     bool in_str = false, esc = false;
     for (char c : text) {
       if (in_str) {
-        if (esc) esc = false;
-        else if (c == '\\') esc = true;
-        else if (c == '"') in_str = false;
-      } else if (c == '"') in_str = true;
-      else if (c == '{' || c == '[') max_depth = std::max(max_depth, ++depth);
-      else if (c == '}' || c == ']') --depth;
+        if (esc)
+          esc = false;
+        else if (c == '\\')
+          esc = true;
+        else if (c == '"')
+          in_str = false;
+      } else if (c == '"')
+        in_str = true;
+      else if (c == '{' || c == '[')
+        max_depth = std::max(max_depth, ++depth);
+      else if (c == '}' || c == ']')
+        --depth;
     }
     if (max_depth > 64)
       throw ConfigError(fmt::format("{}: JSON nested {} levels deep (at most 64 allowed)",
@@ -92,8 +101,8 @@ json load_resolved(const fs::path& file, const std::string& ptr, Origins& origin
                    std::vector<fs::path>& stack) {
   const fs::path canon = fs::weakly_canonical(file);
   if (stack.size() >= kMaxIncludeDepth)
-    throw ConfigError(fmt::format("{}: includes nested deeper than {}", file.string(),
-                                  kMaxIncludeDepth));
+    throw ConfigError(
+        fmt::format("{}: includes nested deeper than {}", file.string(), kMaxIncludeDepth));
   stack.push_back(canon);
   json doc = resolve(parse_file(file), file, ptr, origins, stack);
   stack.pop_back();
@@ -188,7 +197,9 @@ class ObjectReader {
     if (!j_.is_object()) ctx_.bad(ptr_, j_, "must be a JSON object");
   }
 
-  [[nodiscard]] std::string at(const std::string& key) const { return ptr_ + "/" + escape_key(key); }
+  [[nodiscard]] std::string at(const std::string& key) const {
+    return ptr_ + "/" + escape_key(key);
+  }
 
   const json& need(const std::string& key, const std::string& rule) {
     used_.insert(key);
@@ -220,9 +231,8 @@ class ObjectReader {
 
   // A finite number; `strict` excludes `min` itself.
   double number(const std::string& key, double min, bool strict, double max) {
-    const std::string rule =
-        fmt::format("must be a number {} {}{}", strict ? ">" : ">=", min,
-                    std::isinf(max) ? "" : fmt::format(" and <= {}", max));
+    const std::string rule = fmt::format("must be a number {} {}{}", strict ? ">" : ">=", min,
+                                         std::isinf(max) ? "" : fmt::format(" and <= {}", max));
     const json& v = need(key, rule);
     if (!v.is_number()) ctx_.bad(at(key), v, rule);
     const double d = v.get<double>();
@@ -282,17 +292,17 @@ class ObjectReader {
 };
 
 // Limits that keep the model's host memory and integer arithmetic sane; each has its reason.
-constexpr std::uint32_t kMaxCores = 64;         // cores are SystemC threads; more is no TPU
+constexpr std::uint32_t kMaxCores = 64;  // cores are SystemC threads; more is no TPU
 constexpr std::uint32_t kMaxMxus = 64;
-constexpr std::uint32_t kMaxArrayDim = 4096;    // a 4096^2 fp32 tile buffer is 64 MiB of host RAM
-constexpr std::uint64_t kMaxUbBytes = 1ull << 32;   // UbAddr is 32 bits (docs/isa.md)
-constexpr std::uint32_t kMaxAccEntries = 1u << 24;  // AccAddr rows fit the 24-bit ISA field
+constexpr std::uint32_t kMaxArrayDim = 4096;  // a 4096^2 fp32 tile buffer is 64 MiB of host RAM
+constexpr std::uint64_t kMaxUbBytes = 1ull << 32;       // UbAddr is 32 bits (docs/isa.md)
+constexpr std::uint32_t kMaxAccEntries = 1u << 24;      // AccAddr rows fit the 24-bit ISA field
 constexpr std::uint64_t kMaxOffChipBytes = 1ull << 48;  // MemAddr is 48 bits in the ISA
 constexpr double kMaxClockMhz = 4000;  // Clock: cycle<->ps round trip is exact up to 4 GHz
 
-
 void check_sources(const json& doc, const json& sources, const Context& ctx) {
-  if (!sources.is_object()) ctx.bad("/sources", sources, "must be an object of JSON pointer -> citation");
+  if (!sources.is_object())
+    ctx.bad("/sources", sources, "must be an object of JSON pointer -> citation");
   for (auto it = sources.begin(); it != sources.end(); ++it) {
     const std::string at = "/sources/" + escape_key(it.key());
     if (!it.value().is_string() || it.value().get<std::string>().empty())
@@ -325,7 +335,8 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
     c.mxu.count = m.u32("count", 1, kMaxMxus);
     c.mxu.rows = m.u32("rows", 1, kMaxArrayDim);
     c.mxu.cols = m.u32("cols", 1, kMaxArrayDim);
-    c.mxu.input_type = m.choice<DType>("input_type", {{"int8", DType::Int8}, {"bf16", DType::Bf16}});
+    c.mxu.input_type =
+        m.choice<DType>("input_type", {{"int8", DType::Int8}, {"bf16", DType::Bf16}});
     c.mxu.acc_type = m.choice<DType>("acc_type", {{"int32", DType::Int32}, {"fp32", DType::Fp32}});
     // int8 x int8 products need an integer accumulator; bf16 products an fp32 one (DESIGN).
     const DType want = c.mxu.input_type == DType::Int8 ? DType::Int32 : DType::Fp32;
@@ -366,8 +377,9 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
   }
   {
     ObjectReader o = top.object("off_chip_memory");
-    c.off_chip_memory.kind = o.choice<MemoryKind>(
-        "kind", {{"ddr3", MemoryKind::Ddr3}, {"hbm", MemoryKind::Hbm}, {"host-link", MemoryKind::HostLink}});
+    c.off_chip_memory.kind = o.choice<MemoryKind>("kind", {{"ddr3", MemoryKind::Ddr3},
+                                                           {"hbm", MemoryKind::Hbm},
+                                                           {"host-link", MemoryKind::HostLink}});
     c.off_chip_memory.bytes = o.integer("bytes", 1, kMaxOffChipBytes);
     if (c.off_chip_memory.kind == MemoryKind::HostLink) {
       // Edge: parameters beyond the on-chip SRAM live in host memory and cross the host link,

@@ -1,8 +1,8 @@
 #include "hw/core/program_error.h"
 
-#include <systemc>
-
 #include <fmt/format.h>
+
+#include <systemc>
 
 #include "hw/common/error.h"
 

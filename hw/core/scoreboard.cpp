@@ -25,9 +25,9 @@ bool any_overlap(const std::vector<Region>& a, const std::vector<Region>& b) {
 }  // namespace
 
 void Scoreboard::prune() {
-  live_.erase(std::remove_if(live_.begin(), live_.end(),
-                             [&](const auto& f) { return f->is_done(clock_); }),
-              live_.end());
+  live_.erase(
+      std::remove_if(live_.begin(), live_.end(), [&](const auto& f) { return f->is_done(clock_); }),
+      live_.end());
 }
 
 void Scoreboard::issue(const std::shared_ptr<InFlight>& f) {

@@ -6,12 +6,11 @@
 // its results into the accumulators in issue order, so K-split accumulation pipelines).
 #pragma once
 
-#include <systemc>
-
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
+#include <systemc>
 #include <vector>
 
 #include "hw/common/clock.h"

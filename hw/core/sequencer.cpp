@@ -71,7 +71,8 @@ void Sequencer::finish(Cycle end) {
   Cycle retired = 0;
   for (std::size_t i = 0; i < ledger_done_.size(); ++i)
     if (ledger_done_[i] > retired) {
-      counters_.at(ledger_layer_[i]).cycles += std::min(ledger_done_[i], end) - std::min(retired, end);
+      counters_.at(ledger_layer_[i]).cycles +=
+          std::min(ledger_done_[i], end) - std::min(retired, end);
       retired = ledger_done_[i];
     }
   const std::uint32_t last = ledger_layer_.empty() ? 0 : ledger_layer_.back();
@@ -114,9 +115,9 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
   };
   auto check_mxu = [&](std::uint32_t m) {
     if (m >= cfg_.mxu.count)
-      report_program_error(core_name_, *f,
-                           fmt::format("mxu {} does not exist (this core has {})", m,
-                                       cfg_.mxu.count));
+      report_program_error(
+          core_name_, *f,
+          fmt::format("mxu {} does not exist (this core has {})", m, cfg_.mxu.count));
   };
   UnitQueue* target = nullptr;
 
@@ -155,8 +156,7 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
           f->unit = kUnitDma, target = queues_.dma;
         } else if constexpr (std::is_same_v<T, isa::ReadWeights>) {
           check_mxu(i.mxu);
-          const std::uint64_t bytes =
-              std::uint64_t{i.rows} * i.cols * size_of(cfg_.mxu.input_type);
+          const std::uint64_t bytes = std::uint64_t{i.rows} * i.cols * size_of(cfg_.mxu.input_type);
           if (i.source == isa::WeightSource::UnifiedBuffer)
             ub_read("addr", i.addr, bytes);
           else

@@ -5,14 +5,13 @@
 // earlier instruction to finish.
 #pragma once
 
-#include <systemc>
-
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <systemc>
 #include <vector>
 
 #include "hw/common/clock.h"

@@ -33,8 +33,8 @@ TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, cons
     q.weights.push_back(&mxus.back()->weight_queue);
     q.matmul.push_back(&mxus.back()->matmul_queue);
   }
-  sequencer = std::make_unique<Sequencer>("sequencer", cfg, clock, storage_of(ub, acc), q,
-                                          barrier, counters_, fmt::format("core {}", id));
+  sequencer = std::make_unique<Sequencer>("sequencer", cfg, clock, storage_of(ub, acc), q, barrier,
+                                          counters_, fmt::format("core {}", id));
 }
 
 void TensorCore::finish(Cycle end) {

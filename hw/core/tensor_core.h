@@ -3,10 +3,9 @@
 // in order by the sequencer; the scoreboard orders what they share.
 #pragma once
 
-#include <systemc>
-
 #include <memory>
 #include <string>
+#include <systemc>
 #include <vector>
 
 #include "hw/common/clock.h"

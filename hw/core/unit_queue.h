@@ -2,10 +2,9 @@
 // backdoor view of the core's storage the units work on (DESIGN: big data moves directly).
 #pragma once
 
-#include <systemc>
-
 #include <cstdint>
 #include <memory>
+#include <systemc>
 
 #include "hw/core/scoreboard.h"
 

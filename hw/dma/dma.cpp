@@ -58,9 +58,8 @@ void Dma::run() {
                            fmt::format("unified-buffer range {:#x} + {} bytes is outside the "
                                        "{}-byte unified buffer",
                                        ub, bytes, storage_.ub_bytes));
-    const auto status = to_host
-                            ? tlm_transfer(dma2host, cmd, far, storage_.ub + ub, bytes)
-                            : tlm_transfer(dma2mem, cmd, far, storage_.ub + ub, bytes);
+    const auto status = to_host ? tlm_transfer(dma2host, cmd, far, storage_.ub + ub, bytes)
+                                : tlm_transfer(dma2mem, cmd, far, storage_.ub + ub, bytes);
     if (status != tlm::TLM_OK_RESPONSE)
       report_program_error(core_name_, *f,
                            fmt::format("{} answered {} for {} bytes at {:#x}",

@@ -5,11 +5,11 @@
 // it cannot overlap.
 #pragma once
 
-#include <systemc>
-#include <tlm>
 #include <tlm_utils/simple_initiator_socket.h>
 
 #include <string>
+#include <systemc>
+#include <tlm>
 
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"

@@ -8,41 +8,113 @@
 
 namespace tpu::isa {
 
-template <class F> void visit_fields(Nop&, F&&) {}
-template <class F> void visit_fields(Halt&, F&&) {}
-template <class F> void visit_fields(ReadHost& i, F&& f) { f("src", i.src); f("dst", i.dst); f("bytes", i.bytes); }
-template <class F> void visit_fields(WriteHost& i, F&& f) { f("src", i.src); f("dst", i.dst); f("bytes", i.bytes); }
-template <class F> void visit_fields(ReadMem& i, F&& f) { f("src", i.src); f("dst", i.dst); f("bytes", i.bytes); }
-template <class F> void visit_fields(WriteMem& i, F&& f) { f("src", i.src); f("dst", i.dst); f("bytes", i.bytes); }
-template <class F> void visit_fields(ReadWeights& i, F&& f) {
-  f("mxu", i.mxu); f("from", i.source); f("addr", i.addr); f("rows", i.rows); f("cols", i.cols);
+template <class F>
+void visit_fields(Nop&, F&&) {}
+template <class F>
+void visit_fields(Halt&, F&&) {}
+template <class F>
+void visit_fields(ReadHost& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("bytes", i.bytes);
 }
-template <class F> void visit_fields(SetWindow& i, F&& f) {
-  f("in_h", i.in_h); f("in_w", i.in_w); f("in_c", i.in_c); f("kernel_h", i.kernel_h);
-  f("kernel_w", i.kernel_w); f("stride_h", i.stride_h); f("stride_w", i.stride_w);
-  f("pad_top", i.pad_top); f("pad_left", i.pad_left); f("out_h", i.out_h); f("out_w", i.out_w);
+template <class F>
+void visit_fields(WriteHost& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("bytes", i.bytes);
 }
-template <class F> void visit_fields(MatMul& i, F&& f) {
-  f("mxu", i.mxu); f("src", i.src); f("dst", i.dst); f("rows", i.rows);
-  f("stride", i.src_stride); f("first_pixel", i.first_pixel); f("k_first", i.k_first);
-  f("acc", i.accumulate); f("swap", i.swap_weights); f("window", i.window);
+template <class F>
+void visit_fields(ReadMem& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("bytes", i.bytes);
 }
-template <class F> void visit_fields(Activate& i, F&& f) {
-  f("src", i.src); f("dst", i.dst); f("params", i.params); f("rows", i.rows); f("cols", i.cols);
-  f("stride", i.dst_stride); f("func", i.func); f("out", i.out_type);
+template <class F>
+void visit_fields(WriteMem& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("bytes", i.bytes);
 }
-template <class F> void visit_fields(Pool& i, F&& f) {
-  f("src", i.src); f("dst", i.dst); f("in_h", i.in_h); f("in_w", i.in_w);
-  f("channels", i.channels); f("kernel_h", i.kernel_h); f("kernel_w", i.kernel_w);
-  f("stride_h", i.stride_h); f("stride_w", i.stride_w); f("images", i.images);
-  f("kind", i.kind); f("type", i.type);
+template <class F>
+void visit_fields(ReadWeights& i, F&& f) {
+  f("mxu", i.mxu);
+  f("from", i.source);
+  f("addr", i.addr);
+  f("rows", i.rows);
+  f("cols", i.cols);
 }
-template <class F> void visit_fields(Eltwise& i, F&& f) {
-  f("a", i.a); f("b", i.b); f("dst", i.dst); f("count", i.count); f("shift", i.shift);
-  f("op", i.op); f("type", i.type);
+template <class F>
+void visit_fields(SetWindow& i, F&& f) {
+  f("in_h", i.in_h);
+  f("in_w", i.in_w);
+  f("in_c", i.in_c);
+  f("kernel_h", i.kernel_h);
+  f("kernel_w", i.kernel_w);
+  f("stride_h", i.stride_h);
+  f("stride_w", i.stride_w);
+  f("pad_top", i.pad_top);
+  f("pad_left", i.pad_left);
+  f("out_h", i.out_h);
+  f("out_w", i.out_w);
 }
-template <class F> void visit_fields(Sync& i, F&& f) { f("all_cores", i.all_cores); }
-template <class F> void visit_fields(Tag& i, F&& f) { f("id", i.id); }
+template <class F>
+void visit_fields(MatMul& i, F&& f) {
+  f("mxu", i.mxu);
+  f("src", i.src);
+  f("dst", i.dst);
+  f("rows", i.rows);
+  f("stride", i.src_stride);
+  f("first_pixel", i.first_pixel);
+  f("k_first", i.k_first);
+  f("acc", i.accumulate);
+  f("swap", i.swap_weights);
+  f("window", i.window);
+}
+template <class F>
+void visit_fields(Activate& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("params", i.params);
+  f("rows", i.rows);
+  f("cols", i.cols);
+  f("stride", i.dst_stride);
+  f("func", i.func);
+  f("out", i.out_type);
+}
+template <class F>
+void visit_fields(Pool& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("in_h", i.in_h);
+  f("in_w", i.in_w);
+  f("channels", i.channels);
+  f("kernel_h", i.kernel_h);
+  f("kernel_w", i.kernel_w);
+  f("stride_h", i.stride_h);
+  f("stride_w", i.stride_w);
+  f("images", i.images);
+  f("kind", i.kind);
+  f("type", i.type);
+}
+template <class F>
+void visit_fields(Eltwise& i, F&& f) {
+  f("a", i.a);
+  f("b", i.b);
+  f("dst", i.dst);
+  f("count", i.count);
+  f("shift", i.shift);
+  f("op", i.op);
+  f("type", i.type);
+}
+template <class F>
+void visit_fields(Sync& i, F&& f) {
+  f("all_cores", i.all_cores);
+}
+template <class F>
+void visit_fields(Tag& i, F&& f) {
+  f("id", i.id);
+}
 
 // Names of enum values in the text form.
 std::string_view name_of(WeightSource v);

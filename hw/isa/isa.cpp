@@ -1,8 +1,8 @@
 #include "hw/isa/isa.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "hw/common/error.h"
 #include "hw/isa/fields.h"
@@ -10,31 +10,76 @@
 namespace tpu::isa {
 namespace {
 
-template <class T> struct OpcodeOf;
-template <> struct OpcodeOf<Nop> { static constexpr Opcode value = Opcode::Nop; };
-template <> struct OpcodeOf<ReadHost> { static constexpr Opcode value = Opcode::ReadHost; };
-template <> struct OpcodeOf<WriteHost> { static constexpr Opcode value = Opcode::WriteHost; };
-template <> struct OpcodeOf<ReadMem> { static constexpr Opcode value = Opcode::ReadMem; };
-template <> struct OpcodeOf<WriteMem> { static constexpr Opcode value = Opcode::WriteMem; };
-template <> struct OpcodeOf<ReadWeights> { static constexpr Opcode value = Opcode::ReadWeights; };
-template <> struct OpcodeOf<SetWindow> { static constexpr Opcode value = Opcode::SetWindow; };
-template <> struct OpcodeOf<MatMul> { static constexpr Opcode value = Opcode::MatMul; };
-template <> struct OpcodeOf<Activate> { static constexpr Opcode value = Opcode::Activate; };
-template <> struct OpcodeOf<Pool> { static constexpr Opcode value = Opcode::Pool; };
-template <> struct OpcodeOf<Eltwise> { static constexpr Opcode value = Opcode::Eltwise; };
-template <> struct OpcodeOf<Sync> { static constexpr Opcode value = Opcode::Sync; };
-template <> struct OpcodeOf<Tag> { static constexpr Opcode value = Opcode::Tag; };
-template <> struct OpcodeOf<Halt> { static constexpr Opcode value = Opcode::Halt; };
+template <class T>
+struct OpcodeOf;
+template <>
+struct OpcodeOf<Nop> {
+  static constexpr Opcode value = Opcode::Nop;
+};
+template <>
+struct OpcodeOf<ReadHost> {
+  static constexpr Opcode value = Opcode::ReadHost;
+};
+template <>
+struct OpcodeOf<WriteHost> {
+  static constexpr Opcode value = Opcode::WriteHost;
+};
+template <>
+struct OpcodeOf<ReadMem> {
+  static constexpr Opcode value = Opcode::ReadMem;
+};
+template <>
+struct OpcodeOf<WriteMem> {
+  static constexpr Opcode value = Opcode::WriteMem;
+};
+template <>
+struct OpcodeOf<ReadWeights> {
+  static constexpr Opcode value = Opcode::ReadWeights;
+};
+template <>
+struct OpcodeOf<SetWindow> {
+  static constexpr Opcode value = Opcode::SetWindow;
+};
+template <>
+struct OpcodeOf<MatMul> {
+  static constexpr Opcode value = Opcode::MatMul;
+};
+template <>
+struct OpcodeOf<Activate> {
+  static constexpr Opcode value = Opcode::Activate;
+};
+template <>
+struct OpcodeOf<Pool> {
+  static constexpr Opcode value = Opcode::Pool;
+};
+template <>
+struct OpcodeOf<Eltwise> {
+  static constexpr Opcode value = Opcode::Eltwise;
+};
+template <>
+struct OpcodeOf<Sync> {
+  static constexpr Opcode value = Opcode::Sync;
+};
+template <>
+struct OpcodeOf<Tag> {
+  static constexpr Opcode value = Opcode::Tag;
+};
+template <>
+struct OpcodeOf<Halt> {
+  static constexpr Opcode value = Opcode::Halt;
+};
 
 // Little-endian field access into a 32-byte word.
 class Bytes32 {
  public:
   explicit Bytes32(Word& w) : w_(w) {}
-  template <class T> void put(std::size_t off, T v) {
+  template <class T>
+  void put(std::size_t off, T v) {
     for (std::size_t i = 0; i < sizeof(T); ++i)
       w_[off + i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i));
   }
-  template <class T> [[nodiscard]] T get(std::size_t off) const {
+  template <class T>
+  [[nodiscard]] T get(std::size_t off) const {
     std::uint64_t v = 0;
     for (std::size_t i = 0; i < sizeof(T); ++i) v |= std::uint64_t{w_[off + i]} << (8 * i);
     return static_cast<T>(v);
@@ -50,23 +95,29 @@ struct Codec {
   Bytes32 b;
   bool write;
 
-  template <class T> void field(std::size_t off, T& v) {
-    if (write) b.put(off, v);
-    else v = b.get<T>(off);
+  template <class T>
+  void field(std::size_t off, T& v) {
+    if (write)
+      b.put(off, v);
+    else
+      v = b.get<T>(off);
   }
-  template <class Tag_, class Rep> void field(std::size_t off, Address<Tag_, Rep>& v) {
+  template <class Tag_, class Rep>
+  void field(std::size_t off, Address<Tag_, Rep>& v) {
     Rep r = v.value();
     field(off, r);
     v = Address<Tag_, Rep>(r);
   }
-  template <class E> void enum_field(std::size_t off, E& v) {
+  template <class E>
+  void enum_field(std::size_t off, E& v) {
     auto r = static_cast<std::uint8_t>(v);
     field(off, r);
     v = static_cast<E>(r);
   }
   void flag(unsigned bit, bool& v) {
     if (write) {
-      if (v) b.put<std::uint8_t>(1, static_cast<std::uint8_t>(b.get<std::uint8_t>(1) | (1u << bit)));
+      if (v)
+        b.put<std::uint8_t>(1, static_cast<std::uint8_t>(b.get<std::uint8_t>(1) | (1u << bit)));
     } else {
       v = (b.get<std::uint8_t>(1) >> bit) & 1u;
     }
@@ -74,49 +125,87 @@ struct Codec {
 
   void operands(Nop&) {}
   void operands(Halt&) {}
-  void operands(ReadHost& i) { field(4, i.src); field(12, i.dst); field(16, i.bytes); }
-  void operands(WriteHost& i) { field(4, i.src); field(8, i.dst); field(16, i.bytes); }
-  void operands(ReadMem& i) { field(4, i.src); field(12, i.dst); field(16, i.bytes); }
-  void operands(WriteMem& i) { field(4, i.src); field(8, i.dst); field(16, i.bytes); }
+  void operands(ReadHost& i) {
+    field(4, i.src);
+    field(12, i.dst);
+    field(16, i.bytes);
+  }
+  void operands(WriteHost& i) {
+    field(4, i.src);
+    field(8, i.dst);
+    field(16, i.bytes);
+  }
+  void operands(ReadMem& i) {
+    field(4, i.src);
+    field(12, i.dst);
+    field(16, i.bytes);
+  }
+  void operands(WriteMem& i) {
+    field(4, i.src);
+    field(8, i.dst);
+    field(16, i.bytes);
+  }
   void operands(ReadWeights& i) {
     field(2, i.mxu);
     bool from_ub = i.source == WeightSource::UnifiedBuffer;
     flag(0, from_ub);
     i.source = from_ub ? WeightSource::UnifiedBuffer : WeightSource::OffChip;
-    field(4, i.addr); field(12, i.rows); field(14, i.cols);
+    field(4, i.addr);
+    field(12, i.rows);
+    field(14, i.cols);
   }
   void operands(SetWindow& i) {
-    std::uint16_t* f[] = {&i.in_h, &i.in_w, &i.in_c, &i.kernel_h, &i.kernel_w, &i.stride_h,
-                          &i.stride_w, &i.pad_top, &i.pad_left, &i.out_h, &i.out_w};
+    std::uint16_t* f[] = {&i.in_h,     &i.in_w,     &i.in_c,     &i.kernel_h,
+                          &i.kernel_w, &i.stride_h, &i.stride_w, &i.pad_top,
+                          &i.pad_left, &i.out_h,    &i.out_w};
     for (std::size_t k = 0; k < std::size(f); ++k) field(4 + 2 * k, *f[k]);
   }
   void operands(MatMul& i) {
     field(2, i.mxu);
-    flag(0, i.accumulate); flag(1, i.swap_weights); flag(2, i.window);
-    field(4, i.src); field(8, i.dst); field(12, i.rows); field(16, i.src_stride);
-    field(20, i.first_pixel); field(24, i.k_first);
+    flag(0, i.accumulate);
+    flag(1, i.swap_weights);
+    flag(2, i.window);
+    field(4, i.src);
+    field(8, i.dst);
+    field(12, i.rows);
+    field(16, i.src_stride);
+    field(20, i.first_pixel);
+    field(24, i.k_first);
   }
   void operands(Activate& i) {
-    enum_field(2, i.func); enum_field(3, i.out_type);
-    field(4, i.src); field(8, i.dst); field(12, i.params); field(16, i.rows); field(20, i.cols);
+    enum_field(2, i.func);
+    enum_field(3, i.out_type);
+    field(4, i.src);
+    field(8, i.dst);
+    field(12, i.params);
+    field(16, i.rows);
+    field(20, i.cols);
     field(22, i.dst_stride);
   }
   void operands(Pool& i) {
-    enum_field(2, i.kind); enum_field(3, i.type);
-    field(4, i.src); field(8, i.dst);
-    std::uint16_t* f[] = {&i.in_h, &i.in_w, &i.channels, &i.kernel_h, &i.kernel_w,
-                          &i.stride_h, &i.stride_w, &i.images};
+    enum_field(2, i.kind);
+    enum_field(3, i.type);
+    field(4, i.src);
+    field(8, i.dst);
+    std::uint16_t* f[] = {&i.in_h,     &i.in_w,     &i.channels, &i.kernel_h,
+                          &i.kernel_w, &i.stride_h, &i.stride_w, &i.images};
     for (std::size_t k = 0; k < std::size(f); ++k) field(12 + 2 * k, *f[k]);
   }
   void operands(Eltwise& i) {
-    enum_field(2, i.op); enum_field(3, i.type);
-    field(4, i.a); field(8, i.b); field(12, i.dst); field(16, i.count); field(20, i.shift);
+    enum_field(2, i.op);
+    enum_field(3, i.type);
+    field(4, i.a);
+    field(8, i.b);
+    field(12, i.dst);
+    field(16, i.count);
+    field(20, i.shift);
   }
   void operands(Sync& i) { flag(0, i.all_cores); }
   void operands(Tag& i) { field(4, i.id); }
 };
 
-template <class T> Instruction decode_as(Word w) {
+template <class T>
+Instruction decode_as(Word w) {
   T inst{};
   Codec c{Bytes32(w), false};
   c.operands(inst);
@@ -192,13 +281,13 @@ Instruction decode(const Word& word) {
     case Opcode::Sync: inst = decode_as<Sync>(word); break;
     case Opcode::Tag: inst = decode_as<Tag>(word); break;
     case Opcode::Halt: inst = decode_as<Halt>(word); break;
-    default:
-      throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
+    default: throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
   }
   if (!enums_valid(inst))
-    throw ProgramError(fmt::format("{}: function or data type out of range (byte 2 = {}, byte 3 "
-                                   "= {})",
-                                   mnemonic(opcode_of(inst)), word[2], word[3]));
+    throw ProgramError(
+        fmt::format("{}: function or data type out of range (byte 2 = {}, byte 3 "
+                    "= {})",
+                    mnemonic(opcode_of(inst)), word[2], word[3]));
   // Every bit the layout does not define must be zero: re-encoding must give the same word.
   if (encode(inst) != word)
     throw ProgramError(fmt::format("{}: reserved bits are not zero", mnemonic(opcode_of(inst))));
@@ -217,9 +306,10 @@ std::vector<std::uint8_t> encode_all(const std::vector<Instruction>& program) {
 
 std::vector<Instruction> decode_all(const std::uint8_t* data, std::size_t bytes) {
   if (bytes % kInstructionBytes != 0)
-    throw ProgramError(fmt::format("program of {} bytes is not a whole number of {}-byte "
-                                   "instructions",
-                                   bytes, kInstructionBytes));
+    throw ProgramError(
+        fmt::format("program of {} bytes is not a whole number of {}-byte "
+                    "instructions",
+                    bytes, kInstructionBytes));
   std::vector<Instruction> out;
   out.reserve(bytes / kInstructionBytes);
   for (std::size_t i = 0; i < bytes / kInstructionBytes; ++i) {

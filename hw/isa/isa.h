@@ -36,7 +36,14 @@ enum class Opcode : std::uint8_t {
 };
 
 enum class WeightSource : std::uint8_t { OffChip = 0, UnifiedBuffer = 1 };
-enum class ActFunc : std::uint8_t { None = 0, Relu = 1, Relu6 = 2, Sigmoid = 3, Tanh = 4, Softmax = 5 };
+enum class ActFunc : std::uint8_t {
+  None = 0,
+  Relu = 1,
+  Relu6 = 2,
+  Sigmoid = 3,
+  Tanh = 4,
+  Softmax = 5
+};
 enum class PoolKind : std::uint8_t { Max = 0, Avg = 1 };
 enum class EltOp : std::uint8_t { Add = 0, Mul = 1, Max = 2, Min = 3 };
 

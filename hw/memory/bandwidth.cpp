@@ -55,7 +55,8 @@ BandwidthResource::BandwidthResource(sc_core::sc_module_name name, const Clock& 
 }
 
 Cycles BandwidthResource::uncontended_cycles(std::uint64_t bytes) const {
-  return latency_ + clock_.transfer_cycles(static_cast<double>(bytes), share_.bytes_per_cycle() * clock_.hz());
+  return latency_ +
+         clock_.transfer_cycles(static_cast<double>(bytes), share_.bytes_per_cycle() * clock_.hz());
 }
 
 void BandwidthResource::transfer(std::uint64_t bytes) {

@@ -6,10 +6,9 @@
 // per cycle, and every completion lands on a whole cycle of the chip clock.
 #pragma once
 
-#include <systemc>
-
 #include <cstdint>
 #include <map>
+#include <systemc>
 
 #include "hw/common/clock.h"
 

@@ -36,8 +36,7 @@ Cycles Mxu::feed_cycles(std::uint32_t rows, std::uint32_t k) const {
   return Cycles(std::max<std::uint64_t>(rows, port));
 }
 
-void Mxu::add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer,
-                     std::uint64_t cycles) {
+void Mxu::add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer, std::uint64_t cycles) {
   buckets_.*bucket += cycles;
   counters_.at(layer).mxu.*bucket += cycles;
 }
@@ -69,8 +68,8 @@ void Mxu::load_weights() {
     tile.bytes.resize(bytes);
     Counters& c = counters_.at(f->layer);
     if (rw.source == isa::WeightSource::OffChip) {
-      const auto status = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr,
-                                       tile.bytes.data(), bytes);
+      const auto status =
+          tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr, tile.bytes.data(), bytes);
       if (status != tlm::TLM_OK_RESPONSE)
         report_program_error(core_name_, *f,
                              fmt::format("off-chip memory answered {} for {} bytes at {:#x}",

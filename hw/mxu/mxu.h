@@ -8,14 +8,14 @@
 // The math is SystolicArray's; timing formulas are in docs/timing-model.md.
 #pragma once
 
-#include <systemc>
-#include <tlm>
 #include <tlm_utils/simple_initiator_socket.h>
 
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <systemc>
+#include <tlm>
 
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"

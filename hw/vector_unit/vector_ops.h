@@ -18,7 +18,7 @@ struct UbView {
 };
 
 struct AccView {
-  std::uint32_t* data = nullptr;   // entries x words_per_entry 32-bit words
+  std::uint32_t* data = nullptr;  // entries x words_per_entry 32-bit words
   std::uint32_t entries = 0;
   std::uint32_t words_per_entry = 0;  // = mxu.cols
   DType type = DType::Int32;          // int32 or fp32

@@ -6,8 +6,7 @@
 namespace tpu {
 
 VectorUnit::VectorUnit(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-                       const CoreStorage& storage, LayerCounters& counters,
-                       std::string core_name)
+                       const CoreStorage& storage, LayerCounters& counters, std::string core_name)
     : sc_core::sc_module(name),
       queue("queue", kUnitQueueDepth),
       cfg_(cfg),

@@ -3,9 +3,8 @@
 // math and the cost formula are VectorOps's.
 #pragma once
 
-#include <systemc>
-
 #include <string>
+#include <systemc>
 
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"

@@ -1,14 +1,12 @@
 // tpusim: the command line. Each subcommand runs at most one simulation per process: the
 // SystemC kernel cannot be reset.
-#include <systemc>
-
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-
-#include <CLI/CLI.hpp>
+#include <systemc>
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
@@ -43,7 +41,8 @@ int run_cli(int argc, char** argv) {
 
   std::string chip_file;
   bool as_json = false;
-  CLI::App* info = app.add_subcommand("info", "Print a chip's resolved configuration and derived figures");
+  CLI::App* info =
+      app.add_subcommand("info", "Print a chip's resolved configuration and derived figures");
   info->add_option("--chip", chip_file, "Chip config (JSON)")->required();
   info->add_flag("--json", as_json, "Print JSON instead of text");
 
@@ -69,19 +68,25 @@ int run_cli(int argc, char** argv) {
   run->add_flag("--no-check", no_check, "Skip the bit-exact comparison with the reference");
 
   tpu::cli::TrainCommand tc;
-  CLI::App* train = app.add_subcommand("train", "Train a model on Fashion-MNIST and write its weights");
+  CLI::App* train =
+      app.add_subcommand("train", "Train a model on Fashion-MNIST and write its weights");
   train->add_option("--model", tc.model, "Model (Keras-style JSON)")->capture_default_str();
   train->add_option("--out", tc.out, "Weights file to write (metadata goes beside it, .json)")
       ->capture_default_str();
   train->add_option("--data-dir", tc.data_dir, "Fashion-MNIST directory (default: Debian's)");
-  train->add_option("--epochs", tc.options.epochs)->capture_default_str()->check(CLI::Range(1u, 1000u));
-  train->add_option("--batch", tc.options.batch)->capture_default_str()->check(CLI::Range(1u, 60000u));
+  train->add_option("--epochs", tc.options.epochs)
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  train->add_option("--batch", tc.options.batch)
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 60000u));
   train->add_option("--seed", tc.options.seed)->capture_default_str();
   train->add_option("--lr", tc.options.learning_rate, "Adam learning rate")
       ->capture_default_str()
       ->check(CLI::Range(1e-9, 10.0));
-  train->add_option("--input-scale", tc.options.input_scale,
-                    "Pixel scale while training, folded into the first layer's weights")
+  train
+      ->add_option("--input-scale", tc.options.input_scale,
+                   "Pixel scale while training, folded into the first layer's weights")
       ->capture_default_str()
       ->check(CLI::Range(1e-6, 1.0));
 

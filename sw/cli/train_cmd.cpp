@@ -1,13 +1,13 @@
 #include "sw/cli/train_cmd.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
@@ -18,7 +18,7 @@ namespace tpu::cli {
 namespace {
 
 constexpr std::size_t kCalibrationImages = 256;  // as sw/report/session.cpp
-constexpr std::uint32_t kBf16TileRows = 128;      // v2, v3, v4 MXUs (configs/chips)
+constexpr std::uint32_t kBf16TileRows = 128;     // v2, v3, v4 MXUs (configs/chips)
 
 double top1(const std::vector<float>& out, std::size_t k, const std::vector<std::uint8_t>& labels) {
   const auto pred = nn::argmax_rows(out, k);
@@ -36,15 +36,16 @@ void run_train(const TrainCommand& cmd) {
   const data::Dataset test_set = data::load_fashion_mnist(dir, "t10k");
   const bool tty = isatty(STDERR_FILENO) != 0;
 
-  const train::TrainResult r = train::train(
-      model, train_set, cmd.options, &test_set, [&](const train::Progress& p) {
+  const train::TrainResult r =
+      train::train(model, train_set, cmd.options, &test_set, [&](const train::Progress& p) {
         if (p.epoch_done) {
           const auto& e = *p.epoch_done;
           std::cerr << (tty ? "\r" : "")
-                    << fmt::format("epoch {}/{}: loss {:.4f}, accuracy {:.4f}, val_loss {:.4f}, "
-                                   "val_accuracy {:.4f} ({:.1f} s)\n",
-                                   e.epoch, p.epochs, e.loss, e.accuracy, e.val_loss.value_or(0),
-                                   e.val_accuracy.value_or(0), e.seconds);
+                    << fmt::format(
+                           "epoch {}/{}: loss {:.4f}, accuracy {:.4f}, val_loss {:.4f}, "
+                           "val_accuracy {:.4f} ({:.1f} s)\n",
+                           e.epoch, p.epochs, e.loss, e.accuracy, e.val_loss.value_or(0),
+                           e.val_accuracy.value_or(0), e.seconds);
         } else if (tty && p.batch % 50 == 0) {
           std::cerr << fmt::format("\repoch {}/{}: {}/{} batches, loss {:.4f}, accuracy {:.4f}",
                                    p.epoch, p.epochs, p.batch, p.batches, p.loss, p.accuracy);
@@ -56,7 +57,8 @@ void run_train(const TrainCommand& cmd) {
   std::vector<float> images(n * per);
   for (std::size_t i = 0; i < images.size(); ++i) images[i] = test_set.images.pixels[i];
   const std::size_t k = model.output().size();
-  const double float_top1 = top1(nn::forward_float(model, r.weights, images.data(), n), k, test_set.labels);
+  const double float_top1 =
+      top1(nn::forward_float(model, r.weights, images.data(), n), k, test_set.labels);
   auto quantized_top1 = [&](DType t, std::uint32_t tile_rows) {
     const auto q = nn::quantize(model, r.weights, t, tile_rows, images.data(), kCalibrationImages);
     return top1(nn::forward_quantized(q, images.data(), n), k, test_set.labels);
@@ -75,8 +77,11 @@ void run_train(const TrainCommand& cmd) {
       "build/tpusim train --model {} --out {} --epochs {} --batch {} --seed {} --lr {} "
       "--input-scale {}",
       cmd.model, cmd.out, o.epochs, o.batch, o.seed, o.learning_rate, o.input_scale);
-  meta["optimizer"] = {{"name", "Adam"}, {"learning_rate", o.learning_rate}, {"beta1", o.beta1},
-                       {"beta2", o.beta2}, {"epsilon", o.epsilon}};
+  meta["optimizer"] = {{"name", "Adam"},
+                       {"learning_rate", o.learning_rate},
+                       {"beta1", o.beta1},
+                       {"beta2", o.beta2},
+                       {"epsilon", o.epsilon}};
   meta["loss"] = "sparse categorical cross-entropy";
   meta["epochs"] = o.epochs;
   meta["batch"] = o.batch;
@@ -84,15 +89,19 @@ void run_train(const TrainCommand& cmd) {
   meta["train_input_scale"] = o.input_scale;
   nlohmann::ordered_json hist = nlohmann::ordered_json::array();
   for (const auto& e : r.epochs)
-    hist.push_back({{"epoch", e.epoch}, {"loss", e.loss}, {"accuracy", e.accuracy},
-                    {"val_loss", e.val_loss.value_or(0)}, {"val_accuracy", e.val_accuracy.value_or(0)},
+    hist.push_back({{"epoch", e.epoch},
+                    {"loss", e.loss},
+                    {"accuracy", e.accuracy},
+                    {"val_loss", e.val_loss.value_or(0)},
+                    {"val_accuracy", e.val_accuracy.value_or(0)},
                     {"seconds", e.seconds}});
   meta["history"] = hist;
   meta["test_top1"] = {{"float", float_top1},
                        {"int8", int8_top1},
                        {"bf16_128_row_tiles", bf16_top1},
-                       {"note", "int8: v1 and Edge arithmetic; bf16: v2, v3, v4 (docs/quantization.md); "
-                                "int8 activation scales calibrated on the first 256 test images"}};
+                       {"note",
+                        "int8: v1 and Edge arithmetic; bf16: v2, v3, v4 (docs/quantization.md); "
+                        "int8 activation scales calibrated on the first 256 test images"}};
   std::filesystem::path meta_path = cmd.out;
   meta_path.replace_extension(".json");
   const std::string tmp = meta_path.string() + ".tmp";
@@ -102,9 +111,9 @@ void run_train(const TrainCommand& cmd) {
     if (!f) throw InputError(meta_path.string() + ": write failed");
   }
   std::filesystem::rename(tmp, meta_path);
-  std::cout << fmt::format("wrote {} and {}\ntest top-1: float {:.2f}%, int8 {:.2f}%, bf16 {:.2f}%\n",
-                           cmd.out, meta_path.string(), 100 * float_top1, 100 * int8_top1,
-                           100 * bf16_top1);
+  std::cout << fmt::format(
+      "wrote {} and {}\ntest top-1: float {:.2f}%, int8 {:.2f}%, bf16 {:.2f}%\n", cmd.out,
+      meta_path.string(), 100 * float_top1, 100 * int8_top1, 100 * bf16_top1);
 }
 
 }  // namespace tpu::cli

@@ -1,10 +1,10 @@
 #include "sw/compiler/compiler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "hw/common/error.h"
 
@@ -14,13 +14,14 @@ namespace {
 using nn::Layer;
 using nn::LayerKind;
 
-constexpr std::uint64_t kAlign = 64;  // region alignment in the UB and memories
+constexpr std::uint64_t kAlign = 64;             // region alignment in the UB and memories
 constexpr std::uint64_t kParamRecordBytes = 12;  // isa::Activate: {bias, scale, shift}
 
 std::uint64_t align(std::uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
-template <class T> void put(std::vector<std::uint8_t>& v, T x) {
+template <class T>
+void put(std::vector<std::uint8_t>& v, T x) {
   const auto* p = reinterpret_cast<const std::uint8_t*>(&x);
   v.insert(v.end(), p, p + sizeof x);
 }
@@ -48,8 +49,8 @@ std::uint32_t pad_before(std::uint32_t in, std::uint32_t out, std::uint32_t k, s
 struct WeightedPlan {
   std::uint32_t K = 0, N = 0;
   std::uint32_t k_tiles = 0, n_tiles = 0;
-  std::uint64_t weights_off = 0;  // first tile in the weights blob
-  std::uint64_t params_off = 0;   // first record in the params blob
+  std::uint64_t weights_off = 0;        // first tile in the weights blob
+  std::uint64_t params_off = 0;         // first record in the params blob
   std::vector<std::uint64_t> tile_off;  // [j * k_tiles + kt] -> offset in the weights blob
 };
 
@@ -72,13 +73,15 @@ class Compiler {
     layout_ub();
     for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) emit_core(c);
     p_.layers.push_back({"setup", "host I/O and parameter loads", 0});
-    for (const Layer& l : m_.layers) p_.layers.push_back({l.name, std::string(nn::name_of(l.kind)), l.macs()});
+    for (const Layer& l : m_.layers)
+      p_.layers.push_back({l.name, std::string(nn::name_of(l.kind)), l.macs()});
     return std::move(p_);
   }
 
  private:
   [[noreturn]] void fail(const Layer& l, const std::string& what) const {
-    throw InputError(fmt::format("{}: layer {} ({}): {}", m_.file, l.name, nn::name_of(l.kind), what));
+    throw InputError(
+        fmt::format("{}: layer {} ({}): {}", m_.file, l.name, nn::name_of(l.kind), what));
   }
 
   // Bytes per image of layer i's output tensor as it sits in the unified buffer.
@@ -100,7 +103,8 @@ class Compiler {
     for (std::size_t p = i + 1; p < m_.layers.size(); ++p) {
       if (!materialises(p)) continue;
       const LayerKind k = m_.layers[p].kind;
-      return k == LayerKind::MaxPooling2D || k == LayerKind::AveragePooling2D ? p : m_.layers.size();
+      return k == LayerKind::MaxPooling2D || k == LayerKind::AveragePooling2D ? p
+                                                                              : m_.layers.size();
     }
     return m_.layers.size();
   }
@@ -133,8 +137,10 @@ class Compiler {
           for (std::uint32_t k = 0; k < kr; ++k)
             for (std::uint32_t n = 0; n < nc; ++n) {
               const std::size_t src = (std::size_t{kt} * R + k) * p.N + j * C + n;
-              if (q_.act_type == DType::Int8) put(weights_, ql.kernel_i8[src]);
-              else put(weights_, ql.kernel_bf16[src]);
+              if (q_.act_type == DType::Int8)
+                put(weights_, ql.kernel_i8[src]);
+              else
+                put(weights_, ql.kernel_bf16[src]);
             }
           weights_.resize(align(weights_.size()));
         }
@@ -159,10 +165,10 @@ class Compiler {
     weights_addr_ = 0;
     params_addr_ = align(weights_.size());
     if (params_addr_ + params_.size() > cfg_.off_chip_memory.bytes)
-      throw InputError(fmt::format("{}: weights and parameters need {} bytes of off-chip memory; "
-                                   "{} has {}",
-                                   m_.file, params_addr_ + params_.size(), cfg_.name,
-                                   cfg_.off_chip_memory.bytes));
+      throw InputError(fmt::format(
+          "{}: weights and parameters need {} bytes of off-chip memory; "
+          "{} has {}",
+          m_.file, params_addr_ + params_.size(), cfg_.name, cfg_.off_chip_memory.bytes));
     p_.memory_image.push_back({weights_addr_, weights_});
     p_.memory_image.push_back({params_addr_, params_});
   }
@@ -198,14 +204,17 @@ class Compiler {
     per_image += zeros_per_image;
     // Edge keeps its parameters in its SRAM when they fit: streaming them over USB for every
     // micro-batch would dominate (CORAL: parameters beyond the cache stream from the host).
-    if (cfg_.off_chip_memory.kind == MemoryKind::HostLink && fixed + align(weights_.size()) + per_image <= ub) {
+    if (cfg_.off_chip_memory.kind == MemoryKind::HostLink &&
+        fixed + align(weights_.size()) + per_image <= ub) {
       weights_ub_ = fixed;
       fixed += align(weights_.size());
       p_.weights_in_ub = true;
     }
-    const std::uint64_t per_core = ceil_div(std::min<std::uint64_t>(opt_.batch, opt_.images), cfg_.tensor_cores);
+    const std::uint64_t per_core =
+        ceil_div(std::min<std::uint64_t>(opt_.batch, opt_.images), cfg_.tensor_cores);
     const std::uint64_t room = ub > fixed ? ub - fixed : 0;
-    std::uint64_t mb = std::min<std::uint64_t>({per_core, room / std::max<std::uint64_t>(per_image, 1), 65535});
+    std::uint64_t mb =
+        std::min<std::uint64_t>({per_core, room / std::max<std::uint64_t>(per_image, 1), 65535});
     if (mb == 0) {
       std::size_t big = 0;
       for (std::size_t i = 0; i < m_.layers.size(); ++i)
@@ -232,9 +241,10 @@ class Compiler {
     p_.ub_bytes_used = at;
     slot_ = cfg_.accumulators.entries / (2 * cfg_.mxu.count);
     if (slot_ == 0)
-      throw InputError(fmt::format("{}: {} accumulator entries cannot give each of {} MXUs two "
-                                   "slots",
-                                   cfg_.name, cfg_.accumulators.entries, cfg_.mxu.count));
+      throw InputError(
+          fmt::format("{}: {} accumulator entries cannot give each of {} MXUs two "
+                      "slots",
+                      cfg_.name, cfg_.accumulators.entries, cfg_.mxu.count));
   }
 
   void tag(std::vector<isa::Instruction>& out, std::uint32_t id) {
@@ -253,10 +263,12 @@ class Compiler {
     const std::uint64_t first = opt_.images * core / cfg_.tensor_cores;
     const std::uint64_t last = opt_.images * (core + 1) / cfg_.tensor_cores;
     tag(out, 0);
-    out.push_back(isa::ReadMem{MemAddr(params_addr_), UbAddr(static_cast<std::uint32_t>(params_ub_)),
+    out.push_back(isa::ReadMem{MemAddr(params_addr_),
+                               UbAddr(static_cast<std::uint32_t>(params_ub_)),
                                static_cast<std::uint32_t>(params_.size())});
     if (p_.weights_in_ub)
-      out.push_back(isa::ReadMem{MemAddr(weights_addr_), UbAddr(static_cast<std::uint32_t>(weights_ub_)),
+      out.push_back(isa::ReadMem{MemAddr(weights_addr_),
+                                 UbAddr(static_cast<std::uint32_t>(weights_ub_)),
                                  static_cast<std::uint32_t>(weights_.size())});
     if (first < last) {
       const std::uint64_t mb = p_.micro_batch;
@@ -315,7 +327,7 @@ class Compiler {
   }
 
   void emit_pool(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
-             std::uint64_t dst, std::uint32_t n) {
+                 std::uint64_t dst, std::uint32_t n) {
     const Layer& l = m_.layers[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
     auto ub = [](std::uint64_t a) { return UbAddr(static_cast<std::uint32_t>(a)); };
@@ -323,8 +335,10 @@ class Compiler {
     p.src = ub(src), p.dst = ub(dst);
     p.in_h = static_cast<std::uint16_t>(l.in.h), p.in_w = static_cast<std::uint16_t>(l.in.w);
     p.channels = static_cast<std::uint16_t>(l.in.c);
-    p.kernel_h = static_cast<std::uint16_t>(l.kernel_h), p.kernel_w = static_cast<std::uint16_t>(l.kernel_w);
-    p.stride_h = static_cast<std::uint16_t>(l.stride_h), p.stride_w = static_cast<std::uint16_t>(l.stride_w);
+    p.kernel_h = static_cast<std::uint16_t>(l.kernel_h),
+    p.kernel_w = static_cast<std::uint16_t>(l.kernel_w);
+    p.stride_h = static_cast<std::uint16_t>(l.stride_h),
+    p.stride_w = static_cast<std::uint16_t>(l.stride_w);
     p.images = static_cast<std::uint16_t>(n);
     p.kind = l.kind == LayerKind::MaxPooling2D ? isa::PoolKind::Max : isa::PoolKind::Avg;
     p.type = ql.out_type;
@@ -347,10 +361,14 @@ class Compiler {
         if (v > 65535) fail(l, "image dimensions must fit 16 bits");
       w.in_h = static_cast<std::uint16_t>(l.in.h), w.in_w = static_cast<std::uint16_t>(l.in.w);
       w.in_c = static_cast<std::uint16_t>(l.in.c);
-      w.kernel_h = static_cast<std::uint16_t>(l.kernel_h), w.kernel_w = static_cast<std::uint16_t>(l.kernel_w);
-      w.stride_h = static_cast<std::uint16_t>(l.stride_h), w.stride_w = static_cast<std::uint16_t>(l.stride_w);
-      w.pad_top = static_cast<std::uint16_t>(pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding));
-      w.pad_left = static_cast<std::uint16_t>(pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding));
+      w.kernel_h = static_cast<std::uint16_t>(l.kernel_h),
+      w.kernel_w = static_cast<std::uint16_t>(l.kernel_w);
+      w.stride_h = static_cast<std::uint16_t>(l.stride_h),
+      w.stride_w = static_cast<std::uint16_t>(l.stride_w);
+      w.pad_top = static_cast<std::uint16_t>(
+          pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding));
+      w.pad_left = static_cast<std::uint16_t>(
+          pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding));
       w.out_h = static_cast<std::uint16_t>(l.out.h), w.out_w = static_cast<std::uint16_t>(l.out.w);
       out.push_back(w);
     }
@@ -384,7 +402,8 @@ class Compiler {
             const std::uint64_t off = p.tile_off[std::size_t{j} * p.k_tiles + kt];
             isa::ReadWeights rw;
             rw.mxu = static_cast<std::uint8_t>(m);
-            rw.source = p_.weights_in_ub ? isa::WeightSource::UnifiedBuffer : isa::WeightSource::OffChip;
+            rw.source =
+                p_.weights_in_ub ? isa::WeightSource::UnifiedBuffer : isa::WeightSource::OffChip;
             rw.addr = (p_.weights_in_ub ? weights_ub_ : weights_addr_) + off;
             rw.rows = static_cast<std::uint16_t>(kr), rw.cols = static_cast<std::uint16_t>(nc);
             out.push_back(rw);
@@ -402,15 +421,18 @@ class Compiler {
             mm.first_pixel = static_cast<std::uint32_t>(r0);
             mm.k_first = static_cast<std::uint16_t>(kt * R);
           } else {
-            mm.src = UbAddr(static_cast<std::uint32_t>(src + (r0 * p.K + std::uint64_t{kt} * R) * e_));
+            mm.src =
+                UbAddr(static_cast<std::uint32_t>(src + (r0 * p.K + std::uint64_t{kt} * R) * e_));
             mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{p.K} * e_);
           }
           out.push_back(mm);
         }
         isa::Activate a;
         a.src = AccAddr(acc);
-        a.dst = UbAddr(static_cast<std::uint32_t>(tensor_ub_[i] + (r0 * p.N + std::uint64_t{j} * C) * e_out));
-        a.params = UbAddr(static_cast<std::uint32_t>(params_ub_ + p.params_off + std::uint64_t{j} * C * kParamRecordBytes));
+        a.dst = UbAddr(
+            static_cast<std::uint32_t>(tensor_ub_[i] + (r0 * p.N + std::uint64_t{j} * C) * e_out));
+        a.params = UbAddr(static_cast<std::uint32_t>(params_ub_ + p.params_off +
+                                                     std::uint64_t{j} * C * kParamRecordBytes));
         a.rows = rows;
         a.cols = static_cast<std::uint16_t>(nc);
         a.dst_stride = p.N * e_out;
@@ -421,7 +443,8 @@ class Compiler {
           const std::uint64_t img0 = r0 / pixels;
           tag(out, static_cast<std::uint32_t>(pool + 1));
           emit_pool(out, pool, tensor_ub_[i] + img0 * out_bytes(i),
-                    tensor_ub_[pool] + img0 * out_bytes(pool), static_cast<std::uint32_t>(rows / pixels));
+                    tensor_ub_[pool] + img0 * out_bytes(pool),
+                    static_cast<std::uint32_t>(rows / pixels));
           tag(out, static_cast<std::uint32_t>(i + 1));
         }
       }
@@ -457,9 +480,10 @@ Program compile(const nn::QuantizedModel& q, const ChipConfig& cfg, const Option
     throw InputError(fmt::format("compile: the model was quantized for {} but {} takes {}",
                                  name_of(q.act_type), cfg.name, name_of(cfg.mxu.input_type)));
   if (q.tile_rows != cfg.mxu.rows)
-    throw InputError(fmt::format("compile: the model was quantized for {}-row tiles but {} has "
-                                 "{} rows",
-                                 q.tile_rows, cfg.name, cfg.mxu.rows));
+    throw InputError(
+        fmt::format("compile: the model was quantized for {}-row tiles but {} has "
+                    "{} rows",
+                    q.tile_rows, cfg.name, cfg.mxu.rows));
   return Compiler(q, cfg, opt).run();
 }
 

@@ -18,8 +18,8 @@ struct MemorySegment {
 };
 
 struct LayerInfo {
-  std::string name;   // "setup" for tag 0
-  std::string type;   // Keras class name
+  std::string name;  // "setup" for tag 0
+  std::string type;  // Keras class name
   std::uint64_t macs_per_image = 0;
 };
 

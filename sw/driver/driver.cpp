@@ -1,8 +1,8 @@
 #include "sw/driver/driver.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "hw/chip/address_map.h"
 #include "hw/common/bf16.h"
@@ -41,12 +41,12 @@ void Driver::load() {
       const std::uint64_t n = std::min<std::uint64_t>(kImageChunk, seg.bytes.size() - o);
       std::vector<std::uint8_t> piece(seg.bytes.begin() + static_cast<std::ptrdiff_t>(o),
                                       seg.bytes.begin() + static_cast<std::ptrdiff_t>(o + n));
-      const auto st = tlm_transfer(host2chip, tlm::TLM_WRITE_COMMAND, seg.addr + o, piece.data(), n);
+      const auto st =
+          tlm_transfer(host2chip, tlm::TLM_WRITE_COMMAND, seg.addr + o, piece.data(), n);
       if (st != tlm::TLM_OK_RESPONSE)
-        SC_REPORT_ERROR("tpusim/driver",
-                        fmt::format("memory image write of {} bytes at {:#x}: {}", n, seg.addr + o,
-                                    response_name(st))
-                            .c_str());
+        SC_REPORT_ERROR("tpusim/driver", fmt::format("memory image write of {} bytes at {:#x}: {}",
+                                                     n, seg.addr + o, response_name(st))
+                                             .c_str());
     }
   loaded_at_ = chip_.clock().now();
   for (std::uint32_t c = 0; c < program_.cores.size(); ++c)
@@ -58,14 +58,15 @@ void Driver::stream(std::uint32_t core) {
   for (std::size_t i = 0; i < prog.size(); i += kInstructionsPerWrite) {
     const std::vector<isa::Instruction> part(
         prog.begin() + static_cast<std::ptrdiff_t>(i),
-        prog.begin() + static_cast<std::ptrdiff_t>(std::min(prog.size(), i + kInstructionsPerWrite)));
+        prog.begin() +
+            static_cast<std::ptrdiff_t>(std::min(prog.size(), i + kInstructionsPerWrite)));
     auto words = isa::encode_all(part);
     const auto st = tlm_transfer(host2chip, tlm::TLM_WRITE_COMMAND,
                                  address_map::queue_address(core), words.data(), words.size());
     if (st != tlm::TLM_OK_RESPONSE)
-      SC_REPORT_ERROR("tpusim/driver",
-                      fmt::format("core {}: instruction write refused: {}", core, response_name(st))
-                          .c_str());
+      SC_REPORT_ERROR(
+          "tpusim/driver",
+          fmt::format("core {}: instruction write refused: {}", core, response_name(st)).c_str());
   }
   while (chip_.halts(core) == 0) sc_core::wait(chip_.halted_event(core));
   ++cores_done_;
@@ -77,8 +78,10 @@ void Driver::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
     gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
     return;
   }
-  if (gp.is_write()) std::memcpy(memory_.data() + a, gp.get_data_ptr(), n);
-  else std::memcpy(gp.get_data_ptr(), memory_.data() + a, n);
+  if (gp.is_write())
+    std::memcpy(memory_.data() + a, gp.get_data_ptr(), n);
+  else
+    std::memcpy(gp.get_data_ptr(), memory_.data() + a, n);
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
 }
 
@@ -95,7 +98,9 @@ std::vector<float> Driver::outputs() const {
         out[i] = to_float(b);
         break;
       }
-      case DType::Int8: out[i] = static_cast<float>(static_cast<std::int8_t>(p[i])) * program_.output_scale; break;
+      case DType::Int8:
+        out[i] = static_cast<float>(static_cast<std::int8_t>(p[i])) * program_.output_scale;
+        break;
       case DType::Int32: {
         std::int32_t v;
         std::memcpy(&v, p + 4 * i, 4);

@@ -5,12 +5,12 @@
 // chip's reads and writes of host memory (inputs and outputs).
 #pragma once
 
-#include <systemc>
-#include <tlm>
 #include <tlm_utils/simple_initiator_socket.h>
 #include <tlm_utils/simple_target_socket.h>
 
 #include <cstdint>
+#include <systemc>
+#include <tlm>
 #include <vector>
 
 #include "hw/chip/chip.h"

@@ -1,10 +1,10 @@
 #include "sw/nn/quantized.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "hw/common/bf16.h"
 #include "hw/common/error.h"
@@ -61,9 +61,12 @@ float value_at(const Tensor& t, std::size_t i) {
 }
 
 void resize(Tensor& t, std::size_t n) {
-  if (t.type == DType::Int8) t.i8.assign(n, 0);
-  else if (t.type == DType::Bf16) t.bf.assign(n, 0);
-  else t.f32.assign(n, 0.0f);
+  if (t.type == DType::Int8)
+    t.i8.assign(n, 0);
+  else if (t.type == DType::Bf16)
+    t.bf.assign(n, 0);
+  else
+    t.f32.assign(n, 0.0f);
 }
 
 // The float value the calibration measures for layer i: the float model up to and including
@@ -80,8 +83,8 @@ std::vector<float> float_prefix(const Model& m, const Weights& w, std::size_t i,
 
 }  // namespace
 
-QuantizedModel quantize(const Model& m, const Weights& w, DType input_type,
-                        std::uint32_t tile_rows, const float* calibration, std::size_t n_cal) {
+QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std::uint32_t tile_rows,
+                        const float* calibration, std::size_t n_cal) {
   if (input_type != DType::Int8 && input_type != DType::Bf16)
     throw InputError("quantize: the MXU input type must be int8 or bf16");
   QuantizedModel q;
@@ -101,9 +104,12 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type,
     bool through_pool = false;
     while (j > 0) {
       const LayerKind k = m.layers[j - 1].kind;
-      if (k == LayerKind::Flatten) --j;
-      else if (k == LayerKind::MaxPooling2D) --j, through_pool = true;
-      else break;
+      if (k == LayerKind::Flatten)
+        --j;
+      else if (k == LayerKind::MaxPooling2D)
+        --j, through_pool = true;
+      else
+        break;
     }
     if (j == 0 || !m.layers[j - 1].has_weights()) continue;
     QuantizedLayer& producer = q.layers[j - 1];
@@ -126,7 +132,8 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type,
   float in_scale = 1.0f;
   if (input_type == DType::Int8) {
     float mx = 0.0f;
-    for (std::size_t i = 0; i < n_cal * m.input.size(); ++i) mx = std::max(mx, std::fabs(calibration[i]));
+    for (std::size_t i = 0; i < n_cal * m.input.size(); ++i)
+      mx = std::max(mx, std::fabs(calibration[i]));
     in_scale = mx > 0 ? mx / kInt8Max : 1.0f;
   }
   q.input_scale = in_scale;
@@ -136,14 +143,16 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type,
     QuantizedLayer& ql = q.layers[i];
     if (l.kind == LayerKind::Activation && !ql.fused_into_previous &&
         !(l.activation == Act::Relu || l.activation == Act::Linear))
-      throw InputError(fmt::format("{}: layer {} ({} {}): the chip applies this activation only "
-                                   "fused into the Conv2D or Dense before it",
-                                   m.file, l.name, name_of(l.kind), name_of(l.activation)));
+      throw InputError(
+          fmt::format("{}: layer {} ({} {}): the chip applies this activation only "
+                      "fused into the Conv2D or Dense before it",
+                      m.file, l.name, name_of(l.kind), name_of(l.activation)));
     if ((l.kind == LayerKind::MaxPooling2D || l.kind == LayerKind::AveragePooling2D) &&
         l.padding != Padding::Valid)
-      throw InputError(fmt::format("{}: layer {} ({}): the vector unit pools with padding "
-                                   "\"valid\" only",
-                                   m.file, l.name, name_of(l.kind)));
+      throw InputError(
+          fmt::format("{}: layer {} ({}): the vector unit pools with padding "
+                      "\"valid\" only",
+                      m.file, l.name, name_of(l.kind)));
     if (!l.has_weights()) {
       ql.out_type = in_type;
       ql.out_scale = in_scale;
@@ -154,14 +163,16 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type,
     const std::uint32_t cout = l.out.c;
     const std::size_t k_total = w.layers[i].kernel.size() / cout;
     if (ql.fused_activation == Act::Softmax && !out_float)
-      throw InputError(fmt::format("{}: layer {}: softmax must end the network (it needs an fp32 "
-                                   "output)",
-                                   m.file, l.name));
+      throw InputError(
+          fmt::format("{}: layer {}: softmax must end the network (it needs an fp32 "
+                      "output)",
+                      m.file, l.name));
     if (input_type == DType::Int8 && !out_float &&
         !(ql.fused_activation == Act::Linear || ql.fused_activation == Act::Relu))
-      throw InputError(fmt::format("{}: layer {}: activation {} on an int8 chip needs an fp32 "
-                                   "output; only the last layer gives one",
-                                   m.file, l.name, name_of(ql.fused_activation)));
+      throw InputError(
+          fmt::format("{}: layer {}: activation {} on an int8 chip needs an fp32 "
+                      "output; only the last layer gives one",
+                      m.file, l.name, name_of(ql.fused_activation)));
     if (input_type == DType::Bf16) {
       ql.kernel_bf16.resize(w.layers[i].kernel.size());
       for (std::size_t k = 0; k < ql.kernel_bf16.size(); ++k)
@@ -173,16 +184,20 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type,
       ql.weight_scale.assign(cout, 0.0f);
       for (std::size_t k = 0; k < k_total; ++k)
         for (std::uint32_t c = 0; c < cout; ++c)
-          ql.weight_scale[c] = std::max(ql.weight_scale[c], std::fabs(w.layers[i].kernel[k * cout + c]));
+          ql.weight_scale[c] =
+              std::max(ql.weight_scale[c], std::fabs(w.layers[i].kernel[k * cout + c]));
       for (auto& s : ql.weight_scale) s = s > 0 ? s / kInt8Max : 1.0f;
       ql.kernel_i8.resize(w.layers[i].kernel.size());
       for (std::size_t k = 0; k < k_total; ++k)
         for (std::uint32_t c = 0; c < cout; ++c)
-          ql.kernel_i8[k * cout + c] = quantize_value(w.layers[i].kernel[k * cout + c], ql.weight_scale[c]);
+          ql.kernel_i8[k * cout + c] =
+              quantize_value(w.layers[i].kernel[k * cout + c], ql.weight_scale[c]);
       ql.bias_i32.assign(cout, 0);
       for (std::uint32_t c = 0; c < cout; ++c) {
-        const double b = std::round(double{w.layers[i].bias[c]} / (double{in_scale} * ql.weight_scale[c]));
-        ql.bias_i32[c] = static_cast<std::int32_t>(std::clamp<double>(b, -2147483647.0, 2147483647.0));
+        const double b =
+            std::round(double{w.layers[i].bias[c]} / (double{in_scale} * ql.weight_scale[c]));
+        ql.bias_i32[c] =
+            static_cast<std::int32_t>(std::clamp<double>(b, -2147483647.0, 2147483647.0));
       }
       if (out_float) {
         ql.scale_f32.resize(cout);
@@ -263,9 +278,13 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
             for (std::uint32_t ci = 0; ci < ic; ++ci) {
               const std::uint64_t k = (std::uint64_t{ky} * kw + kx) * ic + ci;
               const std::size_t src = ((b * ih + static_cast<std::uint64_t>(inside ? y : 0)) * iw +
-                                       static_cast<std::uint64_t>(inside ? xx : 0)) * ic + ci;
-              if (in.type == DType::Int8) xi[k] = inside ? in.i8[src] : 0;
-              else x[k] = inside ? value_at(in, src) : 0.0f;
+                                       static_cast<std::uint64_t>(inside ? xx : 0)) *
+                                          ic +
+                                      ci;
+              if (in.type == DType::Int8)
+                xi[k] = inside ? in.i8[src] : 0;
+              else
+                x[k] = inside ? value_at(in, src) : 0.0f;
             }
           }
         // 2. The MXU: int8 sums are exact (wrapping int32); bf16 sums run per tile of `tile`
@@ -277,7 +296,8 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
             const auto xk = static_cast<std::int16_t>(xi[k]);
             const std::int16_t* wk = &w16[k * oc];
             for (std::uint32_t c = 0; c < oc; ++c)
-              acc_u[c] += static_cast<std::uint32_t>(static_cast<std::int32_t>(static_cast<std::int16_t>(xk * wk[c])));
+              acc_u[c] += static_cast<std::uint32_t>(
+                  static_cast<std::int32_t>(static_cast<std::int16_t>(xk * wk[c])));
           }
           for (std::uint32_t c = 0; c < oc; ++c) acc_i[c] = static_cast<std::int32_t>(acc_u[c]);
         } else {
@@ -286,7 +306,8 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
             for (std::uint64_t k = k0; k < std::min(K, k0 + tile); ++k)
               for (std::uint32_t c = 0; c < oc; ++c)
                 psum[c] += x[k] * to_float(Bf16{ql.kernel_bf16[k * oc + c]});
-            for (std::uint32_t c = 0; c < oc; ++c) acc_f[c] = k0 == 0 ? psum[c] : acc_f[c] + psum[c];
+            for (std::uint32_t c = 0; c < oc; ++c)
+              acc_f[c] = k0 == 0 ? psum[c] : acc_f[c] + psum[c];
           }
         }
         // 3. The vector unit's Activate.
@@ -294,21 +315,26 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
         const isa::ActFunc f = act_func(ql.fused_activation);
         if (ql.out_type == DType::Int8) {
           for (std::uint32_t c = 0; c < oc; ++c) {
-            std::int8_t v = requantize(add_bias(acc_i[c], ql.bias_i32[c]), ql.multiplier[c], ql.shift[c]);
+            std::int8_t v =
+                requantize(add_bias(acc_i[c], ql.bias_i32[c]), ql.multiplier[c], ql.shift[c]);
             if (f == isa::ActFunc::Relu) v = relu(v);
             out.i8[o + c] = v;
           }
           continue;
         }
         for (std::uint32_t c = 0; c < oc; ++c)
-          row[c] = q.act_type == DType::Int8 ? scale_int(acc_i[c], ql.bias_i32[c], ql.scale_f32[c])
-                                             : scale_float(acc_f[c], ql.bias_f32[c], ql.scale_f32[c]);
-        if (f == isa::ActFunc::Softmax) softmax_row(row.data(), row.data(), oc);
+          row[c] = q.act_type == DType::Int8
+                       ? scale_int(acc_i[c], ql.bias_i32[c], ql.scale_f32[c])
+                       : scale_float(acc_f[c], ql.bias_f32[c], ql.scale_f32[c]);
+        if (f == isa::ActFunc::Softmax)
+          softmax_row(row.data(), row.data(), oc);
         else
           for (auto& v : row) v = activate_float(f, v);
         for (std::uint32_t c = 0; c < oc; ++c) {
-          if (ql.out_type == DType::Bf16) out.bf[o + c] = to_bf16(row[c]).bits;
-          else out.f32[o + c] = row[c];
+          if (ql.out_type == DType::Bf16)
+            out.bf[o + c] = to_bf16(row[c]).bits;
+          else
+            out.f32[o + c] = row[c];
         }
       }
 }
@@ -356,8 +382,10 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
   cur.type = q.act_type;
   const auto enc = encode_input(q, images, n);
   resize(cur, n * m.input.size());
-  if (q.act_type == DType::Int8) std::memcpy(cur.i8.data(), enc.data(), enc.size());
-  else std::memcpy(cur.bf.data(), enc.data(), enc.size());
+  if (q.act_type == DType::Int8)
+    std::memcpy(cur.i8.data(), enc.data(), enc.size());
+  else
+    std::memcpy(cur.bf.data(), enc.data(), enc.size());
 
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
     const Layer& l = m.layers[i];

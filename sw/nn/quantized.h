@@ -31,28 +31,27 @@ struct QuantizedLayer {
   std::vector<std::int32_t> bias_i32;
   std::vector<std::int32_t> multiplier;  // int8 out: Q31; fp32 out from int acc: unused
   std::vector<std::int32_t> shift;
-  std::vector<float> bias_f32;   // bf16 chips
-  std::vector<float> scale_f32;  // fp32 out: dequantization scale (int) or 1.0 (float)
+  std::vector<float> bias_f32;         // bf16 chips
+  std::vector<float> scale_f32;        // fp32 out: dequantization scale (int) or 1.0 (float)
   Act fused_activation = Act::Linear;  // applied by the Activate instruction
   bool fused_into_previous = false;    // an Activation layer folded into the layer before
 };
 
 struct QuantizedModel {
   const Model* model = nullptr;
-  DType act_type = DType::Int8;  // int8 or bf16
-  std::uint32_t tile_rows = 0;   // K per weight tile (mxu.rows): the bf16 summation order
-  float input_scale = 1.0f;      // int8: q = round(x / input_scale)
+  DType act_type = DType::Int8;        // int8 or bf16
+  std::uint32_t tile_rows = 0;         // K per weight tile (mxu.rows): the bf16 summation order
+  float input_scale = 1.0f;            // int8: q = round(x / input_scale)
   std::vector<QuantizedLayer> layers;  // one per model layer
 };
 
 // Builds the quantized model for a chip whose MXU takes `input_type` in tiles of `tile_rows`.
 // `calibration` holds n_cal images (floats, NHWC) used for int8 activation ranges.
-QuantizedModel quantize(const Model& m, const Weights& w, DType input_type,
-                        std::uint32_t tile_rows, const float* calibration, std::size_t n_cal);
+QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std::uint32_t tile_rows,
+                        const float* calibration, std::size_t n_cal);
 
 // Converts float images into the chip's input encoding (int8 or bf16, little-endian bytes).
-std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images,
-                                       std::size_t n);
+std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images, std::size_t n);
 
 // Reference inference: n images in, n x output-size floats out (exactly what the chip returns).
 std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n);

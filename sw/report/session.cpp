@@ -1,13 +1,13 @@
 #include "sw/report/session.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <future>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "hw/chip/chip.h"
 #include "hw/chip/energy.h"
@@ -55,9 +55,10 @@ Inputs load_inputs(const nn::Model& m, const RunOptions& opt) {
   if (!fashion) {
     in.images = random_images(opt.images * per, opt.seed);
     in.calibration = random_images(kCalibrationImages * per, opt.seed + 1);
-    in.source = fmt::format("random inputs (seed {}): the model's input {}x{}x{} is not "
-                            "Fashion-MNIST's 28x28x1",
-                            opt.seed, m.input.h, m.input.w, m.input.c);
+    in.source = fmt::format(
+        "random inputs (seed {}): the model's input {}x{}x{} is not "
+        "Fashion-MNIST's 28x28x1",
+        opt.seed, m.input.h, m.input.w, m.input.c);
     return in;
   }
   const std::string dir = opt.data_dir.empty() ? data::kDefaultFashionMnistDir : opt.data_dir;
@@ -83,9 +84,12 @@ double top1(const std::vector<float>& out, std::size_t k, const std::vector<std:
 }
 
 ordered_json buckets_json(const MxuBuckets& b) {
-  return {{"active", b.active},           {"weight_stall", b.weight_stall},
-          {"weight_shift", b.weight_shift}, {"data_hazard", b.data_hazard},
-          {"input_stall", b.input_stall}, {"idle", b.idle}};
+  return {{"active", b.active},
+          {"weight_stall", b.weight_stall},
+          {"weight_shift", b.weight_shift},
+          {"data_hazard", b.data_hazard},
+          {"input_stall", b.input_stall},
+          {"idle", b.idle}};
 }
 
 struct Simulated {
@@ -110,15 +114,16 @@ Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
                              chip.cores[c]->sequencer->issued(), prog.cores[c].size());
     throw ProgramError("the chip deadlocked (no event left before every core halted):" + where);
   }
-  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c) s.cycles = std::max(s.cycles, chip.halted_at(c));
+  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c)
+    s.cycles = std::max(s.cycles, chip.halted_at(c));
   chip.finish(s.cycles);
   s.outputs = drv.outputs();
   s.loaded_at = drv.loaded_at();
   s.counters = chip.counters();
   for (const auto& core : chip.cores)
     for (std::size_t m = 0; m < core->mxus.size(); ++m)
-      s.mxus.push_back({{"core", core->id()}, {"mxu", m},
-                        {"cycles", buckets_json(core->mxus[m]->buckets())}});
+      s.mxus.push_back(
+          {{"core", core->id()}, {"mxu", m}, {"cycles", buckets_json(core->mxus[m]->buckets())}});
   return s;
 }
 
@@ -163,7 +168,8 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
       Reference ref;
       const double t = now_s();
       ref.quantized = nn::forward_quantized(q, in.images.data(), opt.images);
-      if (!in.labels.empty()) ref.fp32 = nn::forward_float(model, weights, in.images.data(), opt.images);
+      if (!in.labels.empty())
+        ref.fp32 = nn::forward_float(model, weights, in.images.data(), opt.images);
       ref.wall = now_s() - t;
       return ref;
     });
@@ -205,7 +211,8 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
     const std::size_t k = prog.output_elements;
     std::uint64_t mismatches = 0;
     for (std::size_t i = 0; i < opt.images; ++i)
-      mismatches += std::memcmp(ref.data() + i * k, sim.outputs.data() + i * k, k * sizeof(float)) != 0;
+      mismatches +=
+          std::memcmp(ref.data() + i * k, sim.outputs.data() + i * k, k * sizeof(float)) != 0;
     ordered_json acc;
     if (!in.labels.empty()) {
       acc["top1"] = top1(sim.outputs, k, in.labels);
@@ -275,22 +282,26 @@ std::string summary(const ordered_json& r) {
   const auto& t = r["totals"];
   const auto& c = r["chip"];
   std::string s;
-  s += fmt::format("chip        {} ({})\n", c["name"].get<std::string>(), c["file"].get<std::string>());
-  s += fmt::format("workload    {} on {} images, batch {}; weights: {}; inputs: {}\n",
-                   r["workload"]["model"].get<std::string>(), r["workload"]["images"].get<std::uint64_t>(),
-                   r["workload"]["batch"].get<std::uint32_t>(), r["workload"]["weights"].get<std::string>(),
-                   r["workload"]["inputs"].get<std::string>());
+  s += fmt::format("chip        {} ({})\n", c["name"].get<std::string>(),
+                   c["file"].get<std::string>());
+  s += fmt::format(
+      "workload    {} on {} images, batch {}; weights: {}; inputs: {}\n",
+      r["workload"]["model"].get<std::string>(), r["workload"]["images"].get<std::uint64_t>(),
+      r["workload"]["batch"].get<std::uint32_t>(), r["workload"]["weights"].get<std::string>(),
+      r["workload"]["inputs"].get<std::string>());
   if (r.contains("accuracy")) {
     const auto& a = r["accuracy"];
     if (a.contains("top1"))
       s += fmt::format("accuracy    top-1 {:.2f}% (quantized reference {:.2f}%, float {:.2f}%)\n",
                        100 * a["top1"].get<double>(), 100 * a["reference_top1"].get<double>(),
                        100 * a["float_top1"].get<double>());
-    s += fmt::format("bit-exact   {} ({} mismatching images)\n", a["bit_exact"].get<bool>() ? "yes" : "NO",
+    s += fmt::format("bit-exact   {} ({} mismatching images)\n",
+                     a["bit_exact"].get<bool>() ? "yes" : "NO",
                      a["mismatches"].get<std::uint64_t>());
   }
-  s += fmt::format("cycles      {}  = {:.6f} s simulated, {:.0f} images/s\n", t["cycles"].get<std::uint64_t>(),
-                   t["seconds"].get<double>(), t["images_per_s"].get<double>());
+  s += fmt::format("cycles      {}  = {:.6f} s simulated, {:.0f} images/s\n",
+                   t["cycles"].get<std::uint64_t>(), t["seconds"].get<double>(),
+                   t["images_per_s"].get<double>());
   s += fmt::format("throughput  {:.3f} T ops/s of {:.2f} peak, utilization {:.2f}%\n",
                    t["ops_per_s"].get<double>() / 1e12, t["peak_ops_per_s"].get<double>() / 1e12,
                    100 * t["utilization"].get<double>());
@@ -298,7 +309,8 @@ std::string summary(const ordered_json& r) {
                    1e3 * t["energy_per_image_j"].get<double>(), t["avg_power_w"].get<double>(),
                    t["ops_per_j"].get<double>());
   s += fmt::format("host        {:.2f} s wall ({:.2f} s simulating, {:.2f} s reference)\n",
-                   r["host"]["wall_seconds"].get<double>(), r["host"]["simulation_wall_seconds"].get<double>(),
+                   r["host"]["wall_seconds"].get<double>(),
+                   r["host"]["simulation_wall_seconds"].get<double>(),
                    r["host"]["reference_wall_seconds"].get<double>());
   return s;
 }

@@ -5,10 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "hw/config/chip_config.h"
 
@@ -19,7 +18,7 @@ struct RunOptions {
   std::optional<std::string> weights;  // default: configs/weights/<model name>.bin if it exists
   bool random_weights = false;         // --random-weights: seeded, for performance studies
   std::uint64_t seed = 1;
-  std::string data_dir;                // default: the Debian dataset-fashion-mnist directory
+  std::string data_dir;  // default: the Debian dataset-fashion-mnist directory
   std::uint64_t images = 10000;
   std::uint32_t batch = 256;
   bool check = true;  // run the quantized reference and compare

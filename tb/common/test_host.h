@@ -4,13 +4,13 @@
 // one exists so hw/ can be tested without sw/.
 #pragma once
 
-#include <systemc>
-#include <tlm>
 #include <tlm_utils/simple_initiator_socket.h>
 #include <tlm_utils/simple_target_socket.h>
 
 #include <cstring>
 #include <string>
+#include <systemc>
+#include <tlm>
 #include <vector>
 
 #include "hw/chip/address_map.h"
@@ -26,8 +26,8 @@ class TestHost : public sc_core::sc_module {
   tlm_utils::simple_target_socket<TestHost> host_memory{"host_memory"};
   std::vector<std::uint8_t> memory;
   std::vector<std::vector<isa::Instruction>> programs;  // one per core
-  std::vector<std::vector<std::uint8_t>> raw;  // per core: if non-empty, streamed instead
-  std::vector<Cycle> halted_at;                          // per core
+  std::vector<std::vector<std::uint8_t>> raw;           // per core: if non-empty, streamed instead
+  std::vector<Cycle> halted_at;                         // per core
   std::vector<Cycle> written_at;  // per core: when the last instruction write was accepted
   std::uint32_t instructions_per_write = 8;
 
@@ -53,7 +53,8 @@ class TestHost : public sc_core::sc_module {
  private:
   void start() {
     for (auto& [addr, bytes] : image_)
-      if (tlm_debug(host2chip, tlm::TLM_WRITE_COMMAND, addr, bytes.data(), bytes.size()) != bytes.size())
+      if (tlm_debug(host2chip, tlm::TLM_WRITE_COMMAND, addr, bytes.data(), bytes.size()) !=
+          bytes.size())
         SC_REPORT_ERROR("test_host", "memory image write refused");
     for (std::uint32_t c = 0; c < chip_.config().tensor_cores; ++c)
       sc_core::sc_spawn([this, c] { stream(c); });
@@ -63,8 +64,9 @@ class TestHost : public sc_core::sc_module {
     const auto words = raw[core].empty() ? isa::encode_all(programs[core]) : raw[core];
     const std::size_t chunk = instructions_per_write * isa::kInstructionBytes;
     for (std::size_t o = 0; o < words.size(); o += chunk) {
-      std::vector<std::uint8_t> part(words.begin() + static_cast<std::ptrdiff_t>(o),
-                                     words.begin() + static_cast<std::ptrdiff_t>(std::min(o + chunk, words.size())));
+      std::vector<std::uint8_t> part(
+          words.begin() + static_cast<std::ptrdiff_t>(o),
+          words.begin() + static_cast<std::ptrdiff_t>(std::min(o + chunk, words.size())));
       const auto st = tlm_transfer(host2chip, tlm::TLM_WRITE_COMMAND,
                                    address_map::queue_address(core), part.data(), part.size());
       if (st != tlm::TLM_OK_RESPONSE) SC_REPORT_ERROR("test_host", "instruction write refused");

@@ -1,10 +1,9 @@
 // GoogleTest entry for testbenches that may elaborate SystemC modules. Each test runs in its own
 // process (gtest_discover_tests), because the SystemC kernel cannot be reset.
-#include <systemc>
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <systemc>
 
 // libsystemc's own main() calls sc_main(); ours replaces it, but the library still refers to the
 // symbol (extern "C", declared by <systemc>), so it must exist.

@@ -19,10 +19,12 @@ ChipConfig shipped(const std::string& name) {
   return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
 }
 
-template <class T> void put(std::vector<std::uint8_t>& v, std::size_t off, T x) {
+template <class T>
+void put(std::vector<std::uint8_t>& v, std::size_t off, T x) {
   std::memcpy(v.data() + off, &x, sizeof x);
 }
-template <class T> T get(const std::vector<std::uint8_t>& v, std::size_t off) {
+template <class T>
+T get(const std::vector<std::uint8_t>& v, std::size_t off) {
   T x;
   std::memcpy(&x, v.data() + off, sizeof x);
   return x;
@@ -101,7 +103,9 @@ TEST(ChipProgram, V3RunsBothCoresAndAllMxusConcurrently) {
     std::memcpy(b.data(), v.data(), b.size());
     return b;
   };
-  auto tile_addr = [&](std::uint32_t u, std::uint32_t t) { return m_tiles + (u * T + t) * tile_bytes; };
+  auto tile_addr = [&](std::uint32_t u, std::uint32_t t) {
+    return m_tiles + (u * T + t) * tile_bytes;
+  };
   for (std::uint32_t u = 0; u < units; ++u) {
     sim.host.load_memory(m_x + u * x_bytes, bytes_of(x[u]));
     for (std::uint32_t t = 0; t < T; ++t) sim.host.load_memory(tile_addr(u, t), bytes_of(w[u][t]));

@@ -1,10 +1,9 @@
 // Timing rules of the whole chip, each checked against the formula in docs/timing-model.md
 // evaluated from the config; hazards; and programs the chip must refuse.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
@@ -137,8 +136,8 @@ TEST(Hazards, ActivateWaitsForTheMatMulToDrainIntoTheAccumulators) {
   sim.host.programs[0] = {tile_from_ub(cfg, 0), matmul(cfg, B, true), a, isa::Halt{}};
   const Cycle end = sim.run();
   // The activate starts when the matmul's results are in the accumulators, then runs its cost.
-  const Cycle matmul_done = sim.chip.cores[0]->mxus[0]->last_feed_end() + cfg.mxu.rows +
-                            cfg.mxu.cols - 1;
+  const Cycle matmul_done =
+      sim.chip.cores[0]->mxus[0]->last_feed_end() + cfg.mxu.rows + cfg.mxu.cols - 1;
   EXPECT_EQ(end, matmul_done + VectorOps(cfg).cost(a).cycles);
 }
 

@@ -3,9 +3,8 @@
 
 #include <cstdio>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "hw/config/chip_config.h"
 
@@ -73,7 +72,8 @@ TEST(InfoCli, ZeroRowsUnknownKeyAndNotJsonEachGiveOneLineAndStatusTwo) {
   const std::string broken = write_temp("broken.json", "{\"name\": \"x\",");
   const struct {
     std::string file, expect;
-  } cases[] = {{rows0, "/mxu/rows = 0"}, {unknown, "/mxu/rowz is not a known key"},
+  } cases[] = {{rows0, "/mxu/rows = 0"},
+               {unknown, "/mxu/rowz is not a known key"},
                {broken, "not valid JSON"}};
   for (const auto& c : cases) {
     const Result r = run("info --chip " + c.file);

@@ -49,10 +49,11 @@ void expect_consistent(const ordered_json& r, const ChipConfig& cfg) {
   EXPECT_NEAR(parts, t["energy_j"].get<double>(), 1e-12 * t["energy_j"].get<double>());
   EXPECT_NEAR(r["energy"]["static_j"].get<double>(), cfg.energy.idle_w * t["seconds"].get<double>(),
               1e-12);
-  EXPECT_NEAR(t["utilization"].get<double>(),
-              static_cast<double>(t["macs"].get<std::uint64_t>()) /
-                  (static_cast<double>(cfg.peak_macs_per_cycle()) * static_cast<double>(total_cycles)),
-              1e-12);
+  EXPECT_NEAR(
+      t["utilization"].get<double>(),
+      static_cast<double>(t["macs"].get<std::uint64_t>()) /
+          (static_cast<double>(cfg.peak_macs_per_cycle()) * static_cast<double>(total_cycles)),
+      1e-12);
 }
 
 ordered_json run_cnn(const std::string& chip, std::uint64_t images) {
