@@ -11,21 +11,14 @@
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
+#include "sw/nn/metrics.h"
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
 
 namespace tpu::cli {
 namespace {
 
-constexpr std::size_t kCalibrationImages = 256;  // as sw/report/session.cpp
-constexpr std::uint32_t kBf16TileRows = 128;     // v2, v3, v4 MXUs (configs/chips)
-
-double top1(const std::vector<float>& out, std::size_t k, const std::vector<std::uint8_t>& labels) {
-  const auto pred = nn::argmax_rows(out, k);
-  std::size_t ok = 0;
-  for (std::size_t i = 0; i < labels.size(); ++i) ok += pred[i] == labels[i];
-  return static_cast<double>(ok) / static_cast<double>(labels.size());
-}
+constexpr std::uint32_t kBf16TileRows = 128;  // v2, v3, v4 MXUs (configs/chips)
 
 }  // namespace
 
@@ -58,12 +51,13 @@ void run_train(const TrainCommand& cmd) {
   for (std::size_t i = 0; i < images.size(); ++i) images[i] = test_set.images.pixels[i];
   const std::size_t k = model.output().size();
   const double float_top1 =
-      top1(nn::forward_float(model, r.weights, images.data(), n), k, test_set.labels);
+      nn::top1(nn::forward_float(model, r.weights, images.data(), n), k, test_set.labels);
   auto quantized_top1 = [&](DType t, std::uint32_t tile_rows) {
-    const auto q = nn::quantize(model, r.weights, t, tile_rows, images.data(), kCalibrationImages);
-    return top1(nn::forward_quantized(q, images.data(), n), k, test_set.labels);
+    const auto q =
+        nn::quantize(model, r.weights, t, tile_rows, images.data(), nn::kCalibrationImages);
+    return nn::top1(nn::forward_quantized(q, images.data(), n), k, test_set.labels);
   };
-  const double int8_top1 = quantized_top1(DType::Int8, 256);
+  const double int8_top1 = quantized_top1(DType::Int8, kInt8TileRows);
   const double bf16_top1 = quantized_top1(DType::Bf16, kBf16TileRows);
 
   nn::save_weights(cmd.out, model, r.weights);

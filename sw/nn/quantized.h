@@ -18,6 +18,11 @@
 
 namespace tpu::nn {
 
+// Images whose activation ranges set the int8 scales: the first 256 of the run's input set
+// (docs/quantization.md), whatever the number of images run, so runs of different lengths
+// quantize identically.
+inline constexpr std::size_t kCalibrationImages = 256;
+
 struct QuantizedLayer {
   // Tensor of this layer's output as it sits in the unified buffer.
   DType out_type = DType::Int8;

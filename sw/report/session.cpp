@@ -15,6 +15,7 @@
 #include "sw/compiler/compiler.h"
 #include "sw/data/idx.h"
 #include "sw/driver/driver.h"
+#include "sw/nn/metrics.h"
 #include "sw/nn/model.h"
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
@@ -26,8 +27,6 @@ using nlohmann::ordered_json;
 
 namespace {
 
-constexpr std::size_t kCalibrationImages = 256;  // int8 activation ranges (docs/quantization.md)
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -35,7 +34,7 @@ double now_s() {
 struct Inputs {
   std::vector<float> images;  // n x input size
   std::vector<std::uint8_t> labels;
-  std::vector<float> calibration;  // kCalibrationImages x input size
+  std::vector<float> calibration;  // nn::kCalibrationImages x input size
   std::string source;
 };
 
@@ -54,7 +53,7 @@ Inputs load_inputs(const nn::Model& m, const RunOptions& opt) {
   const bool fashion = m.input == nn::Shape{28, 28, 1};
   if (!fashion) {
     in.images = random_images(opt.images * per, opt.seed);
-    in.calibration = random_images(kCalibrationImages * per, opt.seed + 1);
+    in.calibration = random_images(nn::kCalibrationImages * per, opt.seed + 1);
     in.source = fmt::format(
         "random inputs (seed {}): the model's input {}x{}x{} is not "
         "Fashion-MNIST's 28x28x1",
@@ -69,18 +68,11 @@ Inputs load_inputs(const nn::Model& m, const RunOptions& opt) {
   in.images.resize(opt.images * per);
   for (std::size_t i = 0; i < in.images.size(); ++i) in.images[i] = ds.images.pixels[i];
   in.labels.assign(ds.labels.begin(), ds.labels.begin() + static_cast<std::ptrdiff_t>(opt.images));
-  const std::size_t cal = std::min<std::size_t>(kCalibrationImages, ds.images.count);
+  const std::size_t cal = std::min<std::size_t>(nn::kCalibrationImages, ds.images.count);
   in.calibration.resize(cal * per);
   for (std::size_t i = 0; i < in.calibration.size(); ++i) in.calibration[i] = ds.images.pixels[i];
   in.source = fmt::format("Fashion-MNIST t10k ({})", dir);
   return in;
-}
-
-double top1(const std::vector<float>& out, std::size_t k, const std::vector<std::uint8_t>& labels) {
-  const auto pred = nn::argmax_rows(out, k);
-  std::size_t ok = 0;
-  for (std::size_t i = 0; i < labels.size(); ++i) ok += pred[i] == labels[i];
-  return labels.empty() ? 0.0 : static_cast<double>(ok) / static_cast<double>(labels.size());
 }
 
 ordered_json buckets_json(const MxuBuckets& b) {
@@ -215,9 +207,9 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
           std::memcmp(ref.data() + i * k, sim.outputs.data() + i * k, k * sizeof(float)) != 0;
     ordered_json acc;
     if (!in.labels.empty()) {
-      acc["top1"] = top1(sim.outputs, k, in.labels);
-      acc["reference_top1"] = top1(ref, k, in.labels);
-      acc["float_top1"] = top1(refs.fp32, k, in.labels);
+      acc["top1"] = nn::top1(sim.outputs, k, in.labels);
+      acc["reference_top1"] = nn::top1(ref, k, in.labels);
+      acc["float_top1"] = nn::top1(refs.fp32, k, in.labels);
     }
     acc["bit_exact"] = mismatches == 0;
     acc["mismatches"] = mismatches;
