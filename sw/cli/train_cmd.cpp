@@ -19,6 +19,7 @@ namespace tpu::cli {
 namespace {
 
 constexpr std::uint32_t kBf16TileRows = 128;  // v2, v3, v4 MXUs (configs/chips)
+constexpr std::uint32_t kInt8TileRows = 256;  // v1; int8 sums are exact, so any height agrees
 
 }  // namespace
 
