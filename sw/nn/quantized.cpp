@@ -261,6 +261,8 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
   // int8 x int8 products fit int16 (|q| <= 127 on both sides); widened once per layer so the
   // column loop vectorises. Sums wrap like the chip's int32 accumulators (unsigned adds).
   std::vector<std::int16_t> w16(ql.kernel_i8.begin(), ql.kernel_i8.end());
+  std::vector<float> wf(ql.kernel_bf16.size());  // bf16 widened to fp32 once (exact)
+  for (std::size_t k = 0; k < wf.size(); ++k) wf[k] = to_float(Bf16{ql.kernel_bf16[k]});
   std::vector<std::uint32_t> acc_u(oc);
   std::vector<std::int32_t> acc_i(oc);
   std::vector<float> acc_f(oc), psum(oc), row(oc);
@@ -294,18 +296,24 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
           for (std::uint64_t k = 0; k < K; ++k) {
             if (xi[k] == 0) continue;
             const auto xk = static_cast<std::int16_t>(xi[k]);
-            const std::int16_t* wk = &w16[k * oc];
+            // Distinct buffers: __restrict lets the column loops vectorise (columns are
+            // independent, so each column's order is unchanged).
+            const std::int16_t* __restrict wk = &w16[k * oc];
+            std::uint32_t* __restrict au = acc_u.data();
             for (std::uint32_t c = 0; c < oc; ++c)
-              acc_u[c] += static_cast<std::uint32_t>(
+              au[c] += static_cast<std::uint32_t>(
                   static_cast<std::int32_t>(static_cast<std::int16_t>(xk * wk[c])));
           }
           for (std::uint32_t c = 0; c < oc; ++c) acc_i[c] = static_cast<std::int32_t>(acc_u[c]);
         } else {
           for (std::uint64_t k0 = 0; k0 < K; k0 += tile) {
             std::fill(psum.begin(), psum.end(), 0.0f);
-            for (std::uint64_t k = k0; k < std::min(K, k0 + tile); ++k)
-              for (std::uint32_t c = 0; c < oc; ++c)
-                psum[c] += x[k] * to_float(Bf16{ql.kernel_bf16[k * oc + c]});
+            for (std::uint64_t k = k0; k < std::min(K, k0 + tile); ++k) {
+              const float xk = x[k];
+              const float* __restrict wk = &wf[k * oc];
+              float* __restrict ps = psum.data();
+              for (std::uint32_t c = 0; c < oc; ++c) ps[c] += xk * wk[c];
+            }
             for (std::uint32_t c = 0; c < oc; ++c)
               acc_f[c] = k0 == 0 ? psum[c] : acc_f[c] + psum[c];
           }

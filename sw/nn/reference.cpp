@@ -1,0 +1,311 @@
+#include "sw/nn/reference.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
+
+#include "hw/common/error.h"
+
+namespace tpu::nn {
+namespace {
+
+// Output channels are computed in blocks of whole 4-lane vectors, so the inner loops run on SSE
+// registers at -O2 without target-specific flags; kernels are repacked with their channel count
+// padded to a multiple of kLane. Each lane computes exactly the scalar expression, in the same
+// order, so results do not depend on the vector width.
+constexpr std::uint32_t kLane = 8;
+using F4 = float __attribute__((vector_size(16)));  // GCC/Clang vector extension
+
+F4 load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void store4(float* p, F4 v) { std::memcpy(p, &v, sizeof v); }
+
+std::uint32_t round_up(std::uint32_t x, std::uint32_t m) { return (x + m - 1) / m * m; }
+
+// std::max / std::min per lane (the same NaN behaviour: the first operand unless the test holds).
+F4 max_of(F4 a, F4 b) { return a < b ? b : a; }
+F4 min_of(F4 a, F4 b) { return b < a ? b : a; }
+float max_of(float a, float b) { return a < b ? b : a; }
+float min_of(float a, float b) { return b < a ? b : a; }
+template <class T>
+T splat(float x) {
+  if constexpr (std::is_same_v<T, F4>)
+    return F4{x, x, x, x};
+  else
+    return x;
+}
+
+// o[i] = f(o[i], v[i]) for i in [0, n), four lanes at a time; f is generic over float and F4.
+template <class F>
+void combine(std::size_t n, float* o, const float* v, F f) {
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) store4(o + i, f(load4(o + i), load4(v + i)));
+  for (; i < n; ++i) o[i] = f(o[i], v[i]);
+}
+
+// TensorFlow's SAME padding (tf.nn.convolution): the total padding
+// max((out - 1) * stride + k - in, 0) is split with the smaller half before (top / left).
+std::int64_t pad_before(std::uint32_t in, std::uint32_t out, std::uint32_t k, std::uint32_t s,
+                        Padding p) {
+  if (p == Padding::Valid) return 0;
+  const std::int64_t total = std::int64_t{out - 1} * s + k - in;
+  return std::max<std::int64_t>(total, 0) / 2;
+}
+
+// A weighted layer as the inner loops want it: Conv2D kernel [kh][kw][cin][cout_padded], Dense
+// viewed as a 1x1 convolution of a 1x1 image with in.size() channels.
+struct Packed {
+  std::uint32_t cout = 0, cout_padded = 0;
+  std::vector<float> kernel, bias;
+};
+
+Packed pack(const Layer& l, const LayerWeights& w) {
+  Packed p;
+  p.cout = l.out.c;
+  p.cout_padded = round_up(p.cout, kLane);
+  const std::size_t rows = w.kernel.size() / p.cout;
+  p.kernel.assign(rows * p.cout_padded, 0.0f);
+  for (std::size_t r = 0; r < rows; ++r)
+    std::copy_n(w.kernel.data() + r * p.cout, p.cout, p.kernel.data() + r * p.cout_padded);
+  p.bias.assign(p.cout_padded, 0.0f);
+  if (l.use_bias) std::copy(w.bias.begin(), w.bias.end(), p.bias.begin());
+  return p;
+}
+
+// One output pixel's window, clipped to the image (SAME padding contributes zeros).
+struct Window {
+  const float* in;  // input pixel at (ky0, kx0)
+  std::uint32_t rows, cols;
+  std::size_t in_row_stride;      // floats between input rows
+  const float* kernel;            // kernel at (ky0, kx0, 0, 0)
+  std::size_t kernel_row_stride;  // floats between kernel rows
+  std::uint32_t cin;
+  std::uint32_t cout;  // padded
+};
+
+// out[j] = bias[j] + sum over the window (rows, cols, cin in that order) of x * k[.][j]:
+// convolution then bias add, as TensorFlow's Conv2D + BiasAdd. V vectors = 4V channels.
+template <std::uint32_t V>
+void window_block(const Window& w, std::uint32_t co, const float* bias, float* out) {
+  F4 acc[V] = {};
+  for (std::uint32_t r = 0; r < w.rows; ++r) {
+    const float* x = w.in + r * w.in_row_stride;
+    const float* k = w.kernel + r * w.kernel_row_stride + co;
+    const std::size_t taps = std::size_t{w.cols} * w.cin;
+    for (std::size_t t = 0; t < taps; ++t) {
+      const F4 xv = {x[t], x[t], x[t], x[t]};
+      const float* kr = k + t * w.cout;
+#pragma GCC unroll 8
+      for (std::uint32_t v = 0; v < V; ++v) acc[v] += xv * load4(kr + 4 * v);
+    }
+  }
+#pragma GCC unroll 8
+  for (std::uint32_t v = 0; v < V; ++v) store4(out + co + 4 * v, acc[v] + load4(bias + co + 4 * v));
+}
+
+void window_all(const Window& w, const float* bias, float* out) {
+  std::uint32_t co = 0;
+  for (; co + 32 <= w.cout; co += 32) window_block<8>(w, co, bias, out);
+  for (; co + 16 <= w.cout; co += 16) window_block<4>(w, co, bias, out);
+  for (; co < w.cout; co += kLane) window_block<kLane / 4>(w, co, bias, out);
+}
+
+// `out` holds out.h x out.w x cout_padded floats.
+void conv2d(const Layer& l, const Packed& p, const float* in, float* out) {
+  const std::int64_t pt = pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
+  const std::int64_t pl = pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
+  const std::int64_t ih = l.in.h, iw = l.in.w;
+  const std::uint32_t cin = l.in.c;
+  for (std::uint32_t oy = 0; oy < l.out.h; ++oy) {
+    const std::int64_t y0 = std::int64_t{oy} * l.stride_h - pt;
+    const std::int64_t ky0 = std::max<std::int64_t>(0, -y0);
+    const std::int64_t ky1 = std::min<std::int64_t>(l.kernel_h, ih - y0);
+    for (std::uint32_t ox = 0; ox < l.out.w; ++ox) {
+      const std::int64_t x0 = std::int64_t{ox} * l.stride_w - pl;
+      const std::int64_t kx0 = std::max<std::int64_t>(0, -x0);
+      const std::int64_t kx1 = std::min<std::int64_t>(l.kernel_w, iw - x0);
+      Window w;
+      w.in = in + ((y0 + ky0) * iw + x0 + kx0) * cin;
+      w.rows = static_cast<std::uint32_t>(std::max<std::int64_t>(ky1 - ky0, 0));
+      w.cols = static_cast<std::uint32_t>(std::max<std::int64_t>(kx1 - kx0, 0));
+      w.in_row_stride = static_cast<std::size_t>(iw) * cin;
+      w.kernel = p.kernel.data() + ((ky0 * l.kernel_w + kx0) * cin) * p.cout_padded;
+      w.kernel_row_stride = std::size_t{l.kernel_w} * cin * p.cout_padded;
+      w.cin = cin;
+      w.cout = p.cout_padded;
+      window_all(w, p.bias.data(), out + (std::size_t{oy} * l.out.w + ox) * p.cout_padded);
+    }
+  }
+}
+
+void dense(const Layer& l, const Packed& p, const float* in, float* out) {
+  Window w{};
+  w.in = in;
+  w.rows = 1;
+  w.cols = 1;
+  w.kernel = p.kernel.data();
+  w.cin = static_cast<std::uint32_t>(l.in.size());
+  w.cout = p.cout_padded;
+  window_all(w, p.bias.data(), out);
+}
+
+// TensorFlow's pooling: SAME windows are clipped to the image, so max ignores the padding and
+// average divides by the number of pixels inside (tf.nn.avg_pool).
+void pool(const Layer& l, const float* in, float* out) {
+  const bool is_max = l.kind == LayerKind::MaxPooling2D;
+  const std::int64_t pt = pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
+  const std::int64_t pl = pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
+  const std::int64_t ih = l.in.h, iw = l.in.w;
+  const std::uint32_t c = l.in.c;
+  for (std::uint32_t oy = 0; oy < l.out.h; ++oy) {
+    const std::int64_t y0 = std::int64_t{oy} * l.stride_h - pt;
+    const std::int64_t ya = std::max<std::int64_t>(y0, 0);
+    const std::int64_t yb = std::min<std::int64_t>(y0 + l.kernel_h, ih);
+    for (std::uint32_t ox = 0; ox < l.out.w; ++ox) {
+      const std::int64_t x0 = std::int64_t{ox} * l.stride_w - pl;
+      const std::int64_t xa = std::max<std::int64_t>(x0, 0);
+      const std::int64_t xb = std::min<std::int64_t>(x0 + l.kernel_w, iw);
+      float* o = out + (std::size_t{oy} * l.out.w + ox) * c;
+      std::fill(o, o + c, is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
+      for (std::int64_t y = ya; y < yb; ++y)
+        for (std::int64_t x = xa; x < xb; ++x) {
+          const float* v = in + (y * iw + x) * c;
+          if (is_max)
+            combine(c, o, v, [](auto p, auto q) { return max_of(p, q); });
+          else
+            combine(c, o, v, [](auto p, auto q) { return p + q; });
+        }
+      if (!is_max) {
+        const float count = static_cast<float>((yb - ya) * (xb - xa));
+        combine(c, o, o, [count](auto p, auto) { return p / splat<decltype(p)>(count); });
+      }
+    }
+  }
+}
+
+// Keras activations; softmax runs over the channels of each pixel (Keras: the last axis) and
+// subtracts the maximum first so exp never overflows.
+void activate(Act a, std::size_t pixels, std::uint32_t c, float* v) {
+  const std::size_t n = pixels * c;
+  switch (a) {
+    case Act::Linear: return;
+    case Act::Relu:
+      combine(n, v, v, [](auto p, auto) { return max_of(p, splat<decltype(p)>(0.0f)); });
+      return;
+    case Act::Relu6:
+      combine(n, v, v, [](auto p, auto) {
+        using T = decltype(p);
+        return min_of(max_of(p, splat<T>(0.0f)), splat<T>(6.0f));
+      });
+      return;
+    case Act::Sigmoid:
+      for (std::size_t i = 0; i < n; ++i) v[i] = 1.0f / (1.0f + std::exp(-v[i]));
+      return;
+    case Act::Tanh:
+      for (std::size_t i = 0; i < n; ++i) v[i] = std::tanh(v[i]);
+      return;
+    case Act::Softmax:
+      for (std::size_t p = 0; p < pixels; ++p) {
+        float* x = v + p * c;
+        const float mx = *std::max_element(x, x + c);
+        float sum = 0.0f;
+        for (std::uint32_t i = 0; i < c; ++i) sum += (x[i] = std::exp(x[i] - mx));
+        for (std::uint32_t i = 0; i < c; ++i) x[i] /= sum;
+      }
+      return;
+  }
+}
+
+void check_weights(const Model& m, const Weights& w) {
+  if (w.layers.size() != m.layers.size())
+    throw InputError(fmt::format("{}: weights for {} layers, the model has {}", m.file,
+                                 w.layers.size(), m.layers.size()));
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const Layer& l = m.layers[i];
+    if (!l.has_weights()) continue;
+    const std::uint64_t kernel = l.kind == LayerKind::Dense
+                                     ? l.in.size() * l.out.c
+                                     : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c * l.out.c;
+    const LayerWeights& lw = w.layers[i];
+    if (lw.kernel.size() != kernel || (l.use_bias && lw.bias.size() != l.out.c))
+      throw InputError(
+          fmt::format("{}: layer {} ({}) needs {} kernel and {} bias values, the "
+                      "weights hold {} and {}",
+                      m.file, l.name, name_of(l.kind), kernel, l.use_bias ? l.out.c : 0,
+                      lw.kernel.size(), lw.bias.size()));
+  }
+}
+
+}  // namespace
+
+std::vector<float> forward_float(const Model& m, const Weights& w, const float* input,
+                                 std::size_t n) {
+  check_weights(m, w);
+  std::vector<Packed> packed(m.layers.size());
+  std::size_t largest = m.input.size();
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const Layer& l = m.layers[i];
+    if (l.has_weights()) packed[i] = pack(l, w.layers[i]);
+    const std::size_t c = l.has_weights() ? packed[i].cout_padded : l.out.c;
+    largest = std::max<std::size_t>(largest, std::size_t{l.out.h} * l.out.w * c);
+  }
+  const Shape out_shape = m.output();
+  std::vector<float> result(n * out_shape.size());
+  std::vector<float> a(largest), b(largest);
+  for (std::size_t img = 0; img < n; ++img) {
+    std::copy_n(input + img * m.input.size(), m.input.size(), a.data());
+    for (std::size_t i = 0; i < m.layers.size(); ++i) {
+      const Layer& l = m.layers[i];
+      const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
+      switch (l.kind) {
+        case LayerKind::Conv2D:
+        case LayerKind::Dense: {
+          const Packed& p = packed[i];
+          if (l.kind == LayerKind::Conv2D)
+            conv2d(l, p, a.data(), b.data());
+          else
+            dense(l, p, a.data(), b.data());
+          // Drop the padding channels.
+          if (p.cout_padded != p.cout)
+            for (std::size_t px = 0; px < pixels; ++px)
+              std::copy_n(b.data() + px * p.cout_padded, p.cout, b.data() + px * p.cout);
+          activate(l.activation, pixels, l.out.c, b.data());
+          std::swap(a, b);
+          break;
+        }
+        case LayerKind::MaxPooling2D:
+        case LayerKind::AveragePooling2D:
+          pool(l, a.data(), b.data());
+          std::swap(a, b);
+          break;
+        case LayerKind::Activation: activate(l.activation, pixels, l.out.c, a.data()); break;
+        // NHWC is already (h, w, c) order in memory: Flatten changes only the shape.
+        case LayerKind::Flatten: break;
+      }
+    }
+    std::copy_n(a.data(), out_shape.size(), result.data() + img * out_shape.size());
+  }
+  return result;
+}
+
+std::vector<std::uint32_t> argmax_rows(const std::vector<float>& v, std::size_t k) {
+  if (k == 0 || v.size() % k != 0)
+    throw std::invalid_argument(
+        fmt::format("argmax_rows: {} values are not rows of {}", v.size(), k));
+  std::vector<std::uint32_t> out(v.size() / k);
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    const float* row = v.data() + r * k;
+    out[r] = static_cast<std::uint32_t>(std::max_element(row, row + k) - row);
+  }
+  return out;
+}
+
+}  // namespace tpu::nn

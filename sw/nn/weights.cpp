@@ -1,0 +1,317 @@
+#include "sw/nn/weights.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "hw/common/error.h"
+
+namespace tpu::nn {
+namespace {
+namespace fs = std::filesystem;
+
+// docs/weights.md describes the layout byte by byte.
+constexpr std::array<char, 4> kMagic = {'T', 'P', 'U', 'W'};
+constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kMaxNameBytes = 256;
+constexpr std::uint32_t kMaxRank = 4;
+
+// What the model expects of one tensor.
+struct Expected {
+  std::size_t layer = 0;
+  bool bias = false;
+  std::vector<std::uint32_t> dims;
+  [[nodiscard]] std::uint64_t elements() const {
+    std::uint64_t n = 1;
+    for (std::uint32_t d : dims) n *= d;
+    return n;
+  }
+};
+
+// Keras's shapes: Conv2D kernel [kh, kw, cin, cout], Dense kernel [in, units], bias [units].
+std::vector<std::uint32_t> kernel_dims(const Layer& l) {
+  if (l.kind == LayerKind::Conv2D) return {l.kernel_h, l.kernel_w, l.in.c, l.out.c};
+  return {static_cast<std::uint32_t>(l.in.size()), l.out.c};
+}
+
+// Tensors in the order save_weights writes them: model order, kernel before bias.
+std::vector<std::pair<std::string, Expected>> expected_tensors(const Model& m) {
+  std::vector<std::pair<std::string, Expected>> out;
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const Layer& l = m.layers[i];
+    if (!l.has_weights()) continue;
+    out.push_back({l.name + "/kernel", Expected{i, false, kernel_dims(l)}});
+    if (l.use_bias) out.push_back({l.name + "/bias", Expected{i, true, {l.out.c}}});
+  }
+  return out;
+}
+
+std::string show_dims(const std::vector<std::uint32_t>& d) {
+  return fmt::format("[{}]", fmt::join(d, ", "));
+}
+
+std::uint32_t float_bits(float f) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+void put_u32(std::vector<std::uint8_t>& b, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+
+std::uint32_t get_u32(const std::uint8_t* p) {
+  return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
+         std::uint32_t{p[3]} << 24;
+}
+
+// Sequential reads that know how much of the file is left, so no size taken from the file is
+// trusted before the bytes are known to exist.
+class Reader {
+ public:
+  explicit Reader(const std::string& path) : path_(path) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: no such weights file", path));
+    if (!fs::is_regular_file(path, ec))
+      throw InputError(fmt::format("{}: not a regular file", path));
+    size_ = fs::file_size(path, ec);
+    if (ec) throw InputError(fmt::format("{}: cannot read size ({})", path, ec.message()));
+    in_.open(path, std::ios::binary);
+    if (!in_) throw InputError(fmt::format("{}: cannot open weights file", path));
+  }
+
+  [[nodiscard]] std::uint64_t remaining() const { return size_ - pos_; }
+  [[nodiscard]] std::uint64_t pos() const { return pos_; }
+
+  void require(std::uint64_t n, const std::string& what) const {
+    if (n > remaining())
+      throw InputError(
+          fmt::format("{}: truncated: {} needs {} bytes at offset {}, the file has {} "
+                      "left",
+                      path_, what, n, pos_, remaining()));
+  }
+
+  void read(void* dst, std::uint64_t n, const std::string& what) {
+    require(n, what);
+    in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
+    if (!in_) throw InputError(fmt::format("{}: read error at offset {}", path_, pos_));
+    pos_ += n;
+  }
+
+  std::uint32_t u32(const std::string& what) {
+    std::array<std::uint8_t, 4> b{};
+    read(b.data(), b.size(), what);
+    return get_u32(b.data());
+  }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  std::uint64_t size_ = 0, pos_ = 0;
+};
+
+void check_matches(const Model& m, const Weights& w) {
+  if (w.layers.size() != m.layers.size())
+    throw InputError(fmt::format("{}: weights for {} layers, the model has {}", m.file,
+                                 w.layers.size(), m.layers.size()));
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const Layer& l = m.layers[i];
+    const LayerWeights& lw = w.layers[i];
+    const std::uint64_t kernel =
+        l.has_weights() ? Expected{i, false, kernel_dims(l)}.elements() : 0;
+    const std::uint64_t bias = l.has_weights() ? l.out.c : 0;
+    // A layer without bias may carry no bias or its zeros (LayerWeights).
+    const bool bias_ok = lw.bias.size() == bias || (!l.use_bias && lw.bias.empty());
+    if (lw.kernel.size() != kernel || !bias_ok)
+      throw InputError(fmt::format(
+          "{}: layer {} ({}) needs {} kernel and {} bias values, the "
+          "weights hold {} and {}",
+          m.file, l.name, name_of(l.kind), kernel, bias, lw.kernel.size(), lw.bias.size()));
+  }
+}
+
+}  // namespace
+
+Weights random_weights(const Model& m, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Weights w;
+  w.layers.resize(m.layers.size());
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const Layer& l = m.layers[i];
+    if (!l.has_weights()) continue;
+    // Glorot & Bengio 2010 (Keras's glorot_uniform): U(-limit, limit) with
+    // limit = sqrt(6 / (fan_in + fan_out)); a convolution's fans count its receptive field.
+    const double receptive =
+        l.kind == LayerKind::Conv2D ? static_cast<double>(l.kernel_h) * l.kernel_w : 1.0;
+    const double fan_in = l.kind == LayerKind::Conv2D ? receptive * l.in.c : double(l.in.size());
+    const double fan_out = receptive * l.out.c;
+    const double limit = std::sqrt(6.0 / (fan_in + fan_out));
+    LayerWeights& lw = w.layers[i];
+    lw.kernel.resize(static_cast<std::size_t>(Expected{i, false, kernel_dims(l)}.elements()));
+    for (float& x : lw.kernel) {
+      // The top 53 bits as a double in [0, 1): the same numbers on every platform, unlike
+      // std::uniform_real_distribution whose algorithm the standard leaves open.
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      x = static_cast<float>(limit * (2.0 * u - 1.0));
+    }
+    lw.bias.assign(l.out.c, 0.0f);
+  }
+  return w;
+}
+
+Weights load_weights(const std::string& path, const Model& m) {
+  Reader in(path);
+  std::array<std::uint8_t, 4> magic{};
+  in.read(magic.data(), magic.size(), "the magic");
+  if (!std::equal(magic.begin(), magic.end(), kMagic.begin()))
+    throw InputError(
+        fmt::format("{}: bad magic {:02x} {:02x} {:02x} {:02x} (expected 54 50 55 57, "
+                    "\"TPUW\": a tpusim weights file)",
+                    path, magic[0], magic[1], magic[2], magic[3]));
+  const std::uint32_t version = in.u32("the version");
+  if (version != kVersion)
+    throw InputError(
+        fmt::format("{}: version {} (this tpusim reads version {})", path, version, kVersion));
+
+  const auto expected = expected_tensors(m);
+  std::map<std::string, const Expected*> by_name;
+  std::vector<std::string> names;
+  for (const auto& [name, e] : expected) {
+    by_name.emplace(name, &e);
+    names.push_back(name);
+  }
+  const std::string needed = fmt::format("{}", fmt::join(names, ", "));
+  const std::uint32_t count = in.u32("the tensor count");
+  if (count != expected.size())
+    throw InputError(fmt::format("{}: {} tensors, model {} ({}) needs {}: {}", path, count, m.name,
+                                 m.file, expected.size(), needed));
+
+  Weights w;
+  w.layers.resize(m.layers.size());
+  std::map<std::string, bool> seen;
+  for (std::uint32_t t = 0; t < count; ++t) {
+    const std::string where = fmt::format("tensor {}", t);
+    const std::uint32_t name_len = in.u32(where + "'s name length");
+    if (name_len == 0 || name_len > kMaxNameBytes)
+      throw InputError(fmt::format("{}: {}: name length {} (must be 1 to {} bytes)", path, where,
+                                   name_len, kMaxNameBytes));
+    std::string name(name_len, '\0');
+    in.read(name.data(), name_len, where + "'s name");
+    auto it = by_name.find(name);
+    if (it == by_name.end())
+      throw InputError(fmt::format("{}: {} \"{}\" is not a tensor of model {} ({}); it needs: {}",
+                                   path, where, name, m.name, m.file, needed));
+    if (seen[name]) throw InputError(fmt::format("{}: tensor \"{}\" appears twice", path, name));
+    seen[name] = true;
+    const Expected& e = *it->second;
+    const Layer& l = m.layers[e.layer];
+
+    const std::uint32_t rank = in.u32(fmt::format("tensor \"{}\"'s rank", name));
+    if (rank == 0 || rank > kMaxRank)
+      throw InputError(
+          fmt::format("{}: tensor \"{}\": rank {} (must be 1 to {}; layer {} ({}) "
+                      "expects shape {})",
+                      path, name, rank, kMaxRank, l.name, name_of(l.kind), show_dims(e.dims)));
+    std::vector<std::uint32_t> dims(rank);
+    for (std::uint32_t d = 0; d < rank; ++d)
+      dims[d] = in.u32(fmt::format("tensor \"{}\"'s dimension {}", name, d));
+    if (dims != e.dims)
+      throw InputError(fmt::format("{}: tensor \"{}\": shape {}, layer {} ({}) expects {}", path,
+                                   name, show_dims(dims), l.name, name_of(l.kind),
+                                   show_dims(e.dims)));
+
+    // The shape equals the model's, so the allocation is bounded by the model, and the bytes are
+    // known to be in the file before it is made.
+    const std::uint64_t n = e.elements();
+    const std::string data_what = fmt::format("tensor \"{}\"'s {} fp32 values", name, n);
+    in.require(n * 4, data_what);
+    std::vector<std::uint8_t> raw(static_cast<std::size_t>(n * 4));
+    in.read(raw.data(), raw.size(), data_what);
+    std::vector<float>& dst = e.bias ? w.layers[e.layer].bias : w.layers[e.layer].kernel;
+    dst.resize(static_cast<std::size_t>(n));
+    for (std::size_t k = 0; k < dst.size(); ++k) {
+      const std::uint32_t bits = get_u32(raw.data() + 4 * k);
+      std::memcpy(&dst[k], &bits, sizeof bits);
+      // Inference and quantization scales assume finite weights.
+      if (!std::isfinite(dst[k]))
+        throw InputError(fmt::format("{}: tensor \"{}\": value {} is {} (weights must be finite)",
+                                     path, name, k, dst[k]));
+    }
+  }
+  if (in.remaining() != 0)
+    throw InputError(fmt::format("{}: {} bytes after the last tensor (offset {})", path,
+                                 in.remaining(), in.pos()));
+  for (std::size_t i = 0; i < m.layers.size(); ++i)
+    if (m.layers[i].has_weights() && !m.layers[i].use_bias)
+      w.layers[i].bias.assign(m.layers[i].out.c, 0.0f);
+  return w;
+}
+
+void save_weights(const std::string& path, const Model& m, const Weights& w) {
+  check_matches(m, w);
+  std::vector<std::uint8_t> bytes(kMagic.begin(), kMagic.end());
+  put_u32(bytes, kVersion);
+  const auto expected = expected_tensors(m);
+  put_u32(bytes, static_cast<std::uint32_t>(expected.size()));
+  for (const auto& [name, e] : expected) {
+    put_u32(bytes, static_cast<std::uint32_t>(name.size()));
+    bytes.insert(bytes.end(), name.begin(), name.end());
+    put_u32(bytes, static_cast<std::uint32_t>(e.dims.size()));
+    for (std::uint32_t d : e.dims) put_u32(bytes, d);
+    const std::vector<float>& src = e.bias ? w.layers[e.layer].bias : w.layers[e.layer].kernel;
+    for (float f : src) put_u32(bytes, float_bits(f));
+  }
+
+  // Written beside the target and renamed over it: a reader never sees a half-written file, and
+  // rename is atomic within one file system (POSIX rename(2)).
+  const fs::path target(path);
+  if (!target.has_filename())
+    throw InputError(fmt::format("\"{}\": not a file name for the weights", path));
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmp = (dir / (target.filename().string() + ".tmp.XXXXXX")).string();
+  const int fd = mkstemp(tmp.data());
+  if (fd < 0)
+    throw InputError(fmt::format("{}: cannot create a temporary file in {} ({})", path,
+                                 dir.string(), std::strerror(errno)));
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    throw InputError(fmt::format("{}: {} ({})", path, what, std::strerror(err)));
+  };
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write");
+    done += static_cast<std::size_t>(n);
+  }
+  // mkstemp creates the file readable by its owner only; weights are shared like source files.
+  if (fchmod(fd, 0644) != 0) fail("cannot set permissions");
+  if (fsync(fd) != 0) fail("cannot flush");
+  if (close(fd) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    throw InputError(fmt::format("{}: cannot close ({})", path, std::strerror(err)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    throw InputError(
+        fmt::format("{}: cannot rename {} over it ({})", path, tmp, std::strerror(err)));
+  }
+}
+
+}  // namespace tpu::nn
