@@ -39,6 +39,20 @@ unsigned int tlm_debug(Socket& socket, tlm::tlm_command cmd, std::uint64_t addr,
   return socket->transport_dbg(gp);
 }
 
+// The checks every memory target makes before it moves data, in this order: the whole range
+// inside a target of `capacity` bytes (no overflow of addr + len), no byte enables, streaming
+// width equal to the length, a data pointer. Returns TLM_OK_RESPONSE or the error to answer with.
+inline tlm::tlm_response_status check_memory_payload(const tlm::tlm_generic_payload& gp,
+                                                     std::uint64_t capacity) {
+  const std::uint64_t addr = gp.get_address();
+  const std::uint64_t len = gp.get_data_length();
+  if (len > capacity || addr > capacity - len) return tlm::TLM_ADDRESS_ERROR_RESPONSE;
+  if (gp.get_byte_enable_ptr() != nullptr) return tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE;
+  if (gp.get_streaming_width() != len) return tlm::TLM_BURST_ERROR_RESPONSE;
+  if (len > 0 && gp.get_data_ptr() == nullptr) return tlm::TLM_GENERIC_ERROR_RESPONSE;
+  return tlm::TLM_OK_RESPONSE;
+}
+
 inline std::string response_name(tlm::tlm_response_status s) {
   switch (s) {
     case tlm::TLM_OK_RESPONSE: return "ok";

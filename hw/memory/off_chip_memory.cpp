@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "hw/common/tlm_util.h"
+
 namespace tpu {
 
 OffChipMemory::OffChipMemory(sc_core::sc_module_name name, const ChipConfig& cfg,
@@ -20,20 +22,8 @@ OffChipMemory::OffChipMemory(sc_core::sc_module_name name, const ChipConfig& cfg
 void OffChipMemory::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
   const std::uint64_t addr = gp.get_address();
   const std::uint64_t len = gp.get_data_length();
-  if (!store_.in_range(addr, len)) {
-    gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
-    return;
-  }
-  if (gp.get_byte_enable_ptr() != nullptr) {
-    gp.set_response_status(tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE);
-    return;
-  }
-  if (gp.get_streaming_width() != len) {
-    gp.set_response_status(tlm::TLM_BURST_ERROR_RESPONSE);
-    return;
-  }
-  if (len > 0 && gp.get_data_ptr() == nullptr) {
-    gp.set_response_status(tlm::TLM_GENERIC_ERROR_RESPONSE);
+  if (const auto st = check_memory_payload(gp, store_.capacity()); st != tlm::TLM_OK_RESPONSE) {
+    gp.set_response_status(st);
     return;
   }
   if (gp.is_read() || gp.is_write()) {

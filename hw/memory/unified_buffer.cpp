@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "hw/common/error.h"
+#include "hw/common/tlm_util.h"
 
 namespace tpu {
 
@@ -34,20 +35,8 @@ SramArray::SramArray(std::uint64_t bytes, std::uint64_t bytes_per_cycle, const C
 void SramArray::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
   const std::uint64_t addr = gp.get_address();
   const std::uint64_t len = gp.get_data_length();
-  if (len > bytes() || addr > bytes() - len) {
-    gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
-    return;
-  }
-  if (gp.get_byte_enable_ptr() != nullptr) {
-    gp.set_response_status(tlm::TLM_BYTE_ENABLE_ERROR_RESPONSE);
-    return;
-  }
-  if (gp.get_streaming_width() != len) {
-    gp.set_response_status(tlm::TLM_BURST_ERROR_RESPONSE);
-    return;
-  }
-  if (len > 0 && gp.get_data_ptr() == nullptr) {
-    gp.set_response_status(tlm::TLM_GENERIC_ERROR_RESPONSE);
+  if (const auto st = check_memory_payload(gp, bytes()); st != tlm::TLM_OK_RESPONSE) {
+    gp.set_response_status(st);
     return;
   }
   if (len > 0 && gp.is_read()) {
