@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -65,38 +66,69 @@ void run_train(const TrainCommand& cmd) {
 
   const auto& o = cmd.options;
   nlohmann::ordered_json meta;
-  meta["weights"] = std::filesystem::path(cmd.out).filename().string();
-  meta["model"] = cmd.model;
-  meta["data"] = fmt::format("Fashion-MNIST train (60,000 images) from {}; test set t10k", dir);
+  meta["description"] = fmt::format(
+      "Trained weights of {} and how they were made. docs/weights.md "
+      "describes the .bin format and the training.",
+      cmd.model);
+  meta["generated_by"] =
+      "tpusim train (sw/cli/train_cmd.cpp: tpu::train::train, then "
+      "tpu::nn::save_weights)";
   meta["regenerate"] = fmt::format(
-      "build/tpusim train --model {} --out {} --epochs {} --batch {} --seed {} --lr {} "
+      "build/tpusim train --model {} --out {} --epochs {} --batch {} --lr {} --seed {} "
       "--input-scale {}",
-      cmd.model, cmd.out, o.epochs, o.batch, o.seed, o.learning_rate, o.input_scale);
-  meta["optimizer"] = {{"name", "Adam"},
-                       {"learning_rate", o.learning_rate},
-                       {"beta1", o.beta1},
-                       {"beta2", o.beta2},
-                       {"epsilon", o.epsilon}};
-  meta["loss"] = "sparse categorical cross-entropy";
-  meta["epochs"] = o.epochs;
-  meta["batch"] = o.batch;
-  meta["seed"] = o.seed;
-  meta["train_input_scale"] = o.input_scale;
+      cmd.model, cmd.out, o.epochs, o.batch, o.learning_rate, o.seed, o.input_scale);
+  meta["model"] = cmd.model;
+  meta["weights"] = cmd.out;
+  meta["dataset"] = {{"name", "Fashion-MNIST (Xiao, Rasul & Vollgraf 2017)"},
+                     {"source", dir},
+                     {"train_images", train_set.images.count},
+                     {"test_images", test_set.images.count}};
+  meta["training"] = {{"optimizer", "Adam (Keras's update rule)"},
+                      {"learning_rate", o.learning_rate},
+                      {"beta1", o.beta1},
+                      {"beta2", o.beta2},
+                      {"epsilon", o.epsilon},
+                      {"loss", "sparse categorical cross-entropy, fused with the final softmax"},
+                      {"epochs", o.epochs},
+                      {"batch", o.batch},
+                      {"seed", o.seed},
+                      {"input_scale", o.input_scale},
+                      {"input_scale_note",
+                       "pixels are multiplied by input_scale during training only; the factor is "
+                       "folded into the first weighted layer's kernel, so the weights take raw "
+                       "0-255 pixels like the tutorial's network (docs/weights.md)"},
+                      {"threads", 1}};
   nlohmann::ordered_json hist = nlohmann::ordered_json::array();
-  for (const auto& e : r.epochs)
+  double wall = 0;
+  for (const auto& e : r.epochs) {
     hist.push_back({{"epoch", e.epoch},
                     {"loss", e.loss},
                     {"accuracy", e.accuracy},
-                    {"val_loss", e.val_loss.value_or(0)},
-                    {"val_accuracy", e.val_accuracy.value_or(0)},
-                    {"seconds", e.seconds}});
-  meta["history"] = hist;
-  meta["test_top1"] = {{"float", float_top1},
-                       {"int8", int8_top1},
-                       {"bf16_128_row_tiles", bf16_top1},
-                       {"note",
-                        "int8: v1 and Edge arithmetic; bf16: v2, v3, v4 (docs/quantization.md); "
-                        "int8 activation scales calibrated on the first 256 test images"}};
+                    {"test_loss", e.val_loss.value_or(0)},
+                    {"test_accuracy", e.val_accuracy.value_or(0)}});
+    wall += e.seconds;
+  }
+  meta["training"]["wall_seconds"] = wall;
+  meta["per_epoch"] = hist;
+  meta["per_epoch_note"] =
+      "loss and accuracy over each epoch's training batches (as Keras prints "
+      "them); test_* on the 10,000 test images after the epoch";
+  const auto correct = [&](double top1) {
+    return static_cast<std::uint64_t>(std::llround(top1 * static_cast<double>(n)));
+  };
+  meta["float_reference"] = {
+      {"computed_by", "tpu::nn::forward_float on raw 0-255 pixels, argmax of the softmax"},
+      {"test_images", n},
+      {"test_correct", correct(float_top1)},
+      {"test_top1", float_top1}};
+  meta["quantized_reference"] = {
+      {"computed_by",
+       "tpu::nn::forward_quantized (docs/quantization.md), what the chips compute bit for bit"},
+      {"int8_test_top1", int8_top1},
+      {"int8_chips", "v1, Edge"},
+      {"bf16_test_top1", bf16_top1},
+      {"bf16_chips", "v2, v3, v4 (128-row tiles)"},
+      {"calibration", "int8 activation scales from the first 256 test images"}};
   std::filesystem::path meta_path = cmd.out;
   meta_path.replace_extension(".json");
   const std::string tmp = meta_path.string() + ".tmp";
