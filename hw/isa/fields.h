@@ -2,11 +2,20 @@
 // (disassembler and assembler) so the two cannot drift apart.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "hw/isa/isa.h"
 
 namespace tpu::isa {
+
+// A field that is an address but a plain integer in its struct, because the address space it
+// lies in depends on another field (read_weights addr: off-chip or unified buffer, by `from`).
+// Visitors receive it as a prvalue (bind it with const auto& or auto&&); the text form prints it
+// in hex like the strong address types.
+struct RawAddress {
+  std::uint64_t& value;
+};
 
 template <class F>
 void visit_fields(Nop&, F&&) {}
@@ -40,7 +49,7 @@ template <class F>
 void visit_fields(ReadWeights& i, F&& f) {
   f("mxu", i.mxu);
   f("from", i.source);
-  f("addr", i.addr);
+  f("addr", RawAddress{i.addr});
   f("rows", i.rows);
   f("cols", i.cols);
 }

@@ -360,6 +360,8 @@ std::string to_string(const Instruction& inst) {
             s += fmt::format(" {}={}", name, name_of(v));
           } else if constexpr (std::is_integral_v<V>) {
             s += fmt::format(" {}={}", name, v);
+          } else if constexpr (std::is_same_v<V, RawAddress>) {
+            s += fmt::format(" {}={:#x}", name, v.value);
           } else {
             s += fmt::format(" {}={:#x}", name, v.value());
           }

@@ -10,6 +10,7 @@
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
+#include "hw/isa/assembler.h"
 #include "sw/cli/info.h"
 #include "sw/cli/train_cmd.h"
 #include "sw/report/session.h"
@@ -18,6 +19,12 @@ namespace {
 
 // Writes `text` to `path` atomically: a temporary file beside it, then rename, so a failed run
 // never leaves a half-written report that looks finished.
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw tpu::InputError(path + ": cannot open file");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 void write_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -67,6 +74,14 @@ int run_cli(int argc, char** argv) {
   run->add_option("--json", json_out, "Write the JSON report here");
   run->add_flag("--no-check", no_check, "Skip the bit-exact comparison with the reference");
 
+  std::string asm_in, asm_out, disasm_in;
+  CLI::App* asm_cmd =
+      app.add_subcommand("asm", "Assemble text into a binary program (docs/isa.md)");
+  asm_cmd->add_option("file", asm_in, "Assembly text")->required();
+  asm_cmd->add_option("-o,--out", asm_out, "Binary program to write")->required();
+  CLI::App* disasm_cmd = app.add_subcommand("disasm", "Print a binary program as assembly text");
+  disasm_cmd->add_option("file", disasm_in, "Binary program")->required();
+
   tpu::cli::TrainCommand tc;
   CLI::App* train =
       app.add_subcommand("train", "Train a model on Fashion-MNIST and write its weights");
@@ -98,6 +113,14 @@ int run_cli(int argc, char** argv) {
       std::cout << tpu::to_json(cfg).dump(2) << "\n";
     else
       std::cout << tpu::cli::describe(cfg);
+  } else if (asm_cmd->parsed()) {
+    const auto program = tpu::isa::assemble(read_file(asm_in), asm_in);
+    const auto bytes = tpu::isa::to_binary(program);
+    write_atomically(asm_out, std::string(bytes.begin(), bytes.end()));
+  } else if (disasm_cmd->parsed()) {
+    const std::string text = read_file(disasm_in);
+    std::cout << tpu::isa::disassemble(
+        tpu::isa::from_binary(std::vector<std::uint8_t>(text.begin(), text.end()), disasm_in));
   } else if (train->parsed()) {
     tpu::cli::run_train(tc);
   } else if (run->parsed()) {
