@@ -366,6 +366,7 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
     c.vector_unit.lanes = v.u32("lanes", 1, 1u << 16);
     c.vector_unit.sublanes = v.u32("sublanes", 1, 1u << 10);
     c.vector_unit.latency_cycles = v.u32("latency_cycles", 0, 1u << 16);
+    c.vector_unit.bytes_per_cycle = v.u32("bytes_per_cycle", 1, 1u << 20);
     v.finish();
   }
   {
@@ -482,7 +483,8 @@ nlohmann::ordered_json to_json(const ChipConfig& c) {
                        {"bytes", c.accumulator_bytes_per_core()}};
   j["vector_unit"] = {{"lanes", c.vector_unit.lanes},
                       {"sublanes", c.vector_unit.sublanes},
-                      {"latency_cycles", c.vector_unit.latency_cycles}};
+                      {"latency_cycles", c.vector_unit.latency_cycles},
+                      {"bytes_per_cycle", c.vector_unit.bytes_per_cycle}};
   j["off_chip_memory"] = {{"kind", name_of(c.off_chip_memory.kind)},
                           {"bytes", c.off_chip_memory.bytes},
                           {"bandwidth_gbps", c.off_chip_memory.bandwidth_gbps},

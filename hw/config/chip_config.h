@@ -43,6 +43,7 @@ struct VectorUnitConfig {
   std::uint32_t lanes = 0;
   std::uint32_t sublanes = 0;  // elements per cycle = lanes * sublanes
   std::uint32_t latency_cycles = 0;
+  std::uint32_t bytes_per_cycle = 0;  // its unified-buffer (vector memory) port, reads + writes
 };
 
 struct OffChipMemoryConfig {
