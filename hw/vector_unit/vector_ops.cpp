@@ -2,10 +2,10 @@
 //
 //   cycles = vector_unit.latency_cycles
 //          + max(ceil(element_ops / (vector_unit.lanes * vector_unit.sublanes)),
-//                ceil((ub_bytes_read + ub_bytes_written) / unified_buffer.bytes_per_cycle))
+//                ceil((ub_bytes_read + ub_bytes_written) / vector_unit.bytes_per_cycle))
 //
 // The lanes run one element operation each per cycle, pipelined behind a fill latency; the unit
-// has one unified-buffer port (bytes_per_cycle per cycle, shared by its reads and writes), and
+// has its own unified-buffer port (vector_unit.bytes_per_cycle, shared by its reads and writes), and
 // whichever of the two is slower sets the pace. Accumulator reads are counted for energy but do
 // not limit the pace: an accumulator entry (mxu.cols words) is read per cycle, as J17 §2's
 // Activate pipeline drains one MXU result row per cycle.
@@ -139,9 +139,9 @@ VectorOps::VectorOps(const ChipConfig& cfg) : cfg_(cfg) {
     throw ConfigError(fmt::format("{}: /vector_unit/lanes = 0 (must be >= 1)", origin));
   if (cfg.vector_unit.sublanes < 1)
     throw ConfigError(fmt::format("{}: /vector_unit/sublanes = 0 (must be >= 1)", origin));
-  if (cfg.unified_buffer.bytes_per_cycle < 1)
+  if (cfg.vector_unit.bytes_per_cycle < 1)
     throw ConfigError(
-        fmt::format("{}: /unified_buffer/bytes_per_cycle = 0 (must be >= 1)", origin));
+        fmt::format("{}: /vector_unit/bytes_per_cycle = 0 (must be >= 1)", origin));
 }
 
 void VectorOps::activate(const isa::Activate& a, const AccView& acc, UbView ub) const {
@@ -392,7 +392,7 @@ void finish(VectorCost& c, const ChipConfig& cfg) {
   const std::uint64_t lanes = std::uint64_t{cfg.vector_unit.lanes} * cfg.vector_unit.sublanes;
   const std::uint64_t compute = ceil_div(c.element_ops, lanes);
   const std::uint64_t port =
-      ceil_div(c.ub_bytes_read + c.ub_bytes_written, cfg.unified_buffer.bytes_per_cycle);
+      ceil_div(c.ub_bytes_read + c.ub_bytes_written, cfg.vector_unit.bytes_per_cycle);
   c.cycles = cfg.vector_unit.latency_cycles + std::max(compute, port);
 }
 

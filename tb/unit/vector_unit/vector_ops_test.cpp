@@ -37,6 +37,7 @@ ChipConfig test_config() {
   cfg.mxu.acc_type = DType::Int32;
   cfg.unified_buffer.bytes = 1 << 16;
   cfg.unified_buffer.bytes_per_cycle = 32;
+  cfg.vector_unit.bytes_per_cycle = 32;
   cfg.accumulators.entries = 64;
   cfg.vector_unit.lanes = 8;
   cfg.vector_unit.sublanes = 4;
@@ -923,7 +924,7 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / 
 std::uint64_t formula(const ChipConfig& cfg, std::uint64_t ops, std::uint64_t ub_bytes) {
   const std::uint64_t slots = std::uint64_t{cfg.vector_unit.lanes} * cfg.vector_unit.sublanes;
   return cfg.vector_unit.latency_cycles +
-         std::max(ceil_div(ops, slots), ceil_div(ub_bytes, cfg.unified_buffer.bytes_per_cycle));
+         std::max(ceil_div(ops, slots), ceil_div(ub_bytes, cfg.vector_unit.bytes_per_cycle));
 }
 
 TEST(VectorCost, ConfigWithoutLanesOrPortBandwidthIsRejected) {
@@ -931,7 +932,7 @@ TEST(VectorCost, ConfigWithoutLanesOrPortBandwidthIsRejected) {
   cfg.vector_unit.sublanes = 0;
   EXPECT_THROW(VectorOps{cfg}, ConfigError);
   cfg = test_config();
-  cfg.unified_buffer.bytes_per_cycle = 0;
+  cfg.vector_unit.bytes_per_cycle = 0;
   EXPECT_THROW(VectorOps{cfg}, ConfigError);
 }
 
@@ -958,7 +959,7 @@ TEST(VectorCost, ActivateCountsOneOpPerOutputAndThreeForSoftmax) {
 
 TEST(VectorCost, DoublingLanesHalvesTheThroughputPartWhenComputeBound) {
   ChipConfig cfg = test_config();
-  cfg.unified_buffer.bytes_per_cycle = 1 << 20;  // the port never limits
+  cfg.vector_unit.bytes_per_cycle = 1 << 20;  // the port never limits
   isa::Eltwise e;
   e.count = 4096;
   e.type = DType::Bf16;
@@ -973,7 +974,7 @@ TEST(VectorCost, DoublingLanesHalvesTheThroughputPartWhenComputeBound) {
 
 TEST(VectorCost, UnifiedBufferPortBoundsTheCostWhenNarrow) {
   ChipConfig cfg = test_config();
-  cfg.unified_buffer.bytes_per_cycle = 4;
+  cfg.vector_unit.bytes_per_cycle = 4;
   VectorOps ops(cfg);
   isa::Eltwise e;
   e.count = 1000;
@@ -983,7 +984,7 @@ TEST(VectorCost, UnifiedBufferPortBoundsTheCostWhenNarrow) {
   EXPECT_EQ(c.ub_bytes_read, 2u * e.count);
   EXPECT_EQ(c.ub_bytes_written, e.count);
   EXPECT_EQ(c.cycles, cfg.vector_unit.latency_cycles +
-                          ceil_div(3u * e.count, cfg.unified_buffer.bytes_per_cycle));
+                          ceil_div(3u * e.count, cfg.vector_unit.bytes_per_cycle));
   EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, 3u * e.count));
 }
 
