@@ -4,17 +4,18 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tpu::nn {
 
 struct Shape {
   std::uint32_t h = 1, w = 1, c = 1;  // per image
   [[nodiscard]] std::uint64_t size() const { return std::uint64_t{h} * w * c; }
-  friend bool operator==(const Shape& a, const Shape& b) { return a.h == b.h && a.w == b.w && a.c == b.c; }
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return a.h == b.h && a.w == b.w && a.c == b.c;
+  }
 };
 
 enum class LayerKind { Conv2D, MaxPooling2D, AveragePooling2D, Activation, Flatten, Dense };

@@ -6,24 +6,13 @@
 #include <sstream>
 #include <string>
 
+#include "common/cli.h"
+
+namespace tpu {
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TPUSIM_BINARY_DIR) + "/tpusim " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = test::CliResult;
+Result run(const std::string& args) { return test::run_tpusim(args); }
 
 std::string temp(const std::string& name) { return ::testing::TempDir() + name; }
 
@@ -67,3 +56,4 @@ TEST(AsmCli, ErrorsNameTheFileAndLineAndLeaveNoOutput) {
 }
 
 }  // namespace
+}  // namespace tpu

@@ -6,27 +6,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/cli.h"
 #include "hw/config/chip_config.h"
 
 namespace tpu {
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TPUSIM_BINARY_DIR) + "/tpusim " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = test::CliResult;
+Result run(const std::string& args) { return test::run_tpusim(args); }
 
 std::string shipped(const std::string& c) {
   return std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + c + ".json";
