@@ -5,8 +5,8 @@
 //                ceil((ub_bytes_read + ub_bytes_written) / vector_unit.bytes_per_cycle))
 //
 // The lanes run one element operation each per cycle, pipelined behind a fill latency; the unit
-// has its own unified-buffer port (vector_unit.bytes_per_cycle, shared by its reads and writes), and
-// whichever of the two is slower sets the pace. Accumulator reads are counted for energy but do
+// has its own unified-buffer port (vector_unit.bytes_per_cycle, shared by its reads and writes),
+// and whichever of the two is slower sets the pace. Accumulator reads are counted for energy but do
 // not limit the pace: an accumulator entry (mxu.cols words) is read per cycle, as J17 §2's
 // Activate pipeline drains one MXU result row per cycle.
 //
@@ -37,11 +37,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "hw/common/error.h"
 #include "hw/isa/fields.h"
@@ -131,6 +136,353 @@ PoolShape pool_shape(const isa::Pool& p) {
   return s;
 }
 
+// ---- kernels ----
+//
+// Each instruction is validated and its per-column parameters decoded once; the loops below
+// then run without a branch on types or functions per element. Two builds of the hot loops: AVX2
+// intrinsics where the CPU has AVX2, and portable scalar C++ elsewhere. Both give the bits of the
+// functions in functions.h (tb/unit/vector_unit/vector_ops_test.cpp checks both paths against
+// them): integer steps are exact, and every fp32 step is the same single IEEE-754 operation.
+
+// The requantization parameters of each column, structure of arrays so that eight columns load as
+// one vector.
+struct RequantCols {
+  std::vector<std::int32_t> bias;
+  std::vector<std::int32_t> mult;   // Q31 multiplier, >= 0 (validated)
+  std::vector<std::int32_t> left;   // max(-shift, 0)
+  std::vector<std::int32_t> right;  // max(shift, 0)
+  std::vector<std::int32_t> mask;   // 2^right - 1
+  std::int32_t lo = -128;           // 0 with relu: relu(saturate_int8(v)) = clamp(v, 0, 127)
+  bool any_left = false;            // some column shifts left (trained layers rarely do)
+};
+
+// requantize(add_bias(x, bias), mult, shift), clamped below at lo, without branches:
+//   1. add_bias: the int64 sum clamped to int32.
+//   2. saturating_shift_left by `left` (0 when shift >= 0).
+//   3. saturating_rounding_doubling_high_mul: gemmlowp's nudge (2^30, or 1 - 2^30 for a negative
+//      product) followed by division truncating toward zero equals floor((ab + 2^30) / 2^31) for
+//      either sign of ab; its one saturating case needs mult = INT32_MIN, and mult >= 0.
+//   4. rounding_divide_by_pot by `right` (identity when right = 0: mask 0 leaves no remainder).
+//   5. saturate_int8, and relu through lo.
+inline std::uint8_t requant_lane(std::int32_t x, const RequantCols& p, std::size_t c) {
+  const std::int64_t s = saturate_int32(std::int64_t{x} + p.bias[c]);
+  const std::int64_t l = saturate_int32(s * (std::int64_t{1} << p.left[c]));
+  const auto hi = static_cast<std::int32_t>((l * p.mult[c] + (std::int64_t{1} << 30)) >> 31);
+  const std::int32_t mask = p.mask[c];
+  const std::int32_t threshold = (mask >> 1) + (hi < 0 ? 1 : 0);
+  const std::int32_t q = (hi >> p.right[c]) + ((hi & mask) > threshold ? 1 : 0);
+  return static_cast<std::uint8_t>(std::clamp(q, p.lo, std::int32_t{127}));
+}
+
+// Bias and scale of the float paths, per column.
+struct FloatCols {
+  std::vector<std::uint32_t> bias;  // int32 (integer accumulators) or fp32 bits
+  std::vector<float> scale;
+  bool int_acc = true;
+  isa::ActFunc func = isa::ActFunc::None;
+  DType out_type = DType::Fp32;
+};
+
+inline float pre_activation(std::uint32_t acc, const FloatCols& p, std::size_t c) {
+  if (p.int_acc)
+    return scale_int(static_cast<std::int32_t>(acc), static_cast<std::int32_t>(p.bias[c]),
+                     p.scale[c]);
+  return scale_float(bits_to_float(acc), bits_to_float(p.bias[c]), p.scale[c]);
+}
+
+// The activation function on columns [from, n) of a row of fp32 values.
+void activate_row(isa::ActFunc f, float* x, std::size_t from, std::size_t n) {
+  switch (f) {
+    case isa::ActFunc::None: return;
+    case isa::ActFunc::Softmax: softmax_row(x, x, n); return;
+    case isa::ActFunc::Relu:
+      for (std::size_t c = from; c < n; ++c) x[c] = relu(x[c]);
+      return;
+    default:
+      for (std::size_t c = from; c < n; ++c) x[c] = activate_float(f, x[c]);
+      return;
+  }
+}
+
+// A window's input runs: one pointer per window element, in window order (ky, then kx), each to
+// that pixel's `channels` contiguous values (NHWC).
+using Runs = const std::uint8_t* const*;
+
+// int8 average pooling: exact int32 sums per channel, then avg_int8.
+void pool_avg_i8(Runs runs, std::size_t n_runs, std::size_t ch, std::int32_t* sum,
+                 std::uint8_t* out) {
+  std::fill(sum, sum + ch, 0);
+  for (std::size_t k = 0; k < n_runs; ++k)
+    for (std::size_t c = 0; c < ch; ++c) sum[c] += load_i8(runs[k] + c);
+  const auto n = static_cast<std::int32_t>(n_runs);
+  for (std::size_t c = 0; c < ch; ++c) store_i8(out + c, avg_int8(sum[c], n));
+}
+
+// bf16 average pooling: per channel, fp32 sums in window order starting from +0, then avg_bf16.
+void pool_avg_bf16(Runs runs, std::size_t n_runs, std::size_t ch, float* sum, std::uint8_t* out) {
+  std::fill(sum, sum + ch, 0.0f);
+  for (std::size_t k = 0; k < n_runs; ++k)
+    for (std::size_t c = 0; c < ch; ++c) sum[c] += to_float(load_bf16(runs[k] + 2 * c));
+  const auto n = static_cast<std::int32_t>(n_runs);
+  for (std::size_t c = 0; c < ch; ++c) store_bf16(out + 2 * c, avg_bf16(sum[c], n));
+}
+
+// bf16 max of channel c over the window: max_float in window order, then to_bf16.
+Bf16 max_bf16_lane(Runs runs, std::size_t n_runs, std::size_t c) {
+  float m = to_float(load_bf16(runs[0] + 2 * c));
+  for (std::size_t k = 1; k < n_runs; ++k) m = max_float(m, to_float(load_bf16(runs[k] + 2 * c)));
+  return to_bf16(m);
+}
+
+namespace portable {
+
+void requant(const RequantCols& p, const std::uint32_t* in, std::size_t in_stride,
+             std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
+  const std::size_t cols = p.bias.size();
+  for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride)
+    for (std::size_t c = 0; c < cols; ++c)
+      out[c] = requant_lane(static_cast<std::int32_t>(in[c]), p, c);
+}
+
+void float_act(const FloatCols& p, const std::uint32_t* in, std::size_t in_stride,
+               std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride, float* x) {
+  const std::size_t cols = p.scale.size();
+  for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
+    for (std::size_t c = 0; c < cols; ++c) x[c] = pre_activation(in[c], p, c);
+    activate_row(p.func, x, 0, cols);
+    if (p.out_type == DType::Fp32)
+      for (std::size_t c = 0; c < cols; ++c) store_u32(out + 4 * c, float_to_bits(x[c]));
+    else
+      for (std::size_t c = 0; c < cols; ++c) store_bf16(out + 2 * c, to_bf16(x[c]));
+  }
+}
+
+// Run by run rather than channel by channel, so that the compiler can vectorise the channel loop.
+void max_i8(Runs runs, std::size_t n_runs, std::size_t ch, std::uint8_t* out) {
+  std::memcpy(out, runs[0], ch);
+  for (std::size_t k = 1; k < n_runs; ++k)
+    for (std::size_t c = 0; c < ch; ++c)
+      store_i8(out + c, std::max(load_i8(out + c), load_i8(runs[k] + c)));
+}
+
+void max_bf16(Runs runs, std::size_t n_runs, std::size_t ch, std::uint8_t* out) {
+  for (std::size_t c = 0; c < ch; ++c) store_bf16(out + 2 * c, max_bf16_lane(runs, n_runs, c));
+}
+
+}  // namespace portable
+
+#if defined(__x86_64__) || defined(__i386__)
+namespace avx2 {
+
+// x86 is little-endian: a vector load or store has the byte order of load_u32/store_u32.
+
+// Saturating int32 a + b: a wrapped sum overflowed when a and b share a sign the sum lacks, and
+// then saturates toward a's sign.
+__attribute__((target("avx2"))) inline __m256i add_sat(__m256i a, __m256i b) {
+  const __m256i s = _mm256_add_epi32(a, b);
+  const __m256i ovf = _mm256_and_si256(_mm256_xor_si256(a, s), _mm256_xor_si256(b, s));
+  const __m256i sat = _mm256_xor_si256(_mm256_srai_epi32(a, 31), _mm256_set1_epi32(INT32_MAX));
+  return _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(s), _mm256_castsi256_ps(sat), _mm256_castsi256_ps(ovf)));
+}
+
+__attribute__((target("avx2"))) inline __m256i load8(const std::int32_t* v) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+}
+
+// Eight bf16 values widened to the fp32 values they are.
+__attribute__((target("avx2"))) inline __m256 load_bf16x8(const std::uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// kLeft = false skips step 2, which is the identity when every column's left shift is 0.
+template <bool kLeft>
+__attribute__((target("avx2"))) void requant_rows(const RequantCols& p, const std::uint32_t* in,
+                                                  std::size_t in_stride, std::uint32_t rows,
+                                                  std::uint8_t* out, std::uint64_t out_stride) {
+  const std::size_t cols = p.bias.size(), vec_cols = cols / 8 * 8;
+  const __m256i max_i32 = _mm256_set1_epi32(INT32_MAX);
+  const __m256i nudge = _mm256_set1_epi64x(std::int64_t{1} << 30);
+  const __m128i lo = _mm_set1_epi8(static_cast<char>(p.lo));
+  // Locals: the int8 stores may alias the vectors' storage as far as the compiler knows.
+  const std::int32_t *bias = p.bias.data(), *mult = p.mult.data(), *left = p.left.data(),
+                     *right = p.right.data(), *mask = p.mask.data();
+  for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
+    for (std::size_t c = 0; c < vec_cols; c += 8) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + c));
+      // 1. Bias.
+      const __m256i s = add_sat(x, load8(bias + c));
+      // 2. Left shift: it overflowed when shifting back does not restore s.
+      __m256i l = s;
+      if constexpr (kLeft) {
+        const __m256i shift_l = load8(left + c);
+        const __m256i shifted = _mm256_sllv_epi32(s, shift_l);
+        const __m256i fits = _mm256_cmpeq_epi32(_mm256_srav_epi32(shifted, shift_l), s);
+        const __m256i sat = _mm256_xor_si256(_mm256_srai_epi32(s, 31), max_i32);
+        l = _mm256_blendv_epi8(sat, shifted, fits);
+      }
+      // 3. floor((l * mult + 2^30) / 2^31): the 64-bit products of the even and the odd lanes;
+      // bits 31..62 of each are the result, moved to the low (even) or high (odd) half.
+      const __m256i m = load8(mult + c);
+      const __m256i even = _mm256_mul_epi32(l, m);
+      const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(l, 32), _mm256_srli_epi64(m, 32));
+      const __m256i hi =
+          _mm256_blend_epi32(_mm256_srli_epi64(_mm256_add_epi64(even, nudge), 31),
+                             _mm256_slli_epi64(_mm256_add_epi64(odd, nudge), 1), 0xaa);
+      // 4. Rounding divide by 2^right: threshold = (mask >> 1) + (hi < 0); a true compare is -1.
+      const __m256i mk = load8(mask + c);
+      const __m256i threshold =
+          _mm256_sub_epi32(_mm256_srai_epi32(mk, 1), _mm256_srai_epi32(hi, 31));
+      const __m256i q = _mm256_sub_epi32(_mm256_srav_epi32(hi, load8(right + c)),
+                                         _mm256_cmpgt_epi32(_mm256_and_si256(hi, mk), threshold));
+      // 5. The two saturating packs clamp to int8; lo applies relu.
+      const __m128i q16 =
+          _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+      const __m128i q8 = _mm_max_epi8(_mm_packs_epi16(q16, q16), lo);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + c), q8);
+    }
+    for (std::size_t c = vec_cols; c < cols; ++c)
+      out[c] = requant_lane(static_cast<std::int32_t>(in[c]), p, c);
+  }
+}
+
+void requant(const RequantCols& p, const std::uint32_t* in, std::size_t in_stride,
+             std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
+  if (p.any_left) return requant_rows<true>(p, in, in_stride, rows, out, out_stride);
+  requant_rows<false>(p, in, in_stride, rows, out, out_stride);
+}
+
+// to_bf16 of eight fp32 values: NaN (magnitude bits above infinity's) becomes quiet, others
+// round to nearest even by adding 0x7fff plus the kept lsb.
+__attribute__((target("avx2"))) inline __m128i to_bf16x8(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i top = _mm256_srli_epi32(u, 16);
+  const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                            _mm256_set1_epi32(0x7f800000));
+  const __m256i bias =
+      _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(top, _mm256_set1_epi32(1)));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+  const __m256i bits =
+      _mm256_blendv_epi8(rounded, _mm256_or_si256(top, _mm256_set1_epi32(0x0040)), is_nan);
+  // Every lane is in 0..0xffff, so the unsigned saturating pack is exact.
+  return _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+}
+
+__attribute__((target("avx2"))) void float_act(const FloatCols& p, const std::uint32_t* in,
+                                               std::size_t in_stride, std::uint32_t rows,
+                                               std::uint8_t* out, std::uint64_t out_stride,
+                                               float* x) {
+  const std::size_t cols = p.scale.size(), vec_cols = cols / 8 * 8;
+  const bool vec_func =
+      p.func == isa::ActFunc::None || p.func == isa::ActFunc::Relu || p.func == isa::ActFunc::Relu6;
+  const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+  for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
+    // 1. Bias and scale: one rounded fp32 add (or exact int32 conversion) and one multiply.
+    for (std::size_t c = 0; c < vec_cols; c += 8) {
+      const __m256i acc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + c));
+      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&p.bias[c]));
+      const __m256 pre = p.int_acc
+                             ? _mm256_cvtepi32_ps(add_sat(acc, bias))
+                             : _mm256_add_ps(_mm256_castsi256_ps(acc), _mm256_castsi256_ps(bias));
+      _mm256_storeu_ps(x + c, _mm256_mul_ps(pre, _mm256_loadu_ps(&p.scale[c])));
+    }
+    for (std::size_t c = vec_cols; c < cols; ++c) x[c] = pre_activation(in[c], p, c);
+    // 2. The function. relu keeps x where x > 0 or x is NaN (not-less-or-equal, unordered true)
+    // and gives +0 elsewhere; relu6 then takes 6 where x > 6 (ordered: NaN stays).
+    if (vec_func) {
+      if (p.func != isa::ActFunc::None)
+        for (std::size_t c = 0; c < vec_cols; c += 8) {
+          const __m256 v = _mm256_loadu_ps(x + c);
+          __m256 y = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_NLE_UQ), v);
+          if (p.func == isa::ActFunc::Relu6)
+            y = _mm256_blendv_ps(y, six, _mm256_cmp_ps(v, six, _CMP_GT_OQ));
+          _mm256_storeu_ps(x + c, y);
+        }
+      activate_row(p.func, x, vec_cols, cols);
+    } else {
+      activate_row(p.func, x, 0, cols);
+    }
+    // 3. Rounding to the output type.
+    if (p.out_type == DType::Fp32) {
+      std::memcpy(out, x, 4 * cols);
+      continue;
+    }
+    for (std::size_t c = 0; c < vec_cols; c += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * c), to_bf16x8(_mm256_loadu_ps(x + c)));
+    for (std::size_t c = vec_cols; c < cols; ++c) store_bf16(out + 2 * c, to_bf16(x[c]));
+  }
+}
+
+__attribute__((target("avx2"))) void max_i8(Runs runs, std::size_t n_runs, std::size_t ch,
+                                            std::uint8_t* out) {
+  const std::size_t vec_ch = ch / 32 * 32;
+  for (std::size_t c = 0; c < vec_ch; c += 32) {
+    __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(runs[0] + c));
+    for (std::size_t k = 1; k < n_runs; ++k)
+      m = _mm256_max_epi8(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(runs[k] + c)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), m);
+  }
+  for (std::size_t c = vec_ch; c < ch; ++c) {
+    std::int8_t m = load_i8(runs[0] + c);
+    for (std::size_t k = 1; k < n_runs; ++k) m = std::max(m, load_i8(runs[k] + c));
+    store_i8(out + c, m);
+  }
+}
+
+// max_float in window order without a branch: MAXPS(v, m) is (v > m ? v : m) (Intel SDM: with a
+// NaN or two zeros it returns the second operand), which is max_float(m, v) when neither is NaN;
+// a NaN anywhere in the window makes max_float's quiet NaN, which to_bf16 turns into 0x7fc0.
+__attribute__((target("avx2"))) void max_bf16(Runs runs, std::size_t n_runs, std::size_t ch,
+                                              std::uint8_t* out) {
+  const std::size_t vec_ch = ch / 8 * 8;
+  const __m256i qnan = _mm256_set1_epi32(0x7fc0);
+  for (std::size_t c = 0; c < vec_ch; c += 8) {
+    __m256 m = load_bf16x8(runs[0] + 2 * c);
+    __m256 nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+    for (std::size_t k = 1; k < n_runs; ++k) {
+      const __m256 v = load_bf16x8(runs[k] + 2 * c);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      m = _mm256_max_ps(v, m);
+    }
+    const __m256i bits = _mm256_blendv_epi8(_mm256_srli_epi32(_mm256_castps_si256(m), 16), qnan,
+                                            _mm256_castps_si256(nan));
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(out + 2 * c),
+        _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1)));
+  }
+  for (std::size_t c = vec_ch; c < ch; ++c) store_bf16(out + 2 * c, max_bf16_lane(runs, n_runs, c));
+}
+
+}  // namespace avx2
+
+bool host_has_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+#else
+bool host_has_avx2() { return false; }
+#endif
+
+// Which build of the kernels runs: the best the CPU has, unless the environment variable
+// TPUSIM_SIMD names one ("portable", or "avx2" to insist on it; "auto" or unset for the default).
+// Read on every instruction, so that a test can run both builds in one process.
+bool use_avx2() {
+  const char* env = std::getenv("TPUSIM_SIMD");
+  const std::string_view want = env != nullptr ? env : "";
+  if (want.empty() || want == "auto") return host_has_avx2();
+  if (want == "portable") return false;
+  if (want == "avx2") {
+    if (!host_has_avx2())
+      throw InputError(
+          "environment TPUSIM_SIMD = avx2, but this CPU has no AVX2 (allowed here: "
+          "auto, portable)");
+    return true;
+  }
+  throw InputError(
+      fmt::format("environment TPUSIM_SIMD = {} (allowed: auto, portable, avx2)", want));
+}
+
 }  // namespace
 
 VectorOps::VectorOps(const ChipConfig& cfg) : cfg_(cfg) {
@@ -140,8 +492,7 @@ VectorOps::VectorOps(const ChipConfig& cfg) : cfg_(cfg) {
   if (cfg.vector_unit.sublanes < 1)
     throw ConfigError(fmt::format("{}: /vector_unit/sublanes = 0 (must be >= 1)", origin));
   if (cfg.vector_unit.bytes_per_cycle < 1)
-    throw ConfigError(
-        fmt::format("{}: /vector_unit/bytes_per_cycle = 0 (must be >= 1)", origin));
+    throw ConfigError(fmt::format("{}: /vector_unit/bytes_per_cycle = 0 (must be >= 1)", origin));
 }
 
 void VectorOps::activate(const isa::Activate& a, const AccView& acc, UbView ub) const {
@@ -208,46 +559,50 @@ void VectorOps::activate(const isa::Activate& a, const AccView& acc, UbView ub) 
           fmt::format("{}: params of column {} at {:#x}: shift = {} (must be {}..{})", op, c,
                       at + 8, rec[c].shift, kMinRequantShift, kMaxRequantShift));
   }
+  [[maybe_unused]] const bool avx2 = use_avx2();
 
   const bool apply_relu = a.func == isa::ActFunc::Relu;
-  std::vector<float> x(a.cols);
-  for (std::uint64_t r = 0; r < a.rows; ++r) {
-    const std::uint32_t* in = acc.data + (a.src.value() + r) * acc.words_per_entry;
-    std::uint8_t* out = ub.data + dst + r * a.dst_stride;
-    // 1. Bias and scale (or requantize) each column.
-    for (std::uint32_t c = 0; c < a.cols; ++c) {
-      const ParamRecord& pr = rec[c];
-      if (!int_acc) {
-        x[c] = scale_float(bits_to_float(in[c]), bits_to_float(pr.bias), bits_to_float(pr.scale));
-        continue;
-      }
-      const auto v = static_cast<std::int32_t>(in[c]);
-      const auto bias = static_cast<std::int32_t>(pr.bias);
-      if (a.out_type == DType::Int8) {
-        const std::int8_t q =
-            requantize(add_bias(v, bias), static_cast<std::int32_t>(pr.scale), pr.shift);
-        store_i8(out + c, apply_relu ? relu(q) : q);
-      } else if (a.out_type == DType::Int32) {
-        const std::int32_t s = add_bias(v, bias);
-        store_u32(out + 4 * c, static_cast<std::uint32_t>(apply_relu ? relu(s) : s));
-      } else {
-        x[c] = scale_int(v, bias, bits_to_float(pr.scale));
-      }
+  const std::uint32_t* in = acc.data + std::size_t{a.src.value()} * acc.words_per_entry;
+  std::uint8_t* out = ub.data + dst;
+  if (requant) {
+    RequantCols p;
+    p.lo = apply_relu ? 0 : -128;
+    for (const ParamRecord& pr : rec) {
+      const std::int32_t right = std::max(pr.shift, 0);
+      p.bias.push_back(static_cast<std::int32_t>(pr.bias));
+      p.mult.push_back(static_cast<std::int32_t>(pr.scale));
+      p.left.push_back(std::max(-pr.shift, 0));
+      p.any_left = p.any_left || pr.shift < 0;
+      p.right.push_back(right);
+      p.mask.push_back(static_cast<std::int32_t>((std::int64_t{1} << right) - 1));
     }
-    if (!float_out) continue;
-    // 2. The function, in fp32, then rounding to the output type.
-    if (a.func == isa::ActFunc::Softmax) {
-      softmax_row(x.data(), x.data(), a.cols);
-    } else {
-      for (float& v : x) v = activate_float(a.func, v);
-    }
-    for (std::uint32_t c = 0; c < a.cols; ++c) {
-      if (a.out_type == DType::Fp32)
-        store_u32(out + 4 * c, float_to_bits(x[c]));
-      else
-        store_bf16(out + 2 * c, to_bf16(x[c]));
-    }
+#if defined(__x86_64__) || defined(__i386__)
+    if (avx2) return avx2::requant(p, in, acc.words_per_entry, a.rows, out, a.dst_stride);
+#endif
+    return portable::requant(p, in, acc.words_per_entry, a.rows, out, a.dst_stride);
   }
+  if (!float_out) {
+    for (std::uint32_t r = 0; r < a.rows; ++r, in += acc.words_per_entry, out += a.dst_stride)
+      for (std::uint32_t c = 0; c < a.cols; ++c) {
+        const std::int32_t s =
+            add_bias(static_cast<std::int32_t>(in[c]), static_cast<std::int32_t>(rec[c].bias));
+        store_u32(out + 4 * c, static_cast<std::uint32_t>(apply_relu ? relu(s) : s));
+      }
+    return;
+  }
+  FloatCols p;
+  p.int_acc = int_acc;
+  p.func = a.func;
+  p.out_type = a.out_type;
+  for (const ParamRecord& pr : rec) {
+    p.bias.push_back(pr.bias);
+    p.scale.push_back(bits_to_float(pr.scale));
+  }
+  std::vector<float> x(a.cols);
+#if defined(__x86_64__) || defined(__i386__)
+  if (avx2) return avx2::float_act(p, in, acc.words_per_entry, a.rows, out, a.dst_stride, x.data());
+#endif
+  portable::float_act(p, in, acc.words_per_entry, a.rows, out, a.dst_stride, x.data());
 }
 
 void VectorOps::pool(const isa::Pool& p, UbView ub) const {
@@ -294,39 +649,47 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
     throw ProgramError(fmt::format("{}: dst = {:#x} + {} bytes overlaps src = {:#x} + {} bytes", op,
                                    dst, dst_len, src, src_len));
 
+  [[maybe_unused]] const bool avx2 = use_avx2();
   const std::uint8_t* in = ub.data + src;
   std::uint8_t* out = ub.data + dst;
   const std::uint64_t ch = p.channels;
+  const std::uint64_t pixel_bytes = ch * esize;
   const bool is_max = p.kind == isa::PoolKind::Max;
-  const auto n = static_cast<std::int32_t>(window);
-  std::uint64_t o = 0;  // output element index, NHWC order
+  const bool int8 = p.type == DType::Int8;
+  std::vector<const std::uint8_t*> runs(window);
+  std::vector<std::int32_t> sum_i(is_max || !int8 ? 0 : ch);
+  std::vector<float> sum_f(is_max || int8 ? 0 : ch);
+  // Output pixels in NHWC order; each window's runs in window order (ky, then kx).
   for (std::uint64_t img = 0; img < p.images; ++img)
     for (std::uint64_t oy = 0; oy < s.out_h; ++oy)
-      for (std::uint64_t ox = 0; ox < s.out_w; ++ox)
-        for (std::uint64_t c = 0; c < ch; ++c, ++o) {
-          const auto at = [&](std::uint64_t ky, std::uint64_t kx) {
-            const std::uint64_t y = oy * p.stride_h + ky, xx = ox * p.stride_w + kx;
-            return ((img * p.in_h + y) * p.in_w + xx) * ch + c;
-          };
-          // Window order: ky, then kx.
-          if (p.type == DType::Int8) {
-            std::int32_t acc = is_max ? load_i8(in + at(0, 0)) : 0;
-            for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky)
-              for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx) {
-                const std::int32_t v = load_i8(in + at(ky, kx));
-                acc = is_max ? std::max(acc, v) : acc + v;
-              }
-            store_i8(out + o, is_max ? static_cast<std::int8_t>(acc) : avg_int8(acc, n));
-          } else {
-            float acc = is_max ? to_float(load_bf16(in + 2 * at(0, 0))) : 0.0f;
-            for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky)
-              for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx) {
-                const float v = to_float(load_bf16(in + 2 * at(ky, kx)));
-                acc = is_max ? max_float(acc, v) : acc + v;
-              }
-            store_bf16(out + 2 * o, is_max ? to_bf16(acc) : avg_bf16(acc, n));
-          }
+      for (std::uint64_t ox = 0; ox < s.out_w; ++ox, out += pixel_bytes) {
+        std::size_t k = 0;
+        for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky) {
+          const std::uint64_t row = (img * p.in_h + oy * p.stride_h + ky) * p.in_w;
+          for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx)
+            runs[k++] = in + (row + ox * p.stride_w + kx) * pixel_bytes;
         }
+        if (!is_max) {
+          if (int8)
+            pool_avg_i8(runs.data(), k, ch, sum_i.data(), out);
+          else
+            pool_avg_bf16(runs.data(), k, ch, sum_f.data(), out);
+          continue;
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        if (avx2) {
+          if (int8)
+            avx2::max_i8(runs.data(), k, ch, out);
+          else
+            avx2::max_bf16(runs.data(), k, ch, out);
+          continue;
+        }
+#endif
+        if (int8)
+          portable::max_i8(runs.data(), k, ch, out);
+        else
+          portable::max_bf16(runs.data(), k, ch, out);
+      }
 }
 
 void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
