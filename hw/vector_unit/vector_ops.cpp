@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -148,10 +149,11 @@ PoolShape pool_shape(const isa::Pool& p) {
 // one vector.
 struct RequantCols {
   std::vector<std::int32_t> bias;
-  std::vector<std::int32_t> mult;   // Q31 multiplier, >= 0 (validated)
+  std::vector<std::int32_t> mult;   // Q31, >= 0 (validated); one 0 more for avx2::requant8
   std::vector<std::int32_t> left;   // max(-shift, 0)
   std::vector<std::int32_t> right;  // max(shift, 0)
   std::vector<std::int32_t> mask;   // 2^right - 1
+  std::vector<std::int32_t> half;   // mask >> 1
   std::int32_t lo = -128;           // 0 with relu: relu(saturate_int8(v)) = clamp(v, 0, 127)
   bool any_left = false;            // some column shifts left (trained layers rarely do)
 };
@@ -168,9 +170,8 @@ inline std::uint8_t requant_lane(std::int32_t x, const RequantCols& p, std::size
   const std::int64_t s = saturate_int32(std::int64_t{x} + p.bias[c]);
   const std::int64_t l = saturate_int32(s * (std::int64_t{1} << p.left[c]));
   const auto hi = static_cast<std::int32_t>((l * p.mult[c] + (std::int64_t{1} << 30)) >> 31);
-  const std::int32_t mask = p.mask[c];
-  const std::int32_t threshold = (mask >> 1) + (hi < 0 ? 1 : 0);
-  const std::int32_t q = (hi >> p.right[c]) + ((hi & mask) > threshold ? 1 : 0);
+  const std::int32_t threshold = p.half[c] + (hi < 0 ? 1 : 0);
+  const std::int32_t q = (hi >> p.right[c]) + ((hi & p.mask[c]) > threshold ? 1 : 0);
   return static_cast<std::uint8_t>(std::clamp(q, p.lo, std::int32_t{127}));
 }
 
@@ -227,11 +228,22 @@ void pool_avg_bf16(Runs runs, std::size_t n_runs, std::size_t ch, float* sum, st
   for (std::size_t c = 0; c < ch; ++c) store_bf16(out + 2 * c, avg_bf16(sum[c], n));
 }
 
-// bf16 max of channel c over the window: max_float in window order, then to_bf16.
+// The bf16 max pooling result of a window holding a NaN: max_float's quiet NaN, as to_bf16 rounds
+// it.
+Bf16 max_pool_nan() { return to_bf16(std::numeric_limits<float>::quiet_NaN()); }
+
+// bf16 max of channel c over the window, max_float in window order then to_bf16, without
+// branches: (v > m ? v : m) is max_float(m, v) while neither is NaN, and once one is, the result
+// is max_pool_nan() whatever m holds.
 Bf16 max_bf16_lane(Runs runs, std::size_t n_runs, std::size_t c) {
   float m = to_float(load_bf16(runs[0] + 2 * c));
-  for (std::size_t k = 1; k < n_runs; ++k) m = max_float(m, to_float(load_bf16(runs[k] + 2 * c)));
-  return to_bf16(m);
+  bool nan = std::isnan(m);
+  for (std::size_t k = 1; k < n_runs; ++k) {
+    const float v = to_float(load_bf16(runs[k] + 2 * c));
+    nan = nan || std::isnan(v);
+    m = v > m ? v : m;
+  }
+  return nan ? max_pool_nan() : to_bf16(m);
 }
 
 namespace portable {
@@ -265,8 +277,22 @@ void max_i8(Runs runs, std::size_t n_runs, std::size_t ch, std::uint8_t* out) {
       store_i8(out + c, std::max(load_i8(out + c), load_i8(runs[k] + c)));
 }
 
-void max_bf16(Runs runs, std::size_t n_runs, std::size_t ch, std::uint8_t* out) {
-  for (std::size_t c = 0; c < ch; ++c) store_bf16(out + 2 * c, max_bf16_lane(runs, n_runs, c));
+// max_bf16_lane run by run, so that the compiler can vectorise the channel loops; m and nan are
+// scratch rows of ch values.
+void max_bf16(Runs runs, std::size_t n_runs, std::size_t ch, float* m, std::uint8_t* nan,
+              std::uint8_t* out) {
+  for (std::size_t c = 0; c < ch; ++c) {
+    m[c] = to_float(load_bf16(runs[0] + 2 * c));
+    nan[c] = std::isnan(m[c]) ? 1 : 0;
+  }
+  for (std::size_t k = 1; k < n_runs; ++k)
+    for (std::size_t c = 0; c < ch; ++c) {
+      const float v = to_float(load_bf16(runs[k] + 2 * c));
+      nan[c] = static_cast<std::uint8_t>(nan[c] | (std::isnan(v) ? 1 : 0));
+      m[c] = v > m[c] ? v : m[c];
+    }
+  const Bf16 qnan = max_pool_nan();
+  for (std::size_t c = 0; c < ch; ++c) store_bf16(out + 2 * c, nan[c] != 0 ? qnan : to_bf16(m[c]));
 }
 
 }  // namespace portable
@@ -296,54 +322,76 @@ __attribute__((target("avx2"))) inline __m256 load_bf16x8(const std::uint8_t* p)
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// kLeft = false skips step 2, which is the identity when every column's left shift is 0.
+// Steps 1-4 of requant_lane for columns [c, c + 8) of one row: eight int32 results before the
+// int8 saturation. kLeft = false skips step 2, the identity when no column shifts left.
+template <bool kLeft>
+__attribute__((target("avx2"))) inline __m256i requant8(const std::uint32_t* in,
+                                                        const RequantCols& p, std::size_t c) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + c));
+  // 1. Bias.
+  const __m256i s = add_sat(x, load8(p.bias.data() + c));
+  // 2. Left shift: it overflowed when shifting back does not restore s.
+  __m256i l = s;
+  if constexpr (kLeft) {
+    const __m256i left = load8(p.left.data() + c);
+    const __m256i shifted = _mm256_sllv_epi32(s, left);
+    const __m256i fits = _mm256_cmpeq_epi32(_mm256_srav_epi32(shifted, left), s);
+    const __m256i sat = _mm256_xor_si256(_mm256_srai_epi32(s, 31), _mm256_set1_epi32(INT32_MAX));
+    l = _mm256_blendv_epi8(sat, shifted, fits);
+  }
+  // 3. floor((l * mult + 2^30) / 2^31): the 64-bit products of the even lanes, and of the odd
+  // lanes (mult loaded one column on, so that its odd columns sit in the even lanes); bits 31..62
+  // of each are the result, moved to the low (even) or high (odd) half of the 64 bits.
+  const __m256i nudge = _mm256_set1_epi64x(std::int64_t{1} << 30);
+  const __m256i even = _mm256_mul_epi32(l, load8(p.mult.data() + c));
+  const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(l, 32), load8(p.mult.data() + c + 1));
+  const __m256i hi = _mm256_blend_epi32(_mm256_srli_epi64(_mm256_add_epi64(even, nudge), 31),
+                                        _mm256_slli_epi64(_mm256_add_epi64(odd, nudge), 1), 0xaa);
+  // 4. Rounding divide by 2^right: threshold = half + (hi < 0), and a true compare is -1.
+  const __m256i threshold = _mm256_sub_epi32(load8(p.half.data() + c), _mm256_srai_epi32(hi, 31));
+  const __m256i round_up =
+      _mm256_cmpgt_epi32(_mm256_and_si256(hi, load8(p.mask.data() + c)), threshold);
+  return _mm256_sub_epi32(_mm256_srav_epi32(hi, load8(p.right.data() + c)), round_up);
+}
+
+// Rows ahead of the one being computed whose accumulator words are prefetched: entries sit
+// mxu.cols words apart, a stride the hardware prefetchers follow poorly.
+constexpr std::size_t kPrefetchRows = 4;
+
+__attribute__((target("avx2"))) inline void prefetch_row(const std::uint32_t* row,
+                                                         std::size_t words) {
+  for (std::size_t c = 0; c < words; c += 16)
+    _mm_prefetch(reinterpret_cast<const char*>(row + c), _MM_HINT_T0);
+}
+
+// Step 5: the saturating packs clamp to int8 (32 or 8 columns at a time); lo applies relu.
 template <bool kLeft>
 __attribute__((target("avx2"))) void requant_rows(const RequantCols& p, const std::uint32_t* in,
                                                   std::size_t in_stride, std::uint32_t rows,
                                                   std::uint8_t* out, std::uint64_t out_stride) {
-  const std::size_t cols = p.bias.size(), vec_cols = cols / 8 * 8;
-  const __m256i max_i32 = _mm256_set1_epi32(INT32_MAX);
-  const __m256i nudge = _mm256_set1_epi64x(std::int64_t{1} << 30);
-  const __m128i lo = _mm_set1_epi8(static_cast<char>(p.lo));
-  // Locals: the int8 stores may alias the vectors' storage as far as the compiler knows.
-  const std::int32_t *bias = p.bias.data(), *mult = p.mult.data(), *left = p.left.data(),
-                     *right = p.right.data(), *mask = p.mask.data();
+  const std::size_t cols = p.bias.size(), cols32 = cols / 32 * 32, cols8 = cols / 8 * 8;
+  const __m256i lo = _mm256_set1_epi8(static_cast<char>(p.lo));
+  // packs work within 128-bit halves; this puts the four vectors' dwords back in column order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
-    for (std::size_t c = 0; c < vec_cols; c += 8) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + c));
-      // 1. Bias.
-      const __m256i s = add_sat(x, load8(bias + c));
-      // 2. Left shift: it overflowed when shifting back does not restore s.
-      __m256i l = s;
-      if constexpr (kLeft) {
-        const __m256i shift_l = load8(left + c);
-        const __m256i shifted = _mm256_sllv_epi32(s, shift_l);
-        const __m256i fits = _mm256_cmpeq_epi32(_mm256_srav_epi32(shifted, shift_l), s);
-        const __m256i sat = _mm256_xor_si256(_mm256_srai_epi32(s, 31), max_i32);
-        l = _mm256_blendv_epi8(sat, shifted, fits);
-      }
-      // 3. floor((l * mult + 2^30) / 2^31): the 64-bit products of the even and the odd lanes;
-      // bits 31..62 of each are the result, moved to the low (even) or high (odd) half.
-      const __m256i m = load8(mult + c);
-      const __m256i even = _mm256_mul_epi32(l, m);
-      const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(l, 32), _mm256_srli_epi64(m, 32));
-      const __m256i hi =
-          _mm256_blend_epi32(_mm256_srli_epi64(_mm256_add_epi64(even, nudge), 31),
-                             _mm256_slli_epi64(_mm256_add_epi64(odd, nudge), 1), 0xaa);
-      // 4. Rounding divide by 2^right: threshold = (mask >> 1) + (hi < 0); a true compare is -1.
-      const __m256i mk = load8(mask + c);
-      const __m256i threshold =
-          _mm256_sub_epi32(_mm256_srai_epi32(mk, 1), _mm256_srai_epi32(hi, 31));
-      const __m256i q = _mm256_sub_epi32(_mm256_srav_epi32(hi, load8(right + c)),
-                                         _mm256_cmpgt_epi32(_mm256_and_si256(hi, mk), threshold));
-      // 5. The two saturating packs clamp to int8; lo applies relu.
+    if (r + kPrefetchRows < rows) prefetch_row(in + kPrefetchRows * in_stride, cols);
+    std::size_t c = 0;
+    for (; c < cols32; c += 32) {
+      const __m256i q01 =
+          _mm256_packs_epi32(requant8<kLeft>(in, p, c), requant8<kLeft>(in, p, c + 8));
+      const __m256i q23 =
+          _mm256_packs_epi32(requant8<kLeft>(in, p, c + 16), requant8<kLeft>(in, p, c + 24));
+      const __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), _mm256_max_epi8(q, lo));
+    }
+    for (; c < cols8; c += 8) {
+      const __m256i q = requant8<kLeft>(in, p, c);
       const __m128i q16 =
           _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-      const __m128i q8 = _mm_max_epi8(_mm_packs_epi16(q16, q16), lo);
+      const __m128i q8 = _mm_max_epi8(_mm_packs_epi16(q16, q16), _mm256_castsi256_si128(lo));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(out + c), q8);
     }
-    for (std::size_t c = vec_cols; c < cols; ++c)
-      out[c] = requant_lane(static_cast<std::int32_t>(in[c]), p, c);
+    for (; c < cols; ++c) out[c] = requant_lane(static_cast<std::int32_t>(in[c]), p, c);
   }
 }
 
@@ -369,49 +417,112 @@ __attribute__((target("avx2"))) inline __m128i to_bf16x8(__m256 v) {
   return _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
 }
 
-__attribute__((target("avx2"))) void float_act(const FloatCols& p, const std::uint32_t* in,
-                                               std::size_t in_stride, std::uint32_t rows,
-                                               std::uint8_t* out, std::uint64_t out_stride,
-                                               float* x) {
-  const std::size_t cols = p.scale.size(), vec_cols = cols / 8 * 8;
-  const bool vec_func =
-      p.func == isa::ActFunc::None || p.func == isa::ActFunc::Relu || p.func == isa::ActFunc::Relu6;
-  const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+// Bias and scale of columns [c, c + 8): one rounded fp32 add (or an exact saturating int32 add
+// and the int32 -> fp32 conversion, which rounds to nearest even as static_cast does) and one
+// multiply.
+template <bool kIntAcc>
+__attribute__((target("avx2"))) inline __m256 pre8(const std::uint32_t* in, const FloatCols& p,
+                                                   std::size_t c) {
+  const __m256i acc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + c));
+  const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.bias.data() + c));
+  __m256 pre;
+  if constexpr (kIntAcc)
+    pre = _mm256_cvtepi32_ps(add_sat(acc, bias));
+  else
+    pre = _mm256_add_ps(_mm256_castsi256_ps(acc), _mm256_castsi256_ps(bias));
+  return _mm256_mul_ps(pre, _mm256_loadu_ps(p.scale.data() + c));
+}
+
+// relu keeps v where v > 0 or v is NaN (not-less-or-equal is true unordered) and gives +0
+// elsewhere; relu6 then takes 6 where v > 6 (ordered: NaN stays).
+template <isa::ActFunc kFunc>
+__attribute__((target("avx2"))) inline __m256 func8(__m256 v) {
+  if constexpr (kFunc == isa::ActFunc::None) return v;
+  const __m256 y = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NLE_UQ), v);
+  if constexpr (kFunc == isa::ActFunc::Relu) return y;
+  const __m256 six = _mm256_set1_ps(6.0f);
+  return _mm256_blendv_ps(y, six, _mm256_cmp_ps(v, six, _CMP_GT_OQ));
+}
+
+template <DType kOut>
+__attribute__((target("avx2"))) inline void store8(std::uint8_t* out, std::size_t c, __m256 v) {
+  if constexpr (kOut == DType::Fp32)
+    _mm256_storeu_ps(reinterpret_cast<float*>(out + 4 * c), v);
+  else
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * c), to_bf16x8(v));
+}
+
+// One pass per row for the elementwise functions none, relu and relu6.
+template <bool kIntAcc, isa::ActFunc kFunc, DType kOut>
+__attribute__((target("avx2"))) void float_rows(const FloatCols& p, const std::uint32_t* in,
+                                                std::size_t in_stride, std::uint32_t rows,
+                                                std::uint8_t* out, std::uint64_t out_stride) {
+  const std::size_t cols = p.scale.size(), cols8 = cols / 8 * 8;
   for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
-    // 1. Bias and scale: one rounded fp32 add (or exact int32 conversion) and one multiply.
-    for (std::size_t c = 0; c < vec_cols; c += 8) {
-      const __m256i acc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + c));
-      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&p.bias[c]));
-      const __m256 pre = p.int_acc
-                             ? _mm256_cvtepi32_ps(add_sat(acc, bias))
-                             : _mm256_add_ps(_mm256_castsi256_ps(acc), _mm256_castsi256_ps(bias));
-      _mm256_storeu_ps(x + c, _mm256_mul_ps(pre, _mm256_loadu_ps(&p.scale[c])));
+    if (r + kPrefetchRows < rows) prefetch_row(in + kPrefetchRows * in_stride, cols);
+    for (std::size_t c = 0; c < cols8; c += 8)
+      store8<kOut>(out, c, func8<kFunc>(pre8<kIntAcc>(in, p, c)));
+    for (std::size_t c = cols8; c < cols; ++c) {
+      const float x = activate_float(kFunc, pre_activation(in[c], p, c));
+      if constexpr (kOut == DType::Fp32)
+        store_u32(out + 4 * c, float_to_bits(x));
+      else
+        store_bf16(out + 2 * c, to_bf16(x));
     }
-    for (std::size_t c = vec_cols; c < cols; ++c) x[c] = pre_activation(in[c], p, c);
-    // 2. The function. relu keeps x where x > 0 or x is NaN (not-less-or-equal, unordered true)
-    // and gives +0 elsewhere; relu6 then takes 6 where x > 6 (ordered: NaN stays).
-    if (vec_func) {
-      if (p.func != isa::ActFunc::None)
-        for (std::size_t c = 0; c < vec_cols; c += 8) {
-          const __m256 v = _mm256_loadu_ps(x + c);
-          __m256 y = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_NLE_UQ), v);
-          if (p.func == isa::ActFunc::Relu6)
-            y = _mm256_blendv_ps(y, six, _mm256_cmp_ps(v, six, _CMP_GT_OQ));
-          _mm256_storeu_ps(x + c, y);
-        }
-      activate_row(p.func, x, vec_cols, cols);
-    } else {
-      activate_row(p.func, x, 0, cols);
-    }
-    // 3. Rounding to the output type.
+  }
+}
+
+template <bool kIntAcc, isa::ActFunc kFunc>
+void float_rows_for(const FloatCols& p, const std::uint32_t* in, std::size_t in_stride,
+                    std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
+  if (p.out_type == DType::Fp32)
+    return float_rows<kIntAcc, kFunc, DType::Fp32>(p, in, in_stride, rows, out, out_stride);
+  float_rows<kIntAcc, kFunc, DType::Bf16>(p, in, in_stride, rows, out, out_stride);
+}
+
+template <bool kIntAcc>
+void float_rows_for(const FloatCols& p, const std::uint32_t* in, std::size_t in_stride,
+                    std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
+  switch (p.func) {
+    case isa::ActFunc::None:
+      return float_rows_for<kIntAcc, isa::ActFunc::None>(p, in, in_stride, rows, out, out_stride);
+    case isa::ActFunc::Relu:
+      return float_rows_for<kIntAcc, isa::ActFunc::Relu>(p, in, in_stride, rows, out, out_stride);
+    default:
+      return float_rows_for<kIntAcc, isa::ActFunc::Relu6>(p, in, in_stride, rows, out, out_stride);
+  }
+}
+
+// sigmoid and tanh (libm, one value at a time) and softmax (a row function) go through a row of
+// fp32 values `x`.
+template <bool kIntAcc>
+__attribute__((target("avx2"))) void float_rows_libm(const FloatCols& p, const std::uint32_t* in,
+                                                     std::size_t in_stride, std::uint32_t rows,
+                                                     std::uint8_t* out, std::uint64_t out_stride,
+                                                     float* x) {
+  const std::size_t cols = p.scale.size(), cols8 = cols / 8 * 8;
+  for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
+    for (std::size_t c = 0; c < cols8; c += 8) _mm256_storeu_ps(x + c, pre8<kIntAcc>(in, p, c));
+    for (std::size_t c = cols8; c < cols; ++c) x[c] = pre_activation(in[c], p, c);
+    activate_row(p.func, x, 0, cols);
     if (p.out_type == DType::Fp32) {
       std::memcpy(out, x, 4 * cols);
       continue;
     }
-    for (std::size_t c = 0; c < vec_cols; c += 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * c), to_bf16x8(_mm256_loadu_ps(x + c)));
-    for (std::size_t c = vec_cols; c < cols; ++c) store_bf16(out + 2 * c, to_bf16(x[c]));
+    for (std::size_t c = 0; c < cols8; c += 8) store8<DType::Bf16>(out, c, _mm256_loadu_ps(x + c));
+    for (std::size_t c = cols8; c < cols; ++c) store_bf16(out + 2 * c, to_bf16(x[c]));
   }
+}
+
+void float_act(const FloatCols& p, const std::uint32_t* in, std::size_t in_stride,
+               std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride, float* x) {
+  const bool elementwise =
+      p.func == isa::ActFunc::None || p.func == isa::ActFunc::Relu || p.func == isa::ActFunc::Relu6;
+  if (elementwise && p.int_acc)
+    return float_rows_for<true>(p, in, in_stride, rows, out, out_stride);
+  if (elementwise) return float_rows_for<false>(p, in, in_stride, rows, out, out_stride);
+  if (p.int_acc) return float_rows_libm<true>(p, in, in_stride, rows, out, out_stride, x);
+  float_rows_libm<false>(p, in, in_stride, rows, out, out_stride, x);
 }
 
 __attribute__((target("avx2"))) void max_i8(Runs runs, std::size_t n_runs, std::size_t ch,
@@ -432,11 +543,11 @@ __attribute__((target("avx2"))) void max_i8(Runs runs, std::size_t n_runs, std::
 
 // max_float in window order without a branch: MAXPS(v, m) is (v > m ? v : m) (Intel SDM: with a
 // NaN or two zeros it returns the second operand), which is max_float(m, v) when neither is NaN;
-// a NaN anywhere in the window makes max_float's quiet NaN, which to_bf16 turns into 0x7fc0.
+// a NaN anywhere in the window gives max_pool_nan().
 __attribute__((target("avx2"))) void max_bf16(Runs runs, std::size_t n_runs, std::size_t ch,
                                               std::uint8_t* out) {
   const std::size_t vec_ch = ch / 8 * 8;
-  const __m256i qnan = _mm256_set1_epi32(0x7fc0);
+  const __m256i qnan = _mm256_set1_epi32(max_pool_nan().bits);
   for (std::size_t c = 0; c < vec_ch; c += 8) {
     __m256 m = load_bf16x8(runs[0] + 2 * c);
     __m256 nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
@@ -575,7 +686,9 @@ void VectorOps::activate(const isa::Activate& a, const AccView& acc, UbView ub) 
       p.any_left = p.any_left || pr.shift < 0;
       p.right.push_back(right);
       p.mask.push_back(static_cast<std::int32_t>((std::int64_t{1} << right) - 1));
+      p.half.push_back(p.mask.back() >> 1);
     }
+    p.mult.push_back(0);
 #if defined(__x86_64__) || defined(__i386__)
     if (avx2) return avx2::requant(p, in, acc.words_per_entry, a.rows, out, a.dst_stride);
 #endif
@@ -658,7 +771,8 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
   const bool int8 = p.type == DType::Int8;
   std::vector<const std::uint8_t*> runs(window);
   std::vector<std::int32_t> sum_i(is_max || !int8 ? 0 : ch);
-  std::vector<float> sum_f(is_max || int8 ? 0 : ch);
+  std::vector<float> sum_f(int8 ? 0 : ch);  // avg's sums, or the portable max's row
+  std::vector<std::uint8_t> nan(is_max && !int8 ? ch : 0);
   // Output pixels in NHWC order; each window's runs in window order (ky, then kx).
   for (std::uint64_t img = 0; img < p.images; ++img)
     for (std::uint64_t oy = 0; oy < s.out_h; ++oy)
@@ -688,7 +802,7 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
         if (int8)
           portable::max_i8(runs.data(), k, ch, out);
         else
-          portable::max_bf16(runs.data(), k, ch, out);
+          portable::max_bf16(runs.data(), k, ch, sum_f.data(), nan.data(), out);
       }
 }
 

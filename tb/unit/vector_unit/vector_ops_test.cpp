@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -913,6 +915,373 @@ TEST(VectorEltwise, RejectsBadFieldsNamingThem) {
     isa::Eltwise e = ok;
     e.type = DType::Fp32;
     expect_program_error([&] { run(e); }, {"type", "fp32"});
+  }
+}
+
+// ---- both builds of the kernels ----
+//
+// VectorOps runs hand-vectorised AVX2 kernels where the CPU has AVX2 and portable ones elsewhere
+// (hw/vector_unit/vector_ops.cpp); TPUSIM_SIMD picks one. Each must give the bits of the scalar
+// functions in functions.h, which the reference inference in sw/nn uses, on data weighted toward
+// the cases where a shortcut would differ: saturation, rounding ties, NaN, signed zeros, and
+// column or channel counts that leave remainders after each vector width.
+
+// Selects a build through TPUSIM_SIMD for one scope and restores the environment after.
+class ScopedSimd {
+ public:
+  explicit ScopedSimd(const std::string& path) {
+    if (const char* old = std::getenv(kVar)) saved_ = old;
+    setenv(kVar, path.c_str(), 1);
+  }
+  ~ScopedSimd() {
+    if (saved_)
+      setenv(kVar, saved_->c_str(), 1);
+    else
+      unsetenv(kVar);
+  }
+  ScopedSimd(const ScopedSimd&) = delete;
+  ScopedSimd& operator=(const ScopedSimd&) = delete;
+
+ private:
+  static constexpr const char* kVar = "TPUSIM_SIMD";
+  std::optional<std::string> saved_;
+};
+
+// The builds this host can run: portable everywhere, avx2 on x86 CPUs that have it.
+std::vector<std::string> simd_paths() {
+  std::vector<std::string> paths = {"portable"};
+#if defined(__x86_64__) || defined(__i386__)
+  if (__builtin_cpu_supports("avx2")) paths.emplace_back("avx2");
+#endif
+  return paths;
+}
+
+// int32 values weighted toward the ends of the range.
+std::int32_t edge_i32(std::mt19937& rng) {
+  std::uniform_int_distribution<int> pick(0, 5), near(0, 3);
+  switch (pick(rng)) {
+    case 0: return kI32Min + near(rng);
+    case 1: return kI32Max - near(rng);
+    case 2: return std::uniform_int_distribution<std::int32_t>(-300, 300)(rng);
+    case 3: return std::uniform_int_distribution<std::int32_t>(-(1 << 20), 1 << 20)(rng);
+    default: return std::uniform_int_distribution<std::int32_t>(kI32Min, kI32Max)(rng);
+  }
+}
+
+// An activation's accumulators and unified buffer, wider than test_config's so that rows have
+// whole vectors and remainders: kCols = two 32-column blocks, one 8-column group and 3 more.
+struct WideActivate {
+  static constexpr std::uint32_t kWords = 80, kRows = 64;
+  static constexpr std::uint16_t kCols = 75;
+  ChipConfig cfg = test_config();
+  std::vector<std::uint32_t> acc = std::vector<std::uint32_t>(std::size_t{kWords} * kRows);
+  std::vector<std::uint8_t> ub = std::vector<std::uint8_t>(1 << 16, 0xa5);
+  isa::Activate a;
+
+  WideActivate(DType out_type, isa::ActFunc func) {
+    a.src = AccAddr(0);
+    a.params = UbAddr(0);
+    a.dst = UbAddr(0x1000);
+    a.rows = kRows;
+    a.cols = kCols;
+    a.dst_stride = size_of(out_type) * kCols + 5;  // gap bytes after each row
+    a.func = func;
+    a.out_type = out_type;
+  }
+  void put32(std::uint64_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) ub[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+  std::uint32_t get(std::uint64_t at, std::uint32_t bytes) const {
+    std::uint32_t v = 0;
+    for (std::uint32_t i = 0; i < bytes; ++i) v |= std::uint32_t{ub[at + i]} << (8 * i);
+    return v;
+  }
+  void put_params(std::uint32_t c, std::uint32_t bias, std::uint32_t scale, std::int32_t shift) {
+    put32(12u * c, bias);
+    put32(12u * c + 4, scale);
+    put32(12u * c + 8, static_cast<std::uint32_t>(shift));
+  }
+  std::uint32_t& word(std::uint32_t r, std::uint32_t c) { return acc[std::size_t{r} * kWords + c]; }
+  // Runs the instruction on `path`; returns the output bits of every row and column and checks
+  // that the gap bytes after each row kept their value.
+  std::vector<std::uint32_t> run(const std::string& path, DType acc_type) {
+    std::vector<std::uint8_t> before = ub;
+    {
+      ScopedSimd simd(path);
+      VectorOps(cfg).activate(a, AccView{acc.data(), kRows, kWords, acc_type},
+                              UbView{ub.data(), ub.size()});
+    }
+    const std::uint32_t esize = size_of(a.out_type);
+    std::vector<std::uint32_t> bits;
+    for (std::uint32_t r = 0; r < kRows; ++r) {
+      const std::uint64_t row = a.dst.value() + std::uint64_t{r} * a.dst_stride;
+      for (std::uint32_t c = 0; c < kCols; ++c) bits.push_back(get(row + esize * c, esize));
+      for (std::uint64_t g = row + esize * kCols; g < row + a.dst_stride; ++g)
+        EXPECT_EQ(ub[g], before[g]) << path << ": gap byte " << g << " written";
+    }
+    ub = std::move(before);
+    return bits;
+  }
+};
+
+TEST(VectorActivate, Int8FastPathsMatchScalarRequantizeOnSaturationAndTies) {
+  for (isa::ActFunc func : {isa::ActFunc::None, isa::ActFunc::Relu}) {
+    WideActivate t(DType::Int8, func);
+    std::mt19937 rng(21);
+    for (std::uint32_t& w : t.acc) w = static_cast<std::uint32_t>(edge_i32(rng));
+    // Every shift in [kMinRequantShift, kMaxRequantShift], then shifts of 1..3, where the divide
+    // by 2^shift meets ties often; multipliers 2^30 (every odd product is a tie of the doubling
+    // high multiply), the largest, 0, and random Q31 values.
+    const std::int32_t n_shifts = kMaxRequantShift - kMinRequantShift + 1;
+    std::vector<std::int32_t> bias(t.kCols), mult(t.kCols), shift(t.kCols);
+    std::uniform_int_distribution<std::int32_t> q31(std::int32_t{1} << 30, kI32Max);
+    for (std::uint32_t c = 0; c < t.kCols; ++c) {
+      const auto ci = static_cast<std::int32_t>(c);
+      shift[c] = ci < n_shifts ? kMinRequantShift + ci : 1 + ci % 3;
+      const std::int32_t kinds[] = {std::int32_t{1} << 30, kI32Max, c == 6 ? 0 : q31(rng)};
+      mult[c] = kinds[c % 3];
+      bias[c] = c % 4 == 0 ? 0 : edge_i32(rng);
+      t.put_params(c, static_cast<std::uint32_t>(bias[c]), static_cast<std::uint32_t>(mult[c]),
+                   shift[c]);
+    }
+    // The scalar chain, and a count of the cases the data reaches.
+    std::vector<std::uint32_t> expect;
+    int bias_saturated = 0, mul_ties = 0, pot_ties = 0, int8_saturated = 0, inside = 0;
+    for (std::uint32_t r = 0; r < t.kRows; ++r)
+      for (std::uint32_t c = 0; c < t.kCols; ++c) {
+        const auto x = static_cast<std::int32_t>(t.word(r, c));
+        const std::int32_t s = add_bias(x, bias[c]);
+        std::int8_t q = requantize(s, mult[c], shift[c]);
+        if (func == isa::ActFunc::Relu) q = relu(q);
+        expect.push_back(static_cast<std::uint8_t>(q));
+        bias_saturated += s != std::int64_t{x} + bias[c];
+        const std::int32_t l = shift[c] < 0 ? saturating_shift_left(s, -shift[c]) : s;
+        const std::int64_t ab = std::int64_t{l} * mult[c];
+        mul_ties += (ab & ((std::int64_t{1} << 31) - 1)) == (std::int64_t{1} << 30);
+        const std::int32_t hi = saturating_rounding_doubling_high_mul(l, mult[c]);
+        pot_ties += shift[c] > 0 && (std::int64_t{hi} & ((std::int64_t{1} << shift[c]) - 1)) ==
+                                        (std::int64_t{1} << (shift[c] - 1));
+        const std::int32_t unclamped = shift[c] > 0 ? rounding_divide_by_pot(hi, shift[c]) : hi;
+        int8_saturated += unclamped < -128 || unclamped > 127;
+        inside += unclamped > -128 && unclamped < 127;
+      }
+    EXPECT_GT(bias_saturated, 100);
+    EXPECT_GT(mul_ties, 100);
+    EXPECT_GT(pot_ties, 100);
+    EXPECT_GT(int8_saturated, 100);
+    EXPECT_GT(inside, 100);
+    for (const std::string& path : simd_paths()) {
+      const std::vector<std::uint32_t> got = t.run(path, DType::Int32);
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], expect[i]) << path << " " << isa::name_of(func) << " row " << i / t.kCols
+                                     << " col " << i % t.kCols;
+    }
+  }
+}
+
+// x86's default NaN, the one invalid operations (inf - inf) make. When two NaNs meet in an add,
+// which one the result carries depends on the operand order the compiler picks (IEEE 754 leaves it
+// open), so data for row functions (softmax) and sums (average pooling) holds only this NaN.
+constexpr std::uint32_t kDefaultNan = 0xffc00000u;
+
+// fp32 bit patterns weighted toward special values: NaN (quiet, signalling, either sign; only
+// kDefaultNan if `one_nan`), +-inf, +-0, subnormals, values near 6 (relu6), bf16 rounding ties
+// (low 16 bits 0x8000) and their neighbours, and ordinary values of either sign.
+std::uint32_t edge_fp32_bits(std::mt19937& rng, bool one_nan) {
+  std::uniform_int_distribution<int> pick(0, 11);
+  std::uniform_int_distribution<std::uint32_t> any(0, 0xffffffffu);
+  const std::uint32_t sign = any(rng) & 0x80000000u;
+  switch (pick(rng)) {
+    case 0:
+      if (one_nan) return kDefaultNan;
+      return (any(rng) & 1) != 0 ? 0x7fc00000u | (any(rng) & 0xff) : 0xff800001u;
+    case 1: return sign | 0x7f800000u;
+    case 2: return sign;
+    case 3: return sign | (any(rng) & 0x007fffffu);
+    case 4: return bits_of(6.0f) + (any(rng) & 3) - 1;
+    case 5: return (any(rng) & 0xffff0000u & 0xbfffffffu) | 0x8000u;
+    case 6: return (any(rng) & 0xffff0000u & 0xbfffffffu) | (0x7fffu + (any(rng) & 2));
+    default: return bits_of(std::uniform_real_distribution<float>(-50.0f, 50.0f)(rng));
+  }
+}
+
+TEST(VectorActivate, FloatFastPathsMatchScalarFunctionsBitForBit) {
+  for (DType acc_type : {DType::Int32, DType::Fp32})
+    for (DType out : {DType::Bf16, DType::Fp32})
+      for (isa::ActFunc func : {isa::ActFunc::None, isa::ActFunc::Relu, isa::ActFunc::Relu6,
+                                isa::ActFunc::Sigmoid, isa::ActFunc::Tanh, isa::ActFunc::Softmax}) {
+        WideActivate t(out, func);
+        std::mt19937 rng(22);
+        const bool int_acc = acc_type == DType::Int32;
+        for (std::uint32_t& w : t.acc)
+          w = int_acc ? static_cast<std::uint32_t>(edge_i32(rng))
+                      : edge_fp32_bits(rng, func == isa::ActFunc::Softmax);
+        // Columns with bias 0 and scale 1 pass the accumulator's special values through exactly;
+        // NaN only ever comes from the accumulator, as one NaN operand fixes the result's bits.
+        std::vector<std::uint32_t> bias(t.kCols);
+        std::vector<float> scale(t.kCols);
+        std::uniform_real_distribution<float> log2_scale(-12.0f, 2.0f);
+        for (std::uint32_t c = 0; c < t.kCols; ++c) {
+          const bool exact = c % 3 == 0;
+          scale[c] = exact ? 1.0f : std::exp2(log2_scale(rng));
+          bias[c] = exact     ? 0u
+                    : int_acc ? static_cast<std::uint32_t>(edge_i32(rng))
+                              : bits_of(std::uniform_real_distribution<float>(-4.0f, 4.0f)(rng));
+          t.put_params(c, bias[c], bits_of(scale[c]), 0);
+        }
+        std::vector<std::uint32_t> expect;
+        std::vector<float> x(t.kCols);
+        for (std::uint32_t r = 0; r < t.kRows; ++r) {
+          for (std::uint32_t c = 0; c < t.kCols; ++c)
+            x[c] = int_acc ? scale_int(static_cast<std::int32_t>(t.word(r, c)),
+                                       static_cast<std::int32_t>(bias[c]), scale[c])
+                           : scale_float(float_of(t.word(r, c)), float_of(bias[c]), scale[c]);
+          if (func == isa::ActFunc::Softmax)
+            softmax_row(x.data(), x.data(), x.size());
+          else
+            for (float& v : x) v = activate_float(func, v);
+          for (float v : x) expect.push_back(out == DType::Fp32 ? bits_of(v) : to_bf16(v).bits);
+        }
+        for (const std::string& path : simd_paths()) {
+          const std::vector<std::uint32_t> got = t.run(path, acc_type);
+          for (std::size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], expect[i])
+                << path << " acc " << name_of(acc_type) << " out " << name_of(out) << " "
+                << isa::name_of(func) << " row " << i / t.kCols << " col " << i % t.kCols;
+        }
+      }
+}
+
+// bf16 bit patterns for pooling: many zeros of both signs and repeated values (ties the window
+// order must break), NaN of several kinds (only kDefaultNan's if `one_nan`), +-inf and random
+// finite values.
+std::uint16_t edge_bf16_bits(std::mt19937& rng, bool one_nan) {
+  std::uniform_int_distribution<int> pick(0, 31);
+  std::uniform_int_distribution<std::uint32_t> any(0, 0xffff);
+  const int k = pick(rng);
+  if (k < 8) return k % 2 == 0 ? 0x0000 : 0x8000;
+  if (k == 8 && one_nan) return static_cast<std::uint16_t>(kDefaultNan >> 16);
+  if (k == 8) return (any(rng) & 1) != 0 ? 0x7fc1 : 0xff81;
+  if (k == 9) return (any(rng) & 1) != 0 ? 0x7f80 : 0xff80;
+  if (k < 18) return to_bf16(k % 2 == 0 ? 1.5f : -2.0f).bits;
+  return static_cast<std::uint16_t>(any(rng) & 0xbfff);  // exponent MSB clear: finite
+}
+
+TEST(VectorPool, FastPathsMatchScalarFunctionsForEveryChannelCountAndWindow) {
+  struct Shape {
+    std::uint16_t in_h, in_w, channels, kernel_h, kernel_w, stride_h, stride_w, images;
+  };
+  // 2x2 stride 2 over channel counts with whole vectors and remainders; overlapping 3x2 windows;
+  // 1x1 windows.
+  const Shape shapes[] = {{6, 7, 75, 2, 2, 2, 2, 2},
+                          {5, 5, 3, 3, 2, 1, 2, 3},
+                          {4, 4, 40, 1, 1, 1, 1, 1},
+                          {4, 6, 64, 2, 3, 2, 3, 2}};
+  for (const Shape& sh : shapes)
+    for (DType type : {DType::Int8, DType::Bf16})
+      for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
+        isa::Pool p;
+        p.in_h = sh.in_h;
+        p.in_w = sh.in_w;
+        p.channels = sh.channels;
+        p.kernel_h = sh.kernel_h;
+        p.kernel_w = sh.kernel_w;
+        p.stride_h = sh.stride_h;
+        p.stride_w = sh.stride_w;
+        p.images = sh.images;
+        p.kind = kind;
+        p.type = type;
+        const std::uint32_t esize = size_of(type);
+        const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * p.channels;
+        p.src = UbAddr(0x10);
+        p.dst = UbAddr(static_cast<std::uint32_t>(0x20 + in_elems * esize));
+        const PoolGeom g = geom_of(p);
+        std::vector<std::uint8_t> ub(1 << 16, 0xa5);
+        std::mt19937 rng(23);
+        std::uniform_int_distribution<int> i8(-128, 127);
+        const auto elem = [&](std::uint64_t i) {
+          const std::uint64_t at = p.src.value() + esize * i;
+          return type == DType::Int8 ? std::uint32_t{ub[at]}
+                                     : ub[at] | std::uint32_t{ub[at + 1]} << 8;
+        };
+        for (std::uint64_t i = 0; i < in_elems; ++i) {
+          const std::uint64_t at = p.src.value() + esize * i;
+          if (type == DType::Int8) {
+            ub[at] = static_cast<std::uint8_t>(i8(rng));
+          } else {
+            const std::uint16_t b = edge_bf16_bits(rng, kind == isa::PoolKind::Avg);
+            ub[at] = static_cast<std::uint8_t>(b);
+            ub[at + 1] = static_cast<std::uint8_t>(b >> 8);
+          }
+        }
+        // The scalar functions over each window in window order.
+        std::vector<std::uint32_t> expect;
+        const auto n = static_cast<std::int32_t>(p.kernel_h * p.kernel_w);
+        for (std::uint64_t img = 0; img < p.images; ++img)
+          for (std::uint64_t oy = 0; oy < g.oh; ++oy)
+            for (std::uint64_t ox = 0; ox < g.ow; ++ox)
+              for (std::uint64_t c = 0; c < p.channels; ++c) {
+                std::vector<std::uint32_t> win;
+                for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky)
+                  for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx)
+                    win.push_back(elem(
+                        ((img * p.in_h + oy * p.stride_h + ky) * p.in_w + ox * p.stride_w + kx) *
+                            p.channels +
+                        c));
+                if (type == DType::Int8) {
+                  std::int32_t m = static_cast<std::int8_t>(win[0]), sum = 0;
+                  for (std::uint32_t w : win) {
+                    m = std::max<std::int32_t>(m, static_cast<std::int8_t>(w));
+                    sum += static_cast<std::int8_t>(w);
+                  }
+                  expect.push_back(
+                      static_cast<std::uint8_t>(kind == isa::PoolKind::Max ? m : avg_int8(sum, n)));
+                } else {
+                  const auto f = [](std::uint32_t w) {
+                    return to_float(Bf16{static_cast<std::uint16_t>(w)});
+                  };
+                  float m = f(win[0]), sum = 0.0f;
+                  for (std::uint32_t w : win) {
+                    m = max_float(m, f(w));
+                    sum += f(w);
+                  }
+                  expect.push_back(kind == isa::PoolKind::Max ? to_bf16(m).bits
+                                                              : avg_bf16(sum, n).bits);
+                }
+              }
+        const std::vector<std::uint8_t> input = ub;
+        for (const std::string& path : simd_paths()) {
+          ub = input;
+          {
+            ScopedSimd simd(path);
+            VectorOps(test_config()).pool(p, UbView{ub.data(), ub.size()});
+          }
+          for (std::size_t i = 0; i < expect.size(); ++i) {
+            const std::uint64_t at = p.dst.value() + esize * i;
+            const std::uint32_t got = type == DType::Int8 ? std::uint32_t{ub[at]}
+                                                          : ub[at] | std::uint32_t{ub[at + 1]} << 8;
+            ASSERT_EQ(got, expect[i]) << path << " " << isa::name_of(kind) << " " << name_of(type)
+                                      << " " << sh.channels << " channels, output " << i;
+          }
+          const std::uint64_t end = p.dst.value() + esize * expect.size();
+          for (std::uint64_t b = 0; b < ub.size(); ++b) {
+            if (b < p.dst.value() || b >= end) {
+              ASSERT_EQ(ub[b], input[b]) << path << " byte " << b;
+            }
+          }
+        }
+      }
+}
+
+TEST(VectorOpsSimd, UnknownBuildInTheEnvironmentIsRejectedNamingIt) {
+  ActivateCase t;
+  ScopedSimd simd("fastest");
+  try {
+    t.run();
+    ADD_FAILURE() << "no InputError thrown";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("TPUSIM_SIMD = fastest"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("portable"), std::string::npos) << e.what();
   }
 }
 
