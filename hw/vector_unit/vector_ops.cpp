@@ -155,7 +155,7 @@ struct RequantCols {
   std::vector<std::int32_t> mask;   // 2^right - 1
   std::vector<std::int32_t> half;   // mask >> 1
   std::int32_t lo = -128;           // 0 with relu: relu(saturate_int8(v)) = clamp(v, 0, 127)
-  bool any_left = false;            // some column shifts left (trained layers rarely do)
+  bool any_left = false;            // some column shifts left: its scale is >= 1
 };
 
 // requantize(add_bias(x, bias), mult, shift), clamped below at lo, without branches:
@@ -166,9 +166,11 @@ struct RequantCols {
 //      either sign of ab; its one saturating case needs mult = INT32_MIN, and mult >= 0.
 //   4. rounding_divide_by_pot by `right` (identity when right = 0: mask 0 leaves no remainder).
 //   5. saturate_int8, and relu through lo.
+// kLeft = false skips step 2, the identity when no column shifts left.
+template <bool kLeft = true>
 inline std::uint8_t requant_lane(std::int32_t x, const RequantCols& p, std::size_t c) {
   const std::int64_t s = saturate_int32(std::int64_t{x} + p.bias[c]);
-  const std::int64_t l = saturate_int32(s * (std::int64_t{1} << p.left[c]));
+  const std::int64_t l = kLeft ? saturate_int32(s * (std::int64_t{1} << p.left[c])) : s;
   const auto hi = static_cast<std::int32_t>((l * p.mult[c] + (std::int64_t{1} << 30)) >> 31);
   const std::int32_t threshold = p.half[c] + (hi < 0 ? 1 : 0);
   const std::int32_t q = (hi >> p.right[c]) + ((hi & p.mask[c]) > threshold ? 1 : 0);
@@ -191,18 +193,10 @@ inline float pre_activation(std::uint32_t acc, const FloatCols& p, std::size_t c
   return scale_float(bits_to_float(acc), bits_to_float(p.bias[c]), p.scale[c]);
 }
 
-// The activation function on columns [from, n) of a row of fp32 values.
-void activate_row(isa::ActFunc f, float* x, std::size_t from, std::size_t n) {
-  switch (f) {
-    case isa::ActFunc::None: return;
-    case isa::ActFunc::Softmax: softmax_row(x, x, n); return;
-    case isa::ActFunc::Relu:
-      for (std::size_t c = from; c < n; ++c) x[c] = relu(x[c]);
-      return;
-    default:
-      for (std::size_t c = from; c < n; ++c) x[c] = activate_float(f, x[c]);
-      return;
-  }
+// The activation function on a row of n fp32 values.
+void activate_row(isa::ActFunc f, float* x, std::size_t n) {
+  if (f == isa::ActFunc::Softmax) return softmax_row(x, x, n);
+  for (std::size_t c = 0; c < n; ++c) x[c] = activate_float(f, x[c]);
 }
 
 // A window's input runs: one pointer per window element, in window order (ky, then kx), each to
@@ -232,9 +226,9 @@ void pool_avg_bf16(Runs runs, std::size_t n_runs, std::size_t ch, float* sum, st
 // it.
 Bf16 max_pool_nan() { return to_bf16(std::numeric_limits<float>::quiet_NaN()); }
 
-// bf16 max of channel c over the window, max_float in window order then to_bf16, without
-// branches: (v > m ? v : m) is max_float(m, v) while neither is NaN, and once one is, the result
-// is max_pool_nan() whatever m holds.
+// bf16 max of channel c over the window, max_float in window order then to_bf16, with the NaN
+// test out of the compare: (v > m ? v : m) is max_float(m, v) while neither is NaN, and once one
+// is, the result is max_pool_nan() whatever m holds.
 Bf16 max_bf16_lane(Runs runs, std::size_t n_runs, std::size_t c) {
   float m = to_float(load_bf16(runs[0] + 2 * c));
   bool nan = std::isnan(m);
@@ -248,20 +242,65 @@ Bf16 max_bf16_lane(Runs runs, std::size_t n_runs, std::size_t c) {
 
 namespace portable {
 
-void requant(const RequantCols& p, const std::uint32_t* in, std::size_t in_stride,
-             std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
+// Each row into a local buffer first: stores through the uint8_t output pointer could alias the
+// parameters' vectors as far as the compiler knows, and would make it reload them per element.
+template <bool kLeft>
+void requant_rows(const RequantCols& p, const std::uint32_t* in, std::size_t in_stride,
+                  std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
   const std::size_t cols = p.bias.size();
-  for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride)
+  std::vector<std::uint8_t> row(cols);
+  for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
     for (std::size_t c = 0; c < cols; ++c)
-      out[c] = requant_lane(static_cast<std::int32_t>(in[c]), p, c);
+      row[c] = requant_lane<kLeft>(static_cast<std::int32_t>(in[c]), p, c);
+    std::memcpy(out, row.data(), cols);
+  }
 }
 
+void requant(const RequantCols& p, const std::uint32_t* in, std::size_t in_stride,
+             std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
+  if (p.any_left) return requant_rows<true>(p, in, in_stride, rows, out, out_stride);
+  requant_rows<false>(p, in, in_stride, rows, out, out_stride);
+}
+
+// One pass per row for the elementwise functions none, relu and relu6, fixed at compile time.
+template <isa::ActFunc kFunc, DType kOut>
+void float_rows(const FloatCols& p, const std::uint32_t* in, std::size_t in_stride,
+                std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
+  const std::size_t cols = p.scale.size();
+  for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride)
+    for (std::size_t c = 0; c < cols; ++c) {
+      const float x = activate_float(kFunc, pre_activation(in[c], p, c));
+      if constexpr (kOut == DType::Fp32)
+        store_u32(out + 4 * c, float_to_bits(x));
+      else
+        store_bf16(out + 2 * c, to_bf16(x));
+    }
+}
+
+template <isa::ActFunc kFunc>
+void float_rows_for(const FloatCols& p, const std::uint32_t* in, std::size_t in_stride,
+                    std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride) {
+  if (p.out_type == DType::Fp32)
+    return float_rows<kFunc, DType::Fp32>(p, in, in_stride, rows, out, out_stride);
+  float_rows<kFunc, DType::Bf16>(p, in, in_stride, rows, out, out_stride);
+}
+
+// sigmoid and tanh (libm) and softmax (a row function) go through a row of fp32 values `x`.
 void float_act(const FloatCols& p, const std::uint32_t* in, std::size_t in_stride,
                std::uint32_t rows, std::uint8_t* out, std::uint64_t out_stride, float* x) {
+  switch (p.func) {
+    case isa::ActFunc::None:
+      return float_rows_for<isa::ActFunc::None>(p, in, in_stride, rows, out, out_stride);
+    case isa::ActFunc::Relu:
+      return float_rows_for<isa::ActFunc::Relu>(p, in, in_stride, rows, out, out_stride);
+    case isa::ActFunc::Relu6:
+      return float_rows_for<isa::ActFunc::Relu6>(p, in, in_stride, rows, out, out_stride);
+    default: break;
+  }
   const std::size_t cols = p.scale.size();
   for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
     for (std::size_t c = 0; c < cols; ++c) x[c] = pre_activation(in[c], p, c);
-    activate_row(p.func, x, 0, cols);
+    activate_row(p.func, x, cols);
     if (p.out_type == DType::Fp32)
       for (std::size_t c = 0; c < cols; ++c) store_u32(out + 4 * c, float_to_bits(x[c]));
     else
@@ -504,7 +543,7 @@ __attribute__((target("avx2"))) void float_rows_libm(const FloatCols& p, const s
   for (std::uint32_t r = 0; r < rows; ++r, in += in_stride, out += out_stride) {
     for (std::size_t c = 0; c < cols8; c += 8) _mm256_storeu_ps(x + c, pre8<kIntAcc>(in, p, c));
     for (std::size_t c = cols8; c < cols; ++c) x[c] = pre_activation(in[c], p, c);
-    activate_row(p.func, x, 0, cols);
+    activate_row(p.func, x, cols);
     if (p.out_type == DType::Fp32) {
       std::memcpy(out, x, 4 * cols);
       continue;
