@@ -52,6 +52,10 @@ LayerCounters Chip::counters() const {
   return all;
 }
 
+void Chip::enable_trace(Trace& trace) {
+  for (auto& c : cores) c->sequencer->set_trace(&trace, c->id());
+}
+
 void Chip::finish(Cycle end) {
   for (auto& c : cores) c->finish(end);
 }

@@ -13,6 +13,7 @@
 #include "hw/chip/host_interface.h"
 #include "hw/chip/interconnect.h"
 #include "hw/common/clock.h"
+#include "hw/common/trace.h"
 #include "hw/config/chip_config.h"
 #include "hw/core/tensor_core.h"
 #include "hw/memory/bandwidth.h"
@@ -33,6 +34,8 @@ class Chip : public sc_core::sc_module {
 
   // Activity of every core, by layer, plus what the host interface moved (layer 0).
   [[nodiscard]] LayerCounters counters() const;
+  // Records an execution trace into `trace` (call before sc_start; `trace` outlives the run).
+  void enable_trace(Trace& trace);
   // Closes the cycle accounting at `end` (after the run).
   void finish(Cycle end);
   // Raised when core `c` retires a Halt: the interrupt the host waits for.

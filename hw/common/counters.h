@@ -2,7 +2,9 @@
 // energy model multiplies these by per-action energies; the report divides them by time.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 
 namespace tpu {
@@ -30,14 +32,25 @@ struct MxuBuckets {
   }
 };
 
+inline constexpr std::uint64_t kNoCycle = std::numeric_limits<std::uint64_t>::max();
+
 struct Counters {
   // Cycles the core's sequencer spent on this layer (from its Tag to the next, the last one
   // extended to the chip's end): per core, these add up to the run's cycles.
   std::uint64_t cycles = 0;
+  // The layer's span, over every core: from the first start to the last completion of its
+  // instructions that units ran (layers overlap, so spans do not add up; rates use them).
+  std::uint64_t span_begin = kNoCycle;
+  std::uint64_t span_end = 0;
+  [[nodiscard]] std::uint64_t span() const {
+    return span_end > span_begin ? span_end - span_begin : 0;
+  }
   std::uint64_t instructions = 0;
-  std::uint64_t macs = 0;          // useful multiply-accumulates (K x N x B per MatMul)
-  std::uint64_t weight_tiles = 0;  // tiles loaded into weight FIFOs
-  std::uint64_t weight_bytes = 0;  // bytes of those tiles
+  std::uint64_t macs = 0;                   // useful multiply-accumulates (K x N x B per MatMul)
+  std::uint64_t weight_tiles = 0;           // tiles loaded into weight FIFOs
+  std::uint64_t weight_bytes = 0;           // bytes of those tiles
+  std::uint64_t weight_bytes_off_chip = 0;  // of which fetched from off-chip memory
+  std::uint64_t mxu_input_bytes = 0;        // unified-buffer bytes streamed into the MXUs
   std::uint64_t ub_bytes_read = 0;
   std::uint64_t ub_bytes_written = 0;
   std::uint64_t acc_bytes_read = 0;
@@ -51,10 +64,14 @@ struct Counters {
 
   Counters& operator+=(const Counters& o) {
     cycles += o.cycles;
+    span_begin = std::min(span_begin, o.span_begin);
+    span_end = std::max(span_end, o.span_end);
     instructions += o.instructions;
     macs += o.macs;
     weight_tiles += o.weight_tiles;
     weight_bytes += o.weight_bytes;
+    weight_bytes_off_chip += o.weight_bytes_off_chip;
+    mxu_input_bytes += o.mxu_input_bytes;
     ub_bytes_read += o.ub_bytes_read;
     ub_bytes_written += o.ub_bytes_written;
     acc_bytes_read += o.acc_bytes_read;

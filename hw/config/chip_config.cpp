@@ -86,7 +86,8 @@ json parse_file(const fs::path& file) {
       throw ConfigError(fmt::format("{}: JSON nested {} levels deep (at most 64 allowed)",
                                     file.string(), max_depth));
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, or out_of_range for a number past a double's range (1e400).
     std::string what = e.what();
     const auto pos = what.find("parse error");
     throw ConfigError(fmt::format("{}: not valid JSON: {}", file.string(),
@@ -101,8 +102,8 @@ json load_resolved(const fs::path& file, const std::string& ptr, Origins& origin
                    std::vector<fs::path>& stack) {
   const fs::path canon = fs::weakly_canonical(file);
   if (stack.size() >= kMaxIncludeDepth)
-    throw ConfigError(
-        fmt::format("{}: includes nested deeper than {}", file.string(), kMaxIncludeDepth));
+    throw ConfigError(fmt::format("{}: includes nested deeper than {} (the chain starts at {})",
+                                  file.string(), kMaxIncludeDepth, stack.front().string()));
   stack.push_back(canon);
   json doc = resolve(parse_file(file), file, ptr, origins, stack);
   stack.pop_back();
@@ -349,6 +350,15 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
     if (m.has("impl"))
       c.mxu.impl = m.choice<MxuImpl>("impl", {{"tlm", MxuImpl::Tlm}, {"rtl", MxuImpl::Rtl}});
     m.finish({"impl"});  // impl defaults to "tlm": the RTL array is an opt-in cross-check
+    // The RTL array (rtl/mxu/mxu_array.sv) is int8 x int8 -> int32 and double-buffered.
+    if (c.mxu.impl == MxuImpl::Rtl && c.mxu.input_type != DType::Int8)
+      ctx.bad(m.at("impl"), "rtl",
+              fmt::format("the RTL array multiplies int8 only; input_type {} needs impl \"tlm\"",
+                          name_of(c.mxu.input_type)));
+    if (c.mxu.impl == MxuImpl::Rtl && c.mxu.weight_buffers != 2)
+      ctx.bad(m.at("impl"), "rtl",
+              fmt::format("the RTL array is double-buffered; weight_buffers {} needs impl \"tlm\"",
+                          c.mxu.weight_buffers));
   }
   {
     ObjectReader u = top.object("unified_buffer");
@@ -453,6 +463,12 @@ nlohmann::ordered_json chip_summary_json(const ChipConfig& c) {
   nlohmann::ordered_json j;
   j["name"] = c.name;
   j["clock_hz"] = c.clock_hz();
+  j["tensor_cores"] = c.tensor_cores;
+  j["mxus_per_core"] = c.mxu.count;
+  j["mxu_rows"] = c.mxu.rows;
+  j["mxu_cols"] = c.mxu.cols;
+  j["input_type"] = name_of(c.mxu.input_type);
+  j["acc_type"] = name_of(c.mxu.acc_type);
   j["peak_macs_per_cycle"] = c.peak_macs_per_cycle();
   j["peak_ops_per_s"] = c.peak_ops_per_s();
   j["on_chip_bytes"] = c.on_chip_bytes();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hw/common/clock.h"
+#include "hw/common/trace.h"
 #include "hw/isa/isa.h"
 
 namespace tpu {
@@ -39,10 +40,21 @@ struct InFlight {
   std::vector<std::shared_ptr<InFlight>> deps;
   isa::SetWindow window;  // the window registers at issue, for windowed MatMuls
 
+  Cycle issued_at = 0;
+  // When its unit began the work itself (after hazards, FIFO space, weights); units set it.
+  Cycle started_at = std::numeric_limits<Cycle>::max();
+  // When its unit could take the next one, if earlier than done_at (an MXU's feed ends; the
+  // results drain through the array after it). Traces show the unit busy until then.
+  Cycle busy_until = std::numeric_limits<Cycle>::max();
   Cycle done_at = std::numeric_limits<Cycle>::max();
   sc_core::sc_event done;
-  // Where the core's retirement ledger records done_at (see Sequencer::finish).
+  // Where the core's retirement ledger records done_at, and when the unit started it (see
+  // Sequencer::finish).
   std::vector<Cycle>* ledger = nullptr;
+  std::vector<Cycle>* ledger_started = nullptr;
+  // When tracing: where the slice goes, and the core it ran on.
+  Trace* trace = nullptr;
+  std::uint32_t core = 0;
 
   [[nodiscard]] bool is_done(const Clock& clock) const { return clock.now() >= done_at; }
   // Completes at absolute cycle `c` (>= now): dependants wake then.

@@ -61,6 +61,7 @@ void Sequencer::run() {
     if (const auto* t = std::get_if<isa::Tag>(&inst)) layer_ = t->id;
     ledger_layer_.push_back(layer_);
     ledger_done_.push_back(clock_.now());  // instructions that no unit runs finish at issue
+    ledger_started_.push_back(kNoCycle);
     counters_.at(layer_).instructions += 1;
     issue(index, inst);
   }
@@ -77,8 +78,15 @@ void Sequencer::finish(Cycle end) {
     }
   const std::uint32_t last = ledger_layer_.empty() ? 0 : ledger_layer_.back();
   if (end > retired) counters_.at(last).cycles += end - retired;
+  for (std::size_t i = 0; i < ledger_started_.size(); ++i)
+    if (ledger_started_[i] != kNoCycle) {
+      Counters& c = counters_.at(ledger_layer_[i]);
+      c.span_begin = std::min(c.span_begin, ledger_started_[i]);
+      c.span_end = std::max(c.span_end, ledger_done_[i]);
+    }
   ledger_done_.clear();
   ledger_layer_.clear();
+  ledger_started_.clear();
 }
 
 void Sequencer::check_ub(const InFlight& f, const char* field, std::uint64_t lo,
@@ -104,6 +112,9 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
   f->inst = inst;
   f->layer = layer_;
   f->window = window_;
+  f->issued_at = clock_.now();
+  f->trace = trace_;
+  f->core = core_id_;
   const std::uint64_t acc_entry_bytes = storage_.acc_words_per_entry * 4ull;
   auto ub_read = [&](const char* field, std::uint64_t lo, std::uint64_t n) {
     check_ub(*f, field, lo, n);
@@ -133,10 +144,14 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
                                  "out_h and out_w must all be >= 1");
           window_ = i;
         } else if constexpr (std::is_same_v<T, isa::Sync>) {
+          const Cycle t0 = clock_.now();
           scoreboard_.drain();
           if (i.all_cores) barrier_.arrive_and_wait();
+          if (trace_) trace_->add_stall(core_id_, index, layer_, Stall::Sync, 0, t0, clock_.now());
         } else if constexpr (std::is_same_v<T, isa::Halt>) {
+          const Cycle t0 = clock_.now();
           scoreboard_.drain();
+          if (trace_) trace_->add_stall(core_id_, index, layer_, Stall::Halt, 0, t0, clock_.now());
           ++halts_;
           halted_at_ = clock_.now();
           halted_event_.notify(sc_core::SC_ZERO_TIME);
@@ -225,8 +240,13 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
 
   if (target) {
     f->ledger = &ledger_done_;
+    f->ledger_started = &ledger_started_;
     scoreboard_.issue(f);
+    const Cycle t0 = clock_.now();
     target->write(f);
+    if (trace_)
+      trace_->add_stall(core_id_, index, layer_, Stall::QueueFull, track_of(inst), t0,
+                        clock_.now());
   }
 }
 

@@ -64,9 +64,15 @@ class Sequencer : public sc_core::sc_module {
   [[nodiscard]] std::uint32_t layer() const { return layer_; }
   // Charges every cycle of the run to a layer: the layer of the oldest unfinished instruction
   // (retirement order), the cycles after the last one to the last layer. Per core, the layers'
-  // cycles add up to `end`.
+  // cycles add up to `end`. Also records each layer's span: from the first start to the last
+  // completion of its instructions that units ran.
   void finish(Cycle end);
   const sc_core::sc_event& halted_event() const { return halted_event_; }
+  // Records every instruction's slice and the sequencer's stalls into `trace` (before the run).
+  void set_trace(Trace* trace, std::uint32_t core) {
+    trace_ = trace;
+    core_id_ = core;
+  }
   // Instructions the host may still write before the queue is full.
   [[nodiscard]] int free_slots() const { return instructions.num_free(); }
 
@@ -92,6 +98,7 @@ class Sequencer : public sc_core::sc_module {
   // Per instruction, in issue order: its layer and when it finished.
   std::vector<std::uint32_t> ledger_layer_;
   std::vector<Cycle> ledger_done_;
+  std::vector<Cycle> ledger_started_;  // instructions a unit runs: when it started them
   isa::SetWindow window_{};
   // Tile shapes (rows, cols) read into each MXU's FIFO and not yet swapped in, and the shape
   // resident after the last swap: a MatMul's K is the resident tile's row count.
@@ -99,6 +106,8 @@ class Sequencer : public sc_core::sc_module {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> resident_tile_;
   std::uint64_t halts_ = 0;
   Cycle halted_at_ = 0;
+  Trace* trace_ = nullptr;
+  std::uint32_t core_id_ = 0;
   sc_core::sc_event halted_event_;
 };
 

@@ -28,6 +28,7 @@ void Dma::run() {
     f->wait_deps(clock_);
     Counters& c = counters_.at(f->layer);
     const Cycle start = clock_.now();
+    f->started_at = start;
 
     // Each transfer: (UB address, far address, bytes, command seen from the far side, socket).
     std::uint64_t ub = 0, far = 0, bytes = 0;

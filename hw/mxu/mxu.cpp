@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+// sc_spawn: <systemc> includes it only under SC_INCLUDE_DYNAMIC_PROCESSES.
+#include <sysc/kernel/sc_dynamic_processes.h>
+
 #include "hw/common/error.h"
 #include "hw/common/tlm_util.h"
 #include "hw/core/program_error.h"
@@ -60,38 +63,65 @@ void Mxu::load_weights() {
                                        rw.rows, rw.cols, cfg_.mxu.rows, cfg_.mxu.cols));
     while (fifo_reserved_ >= cfg_.mxu.weight_fifo_tiles) sc_core::wait(weights_changed_);
     ++fifo_reserved_;
+    f->started_at = clock_.now();
 
-    WeightTile tile;
-    tile.rows = rw.rows;
-    tile.cols = rw.cols;
+    auto fetch = std::make_shared<Fetch>();
+    fetch->tile.rows = rw.rows;
+    fetch->tile.cols = rw.cols;
     const std::uint64_t bytes = std::uint64_t{rw.rows} * rw.cols * elem;
-    tile.bytes.resize(bytes);
+    fetch->tile.bytes.resize(bytes);
+    fetching_.push_back(fetch);
     Counters& c = counters_.at(f->layer);
-    if (rw.source == isa::WeightSource::OffChip) {
-      const auto status =
-          tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr, tile.bytes.data(), bytes);
-      if (status != tlm::TLM_OK_RESPONSE)
-        report_program_error(core_name_, *f,
-                             fmt::format("off-chip memory answered {} for {} bytes at {:#x}",
-                                         response_name(status), bytes, rw.addr));
-      c.off_chip_bytes_read += bytes;
-    } else {
-      if (rw.addr > storage_.ub_bytes || bytes > storage_.ub_bytes - rw.addr)
-        report_program_error(core_name_, *f,
-                             fmt::format("addr {:#x} + {} bytes is outside the {}-byte unified "
-                                         "buffer",
-                                         rw.addr, bytes, storage_.ub_bytes));
-      std::copy_n(storage_.ub + rw.addr, bytes, tile.bytes.data());
-      clock_.wait_for(Cycles((bytes + cfg_.unified_buffer.bytes_per_cycle - 1) /
-                             cfg_.unified_buffer.bytes_per_cycle));
-      c.ub_bytes_read += bytes;
-    }
     c.weight_tiles += 1;
     c.weight_bytes += bytes;
-    fifo_.push_back(std::move(tile));
+    if (rw.source == isa::WeightSource::OffChip) {
+      // J17 §2: the weight FIFO is filled by requests to off-chip memory; like any DMA engine
+      // this path keeps several in flight (one per free FIFO slot), so the memory's latency
+      // overlaps and back-to-back tiles stream at its bandwidth (docs/timing-model.md).
+      sc_core::sc_spawn([this, f, fetch] { fetch_off_chip(f, fetch); });
+      continue;
+    }
+    if (rw.addr > storage_.ub_bytes || bytes > storage_.ub_bytes - rw.addr)
+      report_program_error(core_name_, *f,
+                           fmt::format("addr {:#x} + {} bytes is outside the {}-byte unified "
+                                       "buffer",
+                                       rw.addr, bytes, storage_.ub_bytes));
+    std::copy_n(storage_.ub + rw.addr, bytes, fetch->tile.bytes.data());
+    clock_.wait_for(Cycles((bytes + cfg_.unified_buffer.bytes_per_cycle - 1) /
+                           cfg_.unified_buffer.bytes_per_cycle));
+    c.ub_bytes_read += bytes;
+    fetch->ready = true;
     f->complete_at(clock_, clock_.now());
-    weights_changed_.notify(sc_core::SC_ZERO_TIME);
+    deliver_fetched();
   }
+}
+
+void Mxu::fetch_off_chip(std::shared_ptr<InFlight> f, std::shared_ptr<Fetch> fetch) {
+  const auto& rw = std::get<isa::ReadWeights>(f->inst);
+  const std::uint64_t bytes = fetch->tile.bytes.size();
+  const auto status = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr,
+                                   fetch->tile.bytes.data(), bytes);
+  if (status != tlm::TLM_OK_RESPONSE)
+    report_program_error(core_name_, *f,
+                         fmt::format("off-chip memory answered {} for {} bytes at {:#x}",
+                                     response_name(status), bytes, rw.addr));
+  Counters& c = counters_.at(f->layer);
+  c.off_chip_bytes_read += bytes;
+  c.weight_bytes_off_chip += bytes;
+  // Fetches overlap; a trace draws each from where the previous one ended (docs/trace.md).
+  f->started_at = std::max(f->started_at, last_fetch_end_);
+  last_fetch_end_ = clock_.now();
+  fetch->ready = true;
+  f->complete_at(clock_, clock_.now());
+  deliver_fetched();
+}
+
+void Mxu::deliver_fetched() {
+  while (!fetching_.empty() && fetching_.front()->ready) {
+    fifo_.push_back(std::move(fetching_.front()->tile));
+    fetching_.pop_front();
+  }
+  weights_changed_.notify(sc_core::SC_ZERO_TIME);
 }
 
 void Mxu::shift_weights() {
@@ -185,15 +215,18 @@ void Mxu::compute() {
     }
 
     // 5. Stream the rows: active for B cycles, input_stall for what the UB port adds.
+    f->started_at = clock_.now();
     const std::uint64_t feed = feed_cycles(mm.rows, w.rows).value();
     add_bucket(&MxuBuckets::active, f->layer, mm.rows);
     add_bucket(&MxuBuckets::input_stall, f->layer, feed - mm.rows);
     c.macs += std::uint64_t{mm.rows} * w.rows * w.cols;
     c.ub_bytes_read += std::uint64_t{mm.rows} * w.rows * elem;
+    c.mxu_input_bytes += std::uint64_t{mm.rows} * w.rows * elem;
     c.acc_bytes_written += std::uint64_t{mm.rows} * w.cols * acc_bytes;
     if (mm.accumulate) c.acc_bytes_read += std::uint64_t{mm.rows} * w.cols * acc_bytes;
     clock_.wait_for(Cycles(feed));
     last_feed_end_ = clock_.now();
+    f->busy_until = last_feed_end_;
     f->complete_at(clock_, last_feed_end_ + drain_cycles().value());
   }
 }

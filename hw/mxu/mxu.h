@@ -64,6 +64,16 @@ class Mxu : public sc_core::sc_module {
 
   std::deque<WeightTile> fifo_;
   std::size_t fifo_reserved_ = 0;  // tiles in the FIFO plus tiles being fetched into it
+  // Tiles being fetched, in issue order: fetches overlap (each FIFO slot has its own request in
+  // flight), and a tile enters the FIFO only after every tile issued before it.
+  struct Fetch {
+    WeightTile tile;
+    bool ready = false;
+  };
+  std::deque<std::shared_ptr<Fetch>> fetching_;
+  Cycle last_fetch_end_ = 0;
+  void fetch_off_chip(std::shared_ptr<InFlight> f, std::shared_ptr<Fetch> fetch);
+  void deliver_fetched();
   std::optional<WeightTile> shadow_;
   Cycle shadow_ready_ = 0;
   std::optional<WeightTile> resident_;

@@ -26,6 +26,7 @@ void VectorUnit::run() {
   while (true) {
     std::shared_ptr<InFlight> f = queue.read();
     f->wait_deps(clock_);
+    f->started_at = clock_.now();
     VectorCost cost;
     try {
       std::visit(
