@@ -11,36 +11,14 @@
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "hw/isa/assembler.h"
+#include "sw/cli/compare_cmd.h"
 #include "sw/cli/info.h"
+#include "sw/cli/run_cmd.h"
+#include "sw/cli/sweep_cmd.h"
 #include "sw/cli/train_cmd.h"
-#include "sw/report/session.h"
+#include "sw/report/files.h"
 
 namespace {
-
-// Writes `text` to `path` atomically: a temporary file beside it, then rename, so a failed run
-// never leaves a half-written report that looks finished.
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw tpu::InputError(path + ": cannot open file");
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw tpu::InputError(path + ": cannot open for writing");
-    out << text;
-    out.flush();
-    if (!out) throw tpu::InputError(path + ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw tpu::InputError(path + ": cannot rename the finished report into place");
-  }
-}
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"tpusim: a SystemC TLM-2.0 model of Google's TPU chips"};
@@ -53,26 +31,47 @@ int run_cli(int argc, char** argv) {
   info->add_option("--chip", chip_file, "Chip config (JSON)")->required();
   info->add_flag("--json", as_json, "Print JSON instead of text");
 
-  tpu::report::RunOptions ro;
-  std::string weights, json_out;
-  bool no_check = false;
+  tpu::cli::RunCommand rc;
   CLI::App* run = app.add_subcommand("run", "Run a network on a simulated chip and report");
-  run->add_option("--chip", chip_file, "Chip config (JSON)")->required();
-  run->add_option("--model", ro.model, "Model (Keras-style JSON)")->capture_default_str();
-  run->add_option("--weights", weights,
-                  "Weights file (default: configs/weights/<model>.bin beside the model's folder, "
-                  "if present)");
-  run->add_flag("--random-weights", ro.random_weights, "Seeded random weights instead");
-  run->add_option("--seed", ro.seed, "Seed for random weights and inputs")->capture_default_str();
-  run->add_option("--data-dir", ro.data_dir, "Fashion-MNIST directory (default: Debian's)");
-  run->add_option("--images", ro.images, "Images (or generated samples) to run")
-      ->capture_default_str()
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
-  run->add_option("--batch", ro.batch, "Images per step across the chip")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
-  run->add_option("--json", json_out, "Write the JSON report here");
-  run->add_flag("--no-check", no_check, "Skip the bit-exact comparison with the reference");
+  run->add_option("--chip", rc.chip, "Chip config (JSON)")->required();
+  tpu::cli::add_workload_options(run, rc);
+  run->add_option("--topology", rc.options.topology,
+                  "SCALE-Sim topology CSV (convolution or M,N,K GEMM rows) to run instead of "
+                  "--model, with random weights (docs/models.md)");
+  run->add_option("--json", rc.json, "Write the JSON report here (docs/report.md)");
+  run->add_option("--csv", rc.csv_dir,
+                  "Write COMPUTE_REPORT.csv, BANDWIDTH_REPORT.csv (SCALE-Sim's columns) and "
+                  "LAYERS.csv into this directory");
+  run->add_option("--markdown", rc.markdown, "Write the report as Markdown tables here");
+  run->add_option("--trace", rc.options.trace,
+                  "Write a Chrome trace-event JSON here (opens in ui.perfetto.dev; docs/trace.md)");
+
+  tpu::cli::CompareCommand cc;
+  CLI::App* compare = app.add_subcommand(
+      "compare", "Run one workload on several chips, each in its own process, side by side");
+  compare->add_option("--chip", cc.chips, "Chip config (JSON); give two or more")->required();
+  tpu::cli::add_workload_options(compare, cc.workload);
+  compare->add_option("-j,--jobs", cc.jobs, "Simulations at a time (default: one per core)")
+      ->check(CLI::Range(1u, 1024u));
+  compare->add_option("--json", cc.json, "Write the tpusim.compare/1 JSON here");
+  compare->add_option("--markdown", cc.markdown, "Write the Markdown comparison here");
+  compare->add_option("--csv", cc.csv, "Write one CSV row per chip here");
+
+  tpu::cli::SweepCommand sc;
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "Run every design point of a sweep spec, each in its own process (docs/sweeps.md)");
+  sweep->add_option("spec", sc.spec, "Sweep spec (JSON)");
+  sweep->add_option("--out", sc.out, "Results directory (default: results/<sweep name>)");
+  sweep->add_option("-j,--jobs", sc.jobs, "Simulations at a time (default: one per core)")
+      ->check(CLI::Range(1u, 1024u));
+  sweep->add_option("--executor", sc.executor, "local or slurm (a job array)")
+      ->check(CLI::IsMember({"local", "slurm"}));
+  sweep->add_flag("--emit-only", sc.emit_only, "slurm: write the batch script, do not submit");
+  sweep->add_option("--sbatch-arg", sc.sbatch_args, "slurm: an extra sbatch argument (repeatable)")
+      ->allow_extra_args(false);
+  sweep->add_flag("--retry-failed", sc.retry_failed, "Run failed points again too");
+  sweep->add_option("--shuffle", sc.shuffle_seed, "Run the points in a random order (seed)");
+  sweep->add_option("--task", sc.task, "Run one task of the sweep in --out (a Slurm array task)");
 
   std::string asm_in, asm_out, disasm_in;
   CLI::App* asm_cmd =
@@ -114,24 +113,25 @@ int run_cli(int argc, char** argv) {
     else
       std::cout << tpu::cli::describe(cfg);
   } else if (asm_cmd->parsed()) {
-    const auto program = tpu::isa::assemble(read_file(asm_in), asm_in);
+    const auto program = tpu::isa::assemble(tpu::report::read_text_file(asm_in), asm_in);
+    // An empty program is a mistake (an empty or truncated file), never something to run.
+    if (program.empty()) throw tpu::ProgramError(asm_in + ": no instructions in the file");
     const auto bytes = tpu::isa::to_binary(program);
-    write_atomically(asm_out, std::string(bytes.begin(), bytes.end()));
+    tpu::report::write_atomically(asm_out, std::string(bytes.begin(), bytes.end()));
   } else if (disasm_cmd->parsed()) {
-    const std::string text = read_file(disasm_in);
-    std::cout << tpu::isa::disassemble(
-        tpu::isa::from_binary(std::vector<std::uint8_t>(text.begin(), text.end()), disasm_in));
+    const std::string text = tpu::report::read_text_file(disasm_in);
+    const auto program =
+        tpu::isa::from_binary(std::vector<std::uint8_t>(text.begin(), text.end()), disasm_in);
+    if (program.empty()) throw tpu::ProgramError(disasm_in + ": no instructions in the file");
+    std::cout << tpu::isa::disassemble(program);
   } else if (train->parsed()) {
     tpu::cli::run_train(tc);
   } else if (run->parsed()) {
-    const tpu::ChipConfig cfg = tpu::load_chip_config(chip_file);
-    if (!weights.empty()) ro.weights = weights;
-    if (!weights.empty() && ro.random_weights)
-      throw tpu::InputError("--weights and --random-weights exclude each other");
-    ro.check = !no_check;
-    const auto report = tpu::report::run_workload(cfg, ro);
-    std::cout << tpu::report::summary(report);
-    if (!json_out.empty()) write_atomically(json_out, report.dump(2) + "\n");
+    tpu::cli::run_run(rc);
+  } else if (compare->parsed()) {
+    return tpu::cli::run_compare(cc);
+  } else if (sweep->parsed()) {
+    return tpu::cli::run_sweep(sc);
   }
   return 0;
 }

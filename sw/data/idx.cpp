@@ -22,6 +22,7 @@ namespace {
 constexpr std::uint32_t kImagesMagic = 0x00000803;
 constexpr std::uint32_t kLabelsMagic = 0x00000801;
 constexpr std::uint32_t kFashionMnistClasses = 10;
+constexpr std::uint32_t kFashionMnistSide = 28;
 // Bytes read per gzread call: a hostile header announcing billions of elements is caught as
 // "truncated" once the stream ends, before more memory than the stream holds is allocated.
 constexpr std::size_t kChunk = std::size_t{1} << 20;
@@ -143,10 +144,13 @@ Images read_idx_images(const std::string& path) {
   if (img.rows == 0 || img.cols == 0)
     throw InputError(fmt::format("{}: images of {} x {} pixels (rows and columns must be >= 1)",
                                  path, img.rows, img.cols));
-  const std::uint64_t bytes = std::uint64_t{img.count} * img.rows * img.cols;
-  if (bytes > SIZE_MAX)
+  // rows x cols fits 64 bits; times the count it may not (three 32-bit factors), so the product
+  // is checked before it is formed.
+  const std::uint64_t per_image = std::uint64_t{img.rows} * img.cols;
+  if (img.count != 0 && per_image > SIZE_MAX / img.count)
     throw InputError(fmt::format("{}: {} images of {} x {} pixels do not fit in memory", path,
                                  img.count, img.rows, img.cols));
+  const std::uint64_t bytes = per_image * img.count;
   in.read_into(img.pixels, bytes, "pixels");
   in.require_end(bytes);
   return img;
@@ -180,6 +184,12 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
     if (d.labels[i] >= kFashionMnistClasses)
       throw InputError(fmt::format("{}: label {} = {} (Fashion-MNIST labels are 0..{})",
                                    labels_path, i, d.labels[i], kFashionMnistClasses - 1));
+  // Xiao et al. 2017: every Fashion-MNIST image is 28 x 28; models and the trainer index the
+  // pixels as such.
+  if (d.images.rows != kFashionMnistSide || d.images.cols != kFashionMnistSide)
+    throw InputError(fmt::format("{}: images of {} x {} pixels (Fashion-MNIST's are {} x {})",
+                                 images_path, d.images.rows, d.images.cols, kFashionMnistSide,
+                                 kFashionMnistSide));
   return d;
 }
 

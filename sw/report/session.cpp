@@ -20,6 +20,8 @@
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
 #include "sw/nn/weights.h"
+#include "sw/report/host_memory.h"
+#include "sw/report/trace_writer.h"
 
 namespace tpu::report {
 namespace fs = std::filesystem;
@@ -84,6 +86,64 @@ ordered_json buckets_json(const MxuBuckets& b) {
           {"idle", b.idle}};
 }
 
+// Bytes moved per memory level (docs/report.md).
+ordered_json bytes_json(const Counters& c) {
+  return {{"host_link", c.host_bytes_in + c.host_bytes_out},
+          {"host_link_in", c.host_bytes_in},
+          {"host_link_out", c.host_bytes_out},
+          {"off_chip", c.off_chip_bytes_read + c.off_chip_bytes_written},
+          {"off_chip_read", c.off_chip_bytes_read},
+          {"off_chip_write", c.off_chip_bytes_written},
+          {"off_chip_weights", c.weight_bytes_off_chip},
+          {"unified_buffer_read", c.ub_bytes_read},
+          {"unified_buffer_write", c.ub_bytes_written},
+          {"mxu_input", c.mxu_input_bytes},
+          {"weights", c.weight_bytes},
+          {"accumulators_read", c.acc_bytes_read},
+          {"accumulators_write", c.acc_bytes_written}};
+}
+
+// What a stretch of `cycles` (a layer, or the whole run) did: the keys layers[] and totals
+// share. `cycles` may be fractional (a layer's average over the cores); energy and power use it,
+// so layers add up to the run. Rates (ops/s, utilization, images/s) use `span_cycles`, the time
+// the work actually took: for a layer, from its first instruction's start to its last one's end
+// (docs/report.md) — layers overlap, so a layer's retirement cycles can be shorter than its work.
+ordered_json activity_json(const ChipConfig& cfg, const Counters& c, double cycles,
+                           double span_cycles, std::uint64_t images) {
+  const double seconds = cycles / cfg.clock_hz();
+  const double span_seconds = span_cycles / cfg.clock_hz();
+  const double macs = static_cast<double>(c.macs);
+  const double ops = 2.0 * macs;
+  const double peak_macs = static_cast<double>(cfg.peak_macs_per_cycle());
+  const EnergyBreakdown e = energy_of(cfg.energy, c, seconds);
+  const std::uint64_t off_chip = c.off_chip_bytes_read + c.off_chip_bytes_written;
+  auto per = [](double num, double den) { return den > 0 ? num / den : 0.0; };
+  ordered_json j;
+  j["seconds"] = seconds;
+  j["span_cycles"] = span_cycles;
+  j["images_per_s"] = per(static_cast<double>(images), span_seconds);
+  j["macs"] = c.macs;
+  j["ops"] = ops;
+  j["ops_per_s"] = per(ops, span_seconds);
+  j["peak_ops_per_s"] = cfg.peak_ops_per_s();
+  j["utilization"] = per(macs, peak_macs * span_cycles);
+  j["energy_j"] = e.total_j();
+  j["energy_per_image_j"] = e.total_j() / static_cast<double>(images);
+  j["avg_power_w"] = per(e.total_j(), seconds);
+  j["ops_per_j"] = per(ops, e.total_j());
+  j["bytes_off_chip"] = off_chip;
+  j["bytes_host_link"] = c.host_bytes_in + c.host_bytes_out;
+  j["bytes"] = bytes_json(c);
+  // Operational intensity (Williams et al. 2009): work per byte of the slowest memory.
+  j["macs_per_off_chip_byte"] = per(macs, static_cast<double>(off_chip));
+  j["instructions"] = c.instructions;
+  j["vector_ops"] = c.vector_ops;
+  j["weight_tiles"] = c.weight_tiles;
+  j["mxu_cycles"] = buckets_json(c.mxu);
+  j["energy"] = e.to_json();
+  return j;
+}
+
 struct Simulated {
   std::vector<float> outputs;
   Cycle cycles = 0;
@@ -93,9 +153,10 @@ struct Simulated {
 };
 
 Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
-                   const std::vector<std::uint8_t>& encoded) {
+                   const std::vector<std::uint8_t>& encoded, Trace* trace) {
   Chip chip("chip", cfg);
   driver::Driver drv("driver", chip, prog, encoded);
+  if (trace) chip.enable_trace(*trace);
   sc_core::sc_start();
   Simulated s;
   if (!drv.done()) {
@@ -124,11 +185,13 @@ Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
 ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
   if (opt.images == 0) throw InputError("--images must be >= 1");
   const double t0 = now_s();
-  const nn::Model model = nn::load_model(opt.model);
+  const std::string& model_file = opt.topology.empty() ? opt.model : opt.topology;
+  const nn::Model model = nn::load_model(model_file);
+  check_host_memory(cfg, model, opt.images);
   std::string weights_source;
   nn::Weights weights;
   std::string wfile = opt.weights.value_or("");
-  if (wfile.empty() && !opt.random_weights) {
+  if (wfile.empty() && !opt.random_weights && opt.topology.empty()) {
     const fs::path guess = fs::path(opt.model).parent_path() / ".." / "weights" /
                            (fs::path(opt.model).stem().string() + ".bin");
     if (fs::exists(guess)) wfile = guess.lexically_normal().string();
@@ -166,25 +229,23 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
       return ref;
     });
   const double t_sim = now_s();
-  const Simulated sim = simulate(cfg, prog, encoded);
+  Trace trace;
+  const Simulated sim = simulate(cfg, prog, encoded, opt.trace.empty() ? nullptr : &trace);
   const double sim_wall = now_s() - t_sim;
+  if (!opt.trace.empty()) {
+    std::vector<std::string> names;
+    for (const auto& l : prog.layers) names.push_back(l.name);
+    write_chrome_trace(trace, cfg, names, opt.trace);
+  }
 
-  // Totals.
-  const Clock clock(cfg.clock_hz());
   const Counters tot = sim.counters.total();
-  const double seconds = clock.seconds(Cycles(sim.cycles));
-  const double ops = 2.0 * static_cast<double>(tot.macs);
-  const double peak_macs = static_cast<double>(cfg.peak_macs_per_cycle());
-  const EnergyBreakdown energy = energy_of(cfg.energy, tot, seconds);
-  const std::uint64_t off_chip = tot.off_chip_bytes_read + tot.off_chip_bytes_written;
-  const auto images = static_cast<double>(opt.images);
-
+  const double sim_cycles = static_cast<double>(sim.cycles);
   ordered_json r;
   r["schema"] = "tpusim.run/1";
   r["chip"] = chip_summary_json(cfg);
   r["chip"]["file"] = cfg.file;
   r["workload"] = {{"model", model.name},
-                   {"model_file", opt.model},
+                   {"model_file", model_file},
                    {"weights", weights_source},
                    {"inputs", in.source},
                    {"images", opt.images},
@@ -218,23 +279,11 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
 
   ordered_json t;
   t["cycles"] = sim.cycles;
-  t["seconds"] = seconds;
-  t["images_per_s"] = images / seconds;
-  t["macs"] = tot.macs;
-  t["ops"] = ops;
-  t["ops_per_s"] = ops / seconds;
-  t["peak_ops_per_s"] = cfg.peak_ops_per_s();
-  t["utilization"] = static_cast<double>(tot.macs) / (peak_macs * static_cast<double>(sim.cycles));
-  t["energy_j"] = energy.total_j();
-  t["energy_per_image_j"] = energy.total_j() / images;
-  t["avg_power_w"] = energy.total_j() / seconds;
-  t["ops_per_j"] = ops / energy.total_j();
-  t["bytes_off_chip"] = off_chip;
-  t["bytes_host_link"] = tot.host_bytes_in + tot.host_bytes_out;
+  t.update(activity_json(cfg, tot, sim_cycles, sim_cycles, opt.images));
   t["memory_image_loaded_cycle"] = sim.loaded_at;
-  t["mxu_cycles"] = buckets_json(tot.mxu);
+  r["energy"] = t["energy"];
+  t.erase("energy");
   r["totals"] = t;
-  r["energy"] = energy.to_json();
   r["mxus"] = sim.mxus;
 
   // Layers: tag 0 (setup, host I/O) and one row per model layer. A layer's cycles are the time
@@ -245,21 +294,11 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
     const auto it = by_layer.find(static_cast<std::uint32_t>(id));
     const Counters c = it == by_layer.end() ? Counters{} : it->second;
     const double cyc = static_cast<double>(c.cycles) / cfg.tensor_cores;
-    const double sec = cyc / cfg.clock_hz();
-    const EnergyBreakdown e = energy_of(cfg.energy, c, sec);
     ordered_json l;
     l["name"] = prog.layers[id].name;
     l["type"] = prog.layers[id].type;
     l["cycles"] = cyc;
-    l["seconds"] = sec;
-    l["macs"] = c.macs;
-    l["ops"] = 2.0 * static_cast<double>(c.macs);
-    l["ops_per_s"] = sec > 0 ? 2.0 * static_cast<double>(c.macs) / sec : 0.0;
-    l["utilization"] = cyc > 0 ? static_cast<double>(c.macs) / (peak_macs * cyc) : 0.0;
-    l["energy_j"] = e.total_j();
-    l["bytes_off_chip"] = c.off_chip_bytes_read + c.off_chip_bytes_written;
-    l["bytes_host_link"] = c.host_bytes_in + c.host_bytes_out;
-    l["mxu_cycles"] = buckets_json(c.mxu);
+    l.update(activity_json(cfg, c, cyc, static_cast<double>(c.span()), opt.images));
     layers.push_back(l);
   }
   r["layers"] = layers;
@@ -267,6 +306,7 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
                {"simulation_wall_seconds", sim_wall},
                {"reference_wall_seconds", ref_wall},
                {"simulated_macs_per_s", static_cast<double>(tot.macs) / sim_wall}};
+  if (!opt.trace.empty()) r["host"]["trace_file"] = opt.trace;
   return r;
 }
 

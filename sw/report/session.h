@@ -15,6 +15,7 @@ namespace tpu::report {
 
 struct RunOptions {
   std::string model = "configs/models/fashion_mnist_cnn.json";
+  std::string topology;  // --topology: a SCALE-Sim CSV to run instead of `model` (random weights)
   std::optional<std::string> weights;  // default: configs/weights/<model name>.bin if it exists
   bool random_weights = false;         // --random-weights: seeded, for performance studies
   std::uint64_t seed = 1;
@@ -22,6 +23,7 @@ struct RunOptions {
   std::uint64_t images = 10000;
   std::uint32_t batch = 256;
   bool check = true;  // run the quantized reference and compare
+  std::string trace;  // write a Chrome trace-event JSON here (docs/trace.md)
 };
 
 // Throws InputError for bad inputs and ProgramError (via sc_report) when the chip stops on an

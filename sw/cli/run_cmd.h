@@ -1,0 +1,30 @@
+// `tpusim run` and the workload options it shares with `tpusim compare`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "sw/report/session.h"
+
+namespace tpu::cli {
+
+struct RunCommand {
+  std::string chip;
+  report::RunOptions options;
+  std::string weights;
+  bool no_check = false;
+  // Outputs.
+  std::string json, csv_dir, markdown;
+};
+
+// --model, --weights, --random-weights, --seed, --data-dir, --images, --batch, --no-check.
+void add_workload_options(CLI::App* app, RunCommand& cmd);
+// The same options as command-line arguments, for a child `tpusim run`.
+std::vector<std::string> workload_args(const RunCommand& cmd);
+// Completes `cmd.options` from the flags; throws InputError for contradictory ones.
+void resolve_workload(RunCommand& cmd);
+
+void run_run(RunCommand& cmd);
+
+}  // namespace tpu::cli

@@ -1,0 +1,320 @@
+#include "sw/report/formats.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "sw/report/files.h"
+
+namespace tpu::report {
+namespace {
+
+using nlohmann::ordered_json;
+
+constexpr const char* kBuckets[] = {"active",      "weight_stall", "weight_shift",
+                                    "data_hazard", "input_stall",  "idle"};
+constexpr const char* kByteLevels[] = {
+    "host_link",        "off_chip_read",       "off_chip_write",
+    "off_chip_weights", "unified_buffer_read", "unified_buffer_write",
+    "mxu_input",        "accumulators_read",   "accumulators_write"};
+
+double num(const ordered_json& j, const char* key) { return j.at(key).get<double>(); }
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+std::uint32_t bytes_of(const std::string& type) {
+  if (type == "int8") return 1;
+  if (type == "bf16") return 2;
+  return 4;
+}
+
+// Round-trippable and short: integers print as integers, the rest with 9 significant digits.
+std::string cell(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15)
+    return fmt::format("{:.0f}", v);
+  return fmt::format("{:.9g}", v);
+}
+
+// Stall cycles the way SCALE-Sim counts them (cycles the array waits while it has work), per
+// MXU: the buckets that are neither feeding nor idle, averaged over the chip's MXUs.
+double stall_cycles(const ordered_json& layer, double mxus) {
+  const auto& b = layer.at("mxu_cycles");
+  return (num(b, "weight_stall") + num(b, "weight_shift") + num(b, "data_hazard") +
+          num(b, "input_stall")) /
+         mxus;
+}
+
+struct ChipShape {
+  double mxus = 1, pes = 1, peak_macs = 1;
+  std::uint32_t in_bytes = 1, acc_bytes = 4;
+};
+
+ChipShape shape_of(const ordered_json& run) {
+  const auto& c = run.at("chip");
+  ChipShape s;
+  s.mxus = num(c, "tensor_cores") * num(c, "mxus_per_core");
+  s.pes = num(c, "mxu_rows") * num(c, "mxu_cols");
+  s.peak_macs = num(c, "peak_macs_per_cycle");
+  s.in_bytes = bytes_of(c.at("input_type").get<std::string>());
+  s.acc_bytes = bytes_of(c.at("acc_type").get<std::string>());
+  return s;
+}
+
+std::string md_row(const std::vector<std::string>& cells) {
+  std::string s = "|";
+  for (const auto& c : cells) s += " " + c + " |";
+  return s + "\n";
+}
+
+std::string md_header(const std::vector<std::string>& cells) {
+  std::string s = md_row(cells) + "|";
+  for (std::size_t i = 0; i < cells.size(); ++i) s += " --- |";
+  return s + "\n";
+}
+
+// 1234567 -> "1,234,567" (fmt's {:L} follows the C locale, which has no separator).
+std::string thousands(double v) {
+  const long long n = std::llround(v);
+  std::string digits = std::to_string(n < 0 ? -n : n), s;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
+  return n < 0 ? "-" + s : s;
+}
+
+std::string layers_markdown(const ordered_json& run) {
+  std::string s =
+      md_header({"layer", "type", "cycles", "share of cycles (%)", "G MAC", "utilization (%)",
+                 "T ops/s", "off-chip bytes", "MAC per off-chip B", "energy (µJ)",
+                 "MXU active / w.stall / w.shift / hazard / in.stall / "
+                 "idle (cycles)"});
+  const double total = num(run.at("totals"), "cycles");
+  for (const auto& l : run.at("layers")) {
+    const auto& b = l.at("mxu_cycles");
+    std::string buckets;
+    for (const char* k : kBuckets) buckets += (buckets.empty() ? "" : " / ") + thousands(num(b, k));
+    s += md_row(
+        {l.at("name").get<std::string>(), l.at("type").get<std::string>(),
+         thousands(num(l, "cycles")), fmt::format("{:.1f}", 100 * ratio(num(l, "cycles"), total)),
+         fmt::format("{:.3f}", num(l, "macs") / 1e9),
+         fmt::format("{:.2f}", 100 * num(l, "utilization")),
+         fmt::format("{:.3f}", num(l, "ops_per_s") / 1e12), thousands(num(l, "bytes_off_chip")),
+         fmt::format("{:.1f}", num(l, "macs_per_off_chip_byte")),
+         fmt::format("{:.1f}", 1e6 * num(l, "energy_j")), buckets});
+  }
+  return s;
+}
+
+struct Column {
+  const char* name;
+  std::string (*value)(const ordered_json& run);
+};
+
+std::string top1(const ordered_json& r) {
+  if (!r.contains("accuracy") || !r["accuracy"].contains("top1")) return "-";
+  return fmt::format("{:.2f}", 100 * r["accuracy"]["top1"].get<double>());
+}
+std::string bit_exact(const ordered_json& r) {
+  if (!r.contains("accuracy")) return "not checked";
+  return r["accuracy"]["bit_exact"].get<bool>() ? "yes" : "NO";
+}
+
+const Column kCompareColumns[] = {
+    {"chip", [](const ordered_json& r) { return r["chip"]["name"].get<std::string>(); }},
+    {"top-1 (%)", top1},
+    {"bit-exact", bit_exact},
+    {"cycles", [](const ordered_json& r) { return thousands(num(r["totals"], "cycles")); }},
+    {"time (ms)",
+     [](const ordered_json& r) {
+       return fmt::format("{:.3f}", 1e3 * num(r["totals"], "seconds"));
+     }},
+    {"images/s", [](const ordered_json& r) { return thousands(num(r["totals"], "images_per_s")); }},
+    {"T ops/s",
+     [](const ordered_json& r) {
+       return fmt::format("{:.3f}", num(r["totals"], "ops_per_s") / 1e12);
+     }},
+    {"peak T ops/s",
+     [](const ordered_json& r) {
+       return fmt::format("{:.2f}", num(r["chip"], "peak_ops_per_s") / 1e12);
+     }},
+    {"utilization (%)",
+     [](const ordered_json& r) {
+       return fmt::format("{:.2f}", 100 * num(r["totals"], "utilization"));
+     }},
+    {"MAC per off-chip byte",
+     [](const ordered_json& r) {
+       return fmt::format("{:.1f}", num(r["totals"], "macs_per_off_chip_byte"));
+     }},
+    {"energy/image (µJ)",
+     [](const ordered_json& r) {
+       return fmt::format("{:.2f}", 1e6 * num(r["totals"], "energy_per_image_j"));
+     }},
+    {"avg power (W)",
+     [](const ordered_json& r) { return fmt::format("{:.1f}", num(r["totals"], "avg_power_w")); }},
+    {"G ops/J",
+     [](const ordered_json& r) {
+       return fmt::format("{:.1f}", num(r["totals"], "ops_per_j") / 1e9);
+     }},
+};
+
+std::string workload_line(const ordered_json& w) {
+  return fmt::format("Workload: {}, {} images, batch {}; weights: {}; inputs: {}\n",
+                     w.at("model").get<std::string>(), w.at("images").get<std::uint64_t>(),
+                     w.at("batch").get<std::uint64_t>(), w.at("weights").get<std::string>(),
+                     w.at("inputs").get<std::string>());
+}
+
+}  // namespace
+
+std::string compute_report_csv(const ordered_json& run) {
+  const ChipShape c = shape_of(run);
+  std::string s =
+      "LayerID, Total Cycles, Stall Cycles, Overall Util %, Mapping Efficiency %, Compute Util "
+      "%,\n";
+  std::uint32_t id = 0;
+  for (const auto& l : run.at("layers")) {
+    const double macs = num(l, "macs");
+    if (macs <= 0) continue;
+    // SCALE-Sim runs one layer at a time; the span is the time this layer's work took.
+    const double cycles = num(l, "span_cycles");
+    const double stall = stall_cycles(l, c.mxus);
+    const double active = num(l.at("mxu_cycles"), "active");
+    s += fmt::format("{}, {}, {}, {}, {}, {},\n", id++, cell(cycles), cell(stall),
+                     cell(100 * num(l, "utilization")), cell(100 * ratio(macs, active * c.pes)),
+                     cell(100 * ratio(macs, c.peak_macs * (cycles - stall))));
+  }
+  return s;
+}
+
+std::string bandwidth_report_csv(const ordered_json& run) {
+  const ChipShape c = shape_of(run);
+  std::string s =
+      "LayerID, Avg IFMAP SRAM BW, Avg FILTER SRAM BW, Avg OFMAP SRAM BW, Avg IFMAP DRAM BW, Avg "
+      "FILTER DRAM BW, Avg OFMAP DRAM BW,\n";
+  std::uint32_t id = 0;
+  for (const auto& l : run.at("layers")) {
+    if (num(l, "macs") <= 0) continue;
+    const double cycles = num(l, "span_cycles");
+    const auto& b = l.at("bytes");
+    // Words per cycle, as SCALE-Sim: a word is one MXU input element (int8 or bf16); outputs are
+    // accumulator words. "DRAM" is our off-chip memory.
+    auto wpc = [&](double bytes, std::uint32_t word) { return cell(ratio(bytes / word, cycles)); };
+    const double weights_off = num(b, "off_chip_weights");
+    s += fmt::format("{}, {}, {}, {}, {}, {}, {},\n", id++, wpc(num(b, "mxu_input"), c.in_bytes),
+                     wpc(num(b, "weights"), c.in_bytes),
+                     wpc(num(b, "accumulators_write"), c.acc_bytes),
+                     wpc(num(b, "off_chip_read") - weights_off, c.in_bytes),
+                     wpc(weights_off, c.in_bytes), wpc(num(b, "off_chip_write"), c.in_bytes));
+  }
+  return s;
+}
+
+std::string layers_csv(const ordered_json& run) {
+  std::vector<std::string> head = {"layer",        "type", "cycles", "span_cycles", "seconds",
+                                   "images_per_s", "macs", "ops",    "ops_per_s",   "utilization"};
+  for (const char* b : kBuckets) head.push_back(fmt::format("mxu_{}_cycles", b));
+  for (const char* b : kByteLevels) head.push_back(fmt::format("bytes_{}", b));
+  head.push_back("macs_per_off_chip_byte");
+  const auto& parts = run.at("energy");
+  for (const auto& [k, v] : parts.items()) head.push_back("energy_" + k);
+  for (const char* k : {"energy_j", "avg_power_w", "ops_per_j"}) head.emplace_back(k);
+
+  auto row = [&](const std::string& name, const std::string& type, const ordered_json& a,
+                 const ordered_json& energy) {
+    std::vector<std::string> r = {name, type};
+    for (const char* k : {"cycles", "span_cycles", "seconds", "images_per_s", "macs", "ops",
+                          "ops_per_s", "utilization"})
+      r.push_back(cell(num(a, k)));
+    for (const char* b : kBuckets) r.push_back(cell(num(a.at("mxu_cycles"), b)));
+    for (const char* b : kByteLevels) r.push_back(cell(num(a.at("bytes"), b)));
+    r.push_back(cell(num(a, "macs_per_off_chip_byte")));
+    for (const auto& [k, v] : parts.items()) r.push_back(cell(energy.at(k).get<double>()));
+    for (const char* k : {"energy_j", "avg_power_w", "ops_per_j"}) r.push_back(cell(num(a, k)));
+    return r;
+  };
+  auto line = [](const std::vector<std::string>& cells) {
+    std::string s;
+    for (std::size_t i = 0; i < cells.size(); ++i) s += (i ? "," : "") + cells[i];
+    return s + "\n";
+  };
+  std::string s = line(head);
+  for (const auto& l : run.at("layers"))
+    s += line(
+        row(l.at("name").get<std::string>(), l.at("type").get<std::string>(), l, l.at("energy")));
+  s += line(row("total", "", run.at("totals"), parts));
+  return s;
+}
+
+void write_csv_reports(const ordered_json& run, const std::string& dir) {
+  make_directory(dir);
+  write_atomically(dir + "/COMPUTE_REPORT.csv", compute_report_csv(run));
+  write_atomically(dir + "/BANDWIDTH_REPORT.csv", bandwidth_report_csv(run));
+  write_atomically(dir + "/LAYERS.csv", layers_csv(run));
+}
+
+std::string run_markdown(const ordered_json& run) {
+  std::string s = fmt::format("# {} on {}\n\n", run.at("workload").at("model").get<std::string>(),
+                              run.at("chip").at("name").get<std::string>());
+  s += workload_line(run.at("workload")) + "\n";
+  std::vector<std::string> head, cells;
+  for (const auto& c : kCompareColumns) {
+    head.emplace_back(c.name);
+    cells.push_back(c.value(run));
+  }
+  s += md_header(head) + md_row(cells) + "\n";
+  s += "Energy by component (µJ):\n\n";
+  std::vector<std::string> eh, ev;
+  for (const auto& [k, v] : run.at("energy").items()) {
+    eh.push_back(k.substr(0, k.size() - 2));
+    ev.push_back(fmt::format("{:.1f}", 1e6 * v.get<double>()));
+  }
+  s += md_header(eh) + md_row(ev) + "\n";
+  s += "Per layer (cycles by retirement, docs/report.md):\n\n" + layers_markdown(run);
+  return s;
+}
+
+std::string compare_markdown(const ordered_json& cmp) {
+  std::string s = "# Chip comparison\n\n" + workload_line(cmp.at("workload")) + "\n";
+  std::vector<std::string> head;
+  for (const auto& c : kCompareColumns) head.emplace_back(c.name);
+  s += md_header(head);
+  for (const auto& r : cmp.at("runs")) {
+    std::vector<std::string> cells;
+    for (const auto& c : kCompareColumns) cells.push_back(c.value(r));
+    s += md_row(cells);
+  }
+  if (cmp.contains("failed"))
+    for (const auto& f : cmp.at("failed"))
+      s += fmt::format("\nFAILED: {} — {}\n", f.at("chip_file").get<std::string>(),
+                       f.at("error").get<std::string>());
+  for (const auto& r : cmp.at("runs"))
+    s +=
+        fmt::format("\n## {}\n\n", r.at("chip").at("name").get<std::string>()) + layers_markdown(r);
+  return s;
+}
+
+std::string compare_csv(const ordered_json& cmp) {
+  std::string s =
+      "chip,chip_file,cycles,seconds,images_per_s,macs,ops_per_s,peak_ops_per_s,utilization,"
+      "bytes_off_chip,bytes_host_link,macs_per_off_chip_byte,energy_j,energy_per_image_j,"
+      "avg_power_w,ops_per_j,top1,bit_exact\n";
+  for (const auto& r : cmp.at("runs")) {
+    const auto& t = r.at("totals");
+    const bool checked = r.contains("accuracy");
+    s += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        r.at("chip").at("name").get<std::string>(), r.at("chip").at("file").get<std::string>(),
+        cell(num(t, "cycles")), cell(num(t, "seconds")), cell(num(t, "images_per_s")),
+        cell(num(t, "macs")), cell(num(t, "ops_per_s")), cell(num(t, "peak_ops_per_s")),
+        cell(num(t, "utilization")), cell(num(t, "bytes_off_chip")),
+        cell(num(t, "bytes_host_link")), cell(num(t, "macs_per_off_chip_byte")),
+        cell(num(t, "energy_j")), cell(num(t, "energy_per_image_j")), cell(num(t, "avg_power_w")),
+        cell(num(t, "ops_per_j")),
+        checked && r["accuracy"].contains("top1") ? cell(r["accuracy"]["top1"].get<double>()) : "",
+        checked ? (r["accuracy"]["bit_exact"].get<bool>() ? "yes" : "no") : "");
+  }
+  return s;
+}
+
+}  // namespace tpu::report

@@ -1,0 +1,28 @@
+// Run and comparison reports in the formats besides JSON: CSV shaped like SCALE-Sim's
+// COMPUTE_REPORT.csv and BANDWIDTH_REPORT.csv (same columns, same units, so the two tools can be
+// diffed layer by layer), our full per-layer CSV, and Markdown tables. All take the
+// tpusim.run/1 (or tpusim.compare/1) JSON, so they can be regenerated from stored reports.
+// Definitions: docs/report.md.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace tpu::report {
+
+// SCALE-Sim v2's columns, one row per layer that multiplies (LayerID counts those from 0).
+std::string compute_report_csv(const nlohmann::ordered_json& run);
+std::string bandwidth_report_csv(const nlohmann::ordered_json& run);
+// Every per-layer figure of the run report, units in the column names, and a total row.
+std::string layers_csv(const nlohmann::ordered_json& run);
+// Writes COMPUTE_REPORT.csv, BANDWIDTH_REPORT.csv and LAYERS.csv into `dir` (created if needed).
+void write_csv_reports(const nlohmann::ordered_json& run, const std::string& dir);
+
+// The run's totals and its per-layer table.
+std::string run_markdown(const nlohmann::ordered_json& run);
+// Chips side by side (one row each), then per chip its per-layer table.
+std::string compare_markdown(const nlohmann::ordered_json& comparison);
+// One row per chip with the totals, units in the column names.
+std::string compare_csv(const nlohmann::ordered_json& comparison);
+
+}  // namespace tpu::report

@@ -1,0 +1,121 @@
+#include "sw/report/host_memory.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+
+#include "hw/common/error.h"
+#include "sw/nn/quantized.h"
+
+namespace tpu::report {
+namespace {
+
+constexpr const char* kLimitVariable = "TPUSIM_HOST_MEMORY_LIMIT";
+
+// Host copies of each parameter: fp32 as loaded, the float reference's packed copy, the
+// quantized copy with its fp32 staging, and the compiler's memory image.
+constexpr double kBytesPerWeight = 16;
+// Per input element: fp32 pixels, the chip's encoding, the reference's copy and the compiler's
+// memory image (each encoding at most 2 bytes: int8 or bf16).
+constexpr double kBytesPerInput = 4 + 2 + 2 + 2;
+// Per element of the largest layer output: the quantized reference holds whole-batch tensors, at
+// least its input and its output, at most 4 bytes each.
+constexpr double kBytesPerActivation = 2 * 4;
+// Per output element: the chip's, the quantized and the float reference's, in fp32.
+constexpr double kBytesPerOutput = 3 * 4;
+
+// "1.5 GiB": the largest binary unit that leaves at least 1.
+std::string readable(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  std::size_t u = 0;
+  while (bytes >= 1024 && u + 1 < std::size(units)) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} bytes", bytes) : fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
+std::uint64_t default_limit() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return std::numeric_limits<std::uint64_t>::max();
+  return static_cast<std::uint64_t>(pages) / 4 * 3 * static_cast<std::uint64_t>(page);
+}
+
+}  // namespace
+
+HostMemory host_memory_needed(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images) {
+  const double n = static_cast<double>(images);
+  HostMemory h;
+  double largest = static_cast<double>(m.input.size());
+  for (const nn::Layer& l : m.layers) {
+    largest = std::max(largest, static_cast<double>(l.out.size()));
+    double params = 0;
+    if (l.kind == nn::LayerKind::Conv2D)
+      params = static_cast<double>(l.kernel_h) * l.kernel_w * l.in.c * l.out.c + l.out.c;
+    else if (l.kind == nn::LayerKind::Dense)
+      params = static_cast<double>(l.in.size()) * l.out.c + l.out.c;
+    h.weights += params * kBytesPerWeight;
+  }
+  const double input = static_cast<double>(m.input.size());
+  h.inputs = (n * kBytesPerInput + static_cast<double>(nn::kCalibrationImages) * 4) * input;
+  h.activations = n * largest * kBytesPerActivation;
+  h.outputs = n * static_cast<double>(m.output().size()) * kBytesPerOutput;
+  // Unified buffer and accumulators are mapped lazily, but a program may touch all of them; each
+  // MXU holds its weight FIFO and its resident and shifting tiles.
+  const double tiles = static_cast<double>(cfg.tensor_cores) * cfg.mxu.count *
+                       (cfg.mxu.weight_fifo_tiles + cfg.mxu.weight_buffers) *
+                       static_cast<double>(cfg.weight_tile_bytes());
+  h.chip = static_cast<double>(cfg.on_chip_bytes()) + tiles;
+  return h;
+}
+
+std::uint64_t host_memory_limit() {
+  const char* v = std::getenv(kLimitVariable);
+  if (!v || !*v) return default_limit();
+  const std::string text = v;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long number = std::strtoull(text.c_str(), &end, 10);
+  const std::string suffix = end;
+  int shift = -1;
+  if (suffix.empty())
+    shift = 0;
+  else if (suffix == "K")
+    shift = 10;
+  else if (suffix == "M")
+    shift = 20;
+  else if (suffix == "G")
+    shift = 30;
+  else if (suffix == "T")
+    shift = 40;
+  const bool digits = end != text.c_str() && text[0] >= '0' && text[0] <= '9';
+  if (!digits || shift < 0 || errno == ERANGE || number == 0 ||
+      number > (std::numeric_limits<std::uint64_t>::max() >> shift))
+    throw InputError(fmt::format(
+        "{}={}: not a size (a positive number of bytes, optionally with K, M, G or T for "
+        "powers of 1024, e.g. 8G)",
+        kLimitVariable, text));
+  return static_cast<std::uint64_t>(number) << shift;
+}
+
+void check_host_memory(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images) {
+  const std::uint64_t limit = host_memory_limit();
+  const HostMemory h = host_memory_needed(cfg, m, images);
+  if (h.total() <= static_cast<double>(limit)) return;
+  throw InputError(fmt::format(
+      "{}: {} image(s) on {} ({}) need about {} of host memory (weights {}, inputs {}, "
+      "activations {}, outputs {}, chip {}), more than the limit of {} ({}; "
+      "docs/robustness.md)",
+      m.file, images, cfg.name, cfg.file, readable(h.total()), readable(h.weights),
+      readable(h.inputs), readable(h.activations), readable(h.outputs), readable(h.chip),
+      readable(static_cast<double>(limit)),
+      std::getenv(kLimitVariable) ? kLimitVariable : "three quarters of physical memory"));
+}
+
+}  // namespace tpu::report

@@ -1,0 +1,37 @@
+// Host memory a run needs, estimated before anything is allocated, so that a model or chip too
+// large for the host is refused with the sizes instead of being found by the OOM killer
+// (docs/robustness.md "Resource bounds").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "hw/config/chip_config.h"
+#include "sw/nn/model.h"
+
+namespace tpu::report {
+
+// Bytes, by what holds them. An upper estimate of the dominant terms (the formulas are in
+// docs/robustness.md), not an exact account: it must refuse runs the host cannot hold and
+// accept every run it can.
+struct HostMemory {
+  double weights = 0;      // the model's parameters in their host copies
+  double inputs = 0;       // images as loaded, encoded for the chip, and calibration images
+  double activations = 0;  // the references' whole-batch layer outputs
+  double outputs = 0;      // the chip's and the references' outputs
+  double chip = 0;         // the chip model: on-chip SRAM and in-flight weight tiles
+  [[nodiscard]] double total() const { return weights + inputs + activations + outputs + chip; }
+};
+
+HostMemory host_memory_needed(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images);
+
+// The limit: TPUSIM_HOST_MEMORY_LIMIT (bytes, or with a K/M/G/T suffix for powers of 1024, e.g.
+// "8G"), else three quarters of the host's physical memory. Throws InputError naming the
+// variable when its value is not a size.
+std::uint64_t host_memory_limit();
+
+// Throws InputError naming the model and chip files, the size the run needs by part and the
+// limit, when the estimate exceeds the limit.
+void check_host_memory(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images);
+
+}  // namespace tpu::report

@@ -1,0 +1,23 @@
+// Chrome trace-event JSON (the format Perfetto and chrome://tracing open) from a chip's Trace:
+// one process per TensorCore, one thread (track) per unit — sequencer stalls, host link, off-chip
+// DMA, each MXU's weight path and array, the vector unit — and one complete ("X") event per
+// instruction, named by instruction and layer. Timestamps are microseconds of simulated time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hw/common/trace.h"
+#include "hw/config/chip_config.h"
+
+namespace tpu::report {
+
+// `layers[id]` names Tag id `id`. Written atomically.
+void write_chrome_trace(const Trace& trace, const ChipConfig& cfg,
+                        const std::vector<std::string>& layers, const std::string& path);
+
+// The JSON text itself (for tests).
+std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
+                              const std::vector<std::string>& layers);
+
+}  // namespace tpu::report

@@ -1,0 +1,103 @@
+// `tpusim compare` and `tpusim run`'s output files, as a user runs them.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/cli.h"
+#include "sw/report/files.h"
+
+namespace tpu {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("tpusim-cli-" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string chip(const std::string& name) {
+  return std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json";
+}
+
+TEST(CompareCli, RunsEachChipAndPutsThemSideBySide) {
+  TempDir tmp;
+  const auto r = test::run_tpusim(
+      "compare --chip " + chip("v1") + " --chip " + chip("edge") + " --images 64 -j 2 --json " +
+      (tmp / "cmp.json") + " --markdown " + (tmp / "cmp.md") + " --csv " + (tmp / "cmp.csv"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto cmp = nlohmann::json::parse(report::read_text_file(tmp / "cmp.json"));
+  EXPECT_EQ(cmp["schema"], "tpusim.compare/1");
+  ASSERT_EQ(cmp["runs"].size(), 2u);
+  // In the order given, each a full run report, bit-exact with the reference.
+  EXPECT_EQ(cmp["runs"][0]["chip"]["name"], "tpu-v1");
+  EXPECT_EQ(cmp["runs"][1]["chip"]["name"], "edge-tpu");
+  for (const auto& run : cmp["runs"]) {
+    EXPECT_EQ(run["schema"], "tpusim.run/1");
+    EXPECT_TRUE(run["accuracy"]["bit_exact"].get<bool>());
+    EXPECT_EQ(run["workload"]["images"], 64);
+  }
+  EXPECT_EQ(cmp["workload"]["images"], 64);
+  const std::string md = report::read_text_file(tmp / "cmp.md");
+  EXPECT_NE(md.find("| tpu-v1 |"), std::string::npos);
+  EXPECT_NE(md.find("| edge-tpu |"), std::string::npos);
+  const std::string csv = report::read_text_file(tmp / "cmp.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
+}
+
+TEST(CompareCli, ABadChipConfigStopsBeforeAnythingRuns) {
+  TempDir tmp;
+  const std::string bad = tmp / "bad.json";
+  report::write_atomically(bad, "{\"name\": 3}");
+  const auto r = test::run_tpusim("compare --chip " + chip("v1") + " --chip " + bad +
+                                  " --images 16 --json " + (tmp / "cmp.json"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(bad), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("done in"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(tmp / "cmp.json"));
+}
+
+TEST(CompareCli, AChipThatCannotRunTheWorkloadIsReportedAndTheOthersStillRun) {
+  TempDir tmp;
+  // A valid chip whose unified buffer cannot hold one image's tensors: the compiler refuses.
+  const std::string small = tmp / "small.json";
+  report::write_atomically(small, "{\"include\": \"" + chip("v1") +
+                                      "\", \"unified_buffer\": {\"bytes\": 4096, "
+                                      "\"bytes_per_cycle\": 256}}");
+  const auto r = test::run_tpusim("compare --chip " + chip("v1") + " --chip " + small +
+                                  " --images 16 --json " + (tmp / "cmp.json"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+  const auto cmp = nlohmann::json::parse(report::read_text_file(tmp / "cmp.json"));
+  ASSERT_EQ(cmp["runs"].size(), 1u);
+  ASSERT_EQ(cmp["failed"].size(), 1u);
+  EXPECT_EQ(cmp["failed"][0]["chip_file"], small);
+  EXPECT_NE(cmp["failed"][0]["error"].get<std::string>().find("exit status 2"), std::string::npos);
+}
+
+TEST(RunCli, WritesCsvMarkdownAndTraceBesideTheJson) {
+  TempDir tmp;
+  const auto r =
+      test::run_tpusim("run --chip " + chip("v1") + " --images 32 --csv " + (tmp / "csv") +
+                       " --markdown " + (tmp / "run.md") + " --trace " + (tmp / "run.trace.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* f : {"csv/COMPUTE_REPORT.csv", "csv/BANDWIDTH_REPORT.csv", "csv/LAYERS.csv",
+                        "run.md", "run.trace.json"})
+    EXPECT_TRUE(fs::exists(tmp / f)) << f;
+  // Nothing temporary is left behind.
+  for (const auto& e : fs::recursive_directory_iterator(tmp.path))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace tpu

@@ -1,0 +1,221 @@
+// The run report's formats: the per-level byte counts and energy parts add up, the SCALE-Sim
+// shaped CSVs carry the JSON's numbers under SCALE-Sim's definitions (docs/report.md), the
+// Markdown lists every layer, and the trace has a track per unit per core with one slice per
+// instruction (docs/trace.md).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "hw/common/trace.h"
+#include "hw/config/chip_config.h"
+#include "sw/report/files.h"
+#include "sw/report/formats.h"
+#include "sw/report/session.h"
+
+namespace tpu {
+namespace {
+
+using nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+ChipConfig shipped(const std::string& name) {
+  return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
+}
+
+std::string temp_path(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tpusim-report-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+ordered_json run_cnn(const ChipConfig& cfg, std::uint64_t images, const std::string& trace = "") {
+  report::RunOptions o;
+  o.model = std::string(TPUSIM_SOURCE_DIR) + "/configs/models/fashion_mnist_cnn.json";
+  o.images = images;
+  o.check = false;
+  o.trace = trace;
+  return report::run_workload(cfg, o);
+}
+
+std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::string cell;
+    std::istringstream ls(line);
+    while (std::getline(ls, cell, ',')) {
+      const auto b = cell.find_first_not_of(' ');
+      cells.push_back(b == std::string::npos ? "" : cell.substr(b));
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+TEST(RunReport, LayerBytesAndEnergyPartsAddUpToTheTotals) {
+  const ChipConfig cfg = shipped("v3");
+  const ordered_json r = run_cnn(cfg, 300);
+  const auto& t = r["totals"];
+  std::map<std::string, double> bytes;
+  std::map<std::string, double> energy;
+  for (const auto& l : r["layers"]) {
+    for (const auto& [k, v] : l["bytes"].items()) bytes[k] += v.get<double>();
+    double parts = 0;
+    for (const auto& [k, v] : l["energy"].items()) {
+      energy[k] += v.get<double>();
+      parts += v.get<double>();
+    }
+    EXPECT_NEAR(parts, l["energy_j"].get<double>(), 1e-12 * l["energy_j"].get<double>())
+        << l["name"];
+    EXPECT_NEAR(l["energy"]["static_j"].get<double>(),
+                cfg.energy.idle_w * l["seconds"].get<double>(), 1e-15)
+        << l["name"];
+  }
+  for (const auto& [k, v] : t["bytes"].items()) EXPECT_EQ(bytes[k], v.get<double>()) << k;
+  for (const auto& [k, v] : r["energy"].items())
+    EXPECT_NEAR(energy[k], v.get<double>(), 1e-9 * v.get<double>()) << k;
+  // Levels are consistent: what the MXUs read of the UB and the off-chip weight fetches are
+  // parts of the UB and off-chip totals.
+  EXPECT_LE(t["bytes"]["mxu_input"].get<double>(), t["bytes"]["unified_buffer_read"].get<double>());
+  EXPECT_LE(t["bytes"]["off_chip_weights"].get<double>(),
+            t["bytes"]["off_chip_read"].get<double>());
+  EXPECT_DOUBLE_EQ(t["macs_per_off_chip_byte"].get<double>(),
+                   t["macs"].get<double>() / t["bytes"]["off_chip"].get<double>());
+}
+
+TEST(RunReport, ScaleSimComputeReportFollowsScaleSimDefinitions) {
+  const ChipConfig cfg = shipped("v1");
+  const ordered_json r = run_cnn(cfg, 300);
+  const auto rows = parse_csv(report::compute_report_csv(r));
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows[0],
+            (std::vector<std::string>{"LayerID", "Total Cycles", "Stall Cycles", "Overall Util %",
+                                      "Mapping Efficiency %", "Compute Util %"}));
+  std::vector<ordered_json> mac_layers;
+  for (const auto& l : r["layers"])
+    if (l["macs"].get<double>() > 0) mac_layers.push_back(l);
+  ASSERT_EQ(rows.size(), mac_layers.size() + 1);
+  const double pes = static_cast<double>(cfg.mxu.rows) * cfg.mxu.cols;
+  for (std::size_t i = 0; i < mac_layers.size(); ++i) {
+    const auto& l = mac_layers[i];
+    const auto& row = rows[i + 1];
+    EXPECT_EQ(std::stoul(row[0]), i);
+    EXPECT_DOUBLE_EQ(std::stod(row[1]), l["span_cycles"].get<double>());
+    // A layer's span bounds its rate: no layer beats the chip's peak.
+    EXPECT_LE(l["utilization"].get<double>(), 1.0);
+    const auto& b = l["mxu_cycles"];
+    const double stall = b["weight_stall"].get<double>() + b["weight_shift"].get<double>() +
+                         b["data_hazard"].get<double>() + b["input_stall"].get<double>();
+    EXPECT_NEAR(std::stod(row[2]), stall, 1e-6 * stall + 1e-9);
+    EXPECT_NEAR(std::stod(row[3]), 100 * l["utilization"].get<double>(), 1e-6);
+    // The conv layers use a K x N corner of the array: mapping efficiency is that corner's share.
+    EXPECT_NEAR(std::stod(row[4]),
+                100 * l["macs"].get<double>() / (b["active"].get<double>() * pes), 1e-6);
+    EXPECT_LE(std::stod(row[4]), 100.0);
+  }
+}
+
+TEST(RunReport, ScaleSimBandwidthReportIsWordsPerCycle) {
+  const ChipConfig cfg = shipped("v3");
+  const ordered_json r = run_cnn(cfg, 300);
+  const auto rows = parse_csv(report::bandwidth_report_csv(r));
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows[0].size(), 7u);
+  const ordered_json* first = nullptr;
+  for (const auto& l : r["layers"])
+    if (l["macs"].get<double>() > 0) {
+      first = &l;
+      break;
+    }
+  ASSERT_NE(first, nullptr);
+  const double cycles = (*first)["span_cycles"].get<double>();
+  // bf16 words of 2 bytes in, fp32 accumulator words of 4 bytes out.
+  EXPECT_NEAR(std::stod(rows[1][1]), (*first)["bytes"]["mxu_input"].get<double>() / 2 / cycles,
+              1e-6);
+  EXPECT_NEAR(std::stod(rows[1][3]),
+              (*first)["bytes"]["accumulators_write"].get<double>() / 4 / cycles, 1e-6);
+  EXPECT_NEAR(std::stod(rows[1][5]),
+              (*first)["bytes"]["off_chip_weights"].get<double>() / 2 / cycles, 1e-6);
+}
+
+TEST(RunReport, LayersCsvHasUnitsInEveryColumnAndATotalRow) {
+  const ordered_json r = run_cnn(shipped("edge"), 100);
+  const auto rows = parse_csv(report::layers_csv(r));
+  ASSERT_EQ(rows.size(), r["layers"].size() + 2);
+  for (const auto& h : rows[0]) {
+    if (h == "layer" || h == "type") continue;
+    const bool has_unit =
+        h.find("cycles") != std::string::npos || h.find("seconds") != std::string::npos ||
+        h.find("_per_") != std::string::npos || h.find("bytes") != std::string::npos ||
+        h.find("_j") != std::string::npos || h.find("_w") != std::string::npos || h == "macs" ||
+        h == "ops" || h == "utilization";
+    EXPECT_TRUE(has_unit) << h;
+  }
+  EXPECT_EQ(rows.back()[0], "total");
+  for (const auto& row : rows) EXPECT_EQ(row.size(), rows[0].size());
+}
+
+TEST(RunReport, MarkdownHasOneRowPerLayer) {
+  const ordered_json r = run_cnn(shipped("v1"), 100);
+  const std::string md = report::run_markdown(r);
+  for (const auto& l : r["layers"])
+    EXPECT_NE(md.find("| " + l["name"].get<std::string>() + " |"), std::string::npos) << l["name"];
+}
+
+TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
+  const ChipConfig cfg = shipped("v3");
+  const std::string path = temp_path("v3.trace.json");
+  const ordered_json r = run_cnn(cfg, 300, path);
+  const auto trace = nlohmann::json::parse(report::read_text_file(path));
+  std::set<std::pair<int, std::string>> named;
+  std::map<std::pair<int, int>, std::string> tid_name;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> slices;
+  std::uint64_t instructions = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      tid_name[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"].get<std::string>();
+    if (e["ph"] != "X") continue;
+    const std::pair<int, int> track{e["pid"].get<int>(), e["tid"].get<int>()};
+    slices[track].emplace_back(e["args"]["begin_cycle"].get<double>(),
+                               e["args"]["end_cycle"].get<double>());
+    if (e["cat"] != "stall") {
+      ++instructions;
+      // Named by instruction and layer.
+      EXPECT_NE(e["name"].get<std::string>().find(e["args"]["layer"].get<std::string>()),
+                std::string::npos);
+    }
+  }
+  // Both cores, and on each: sequencer, host link, DMA, vector unit, and each MXU's two tracks.
+  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c) {
+    for (std::uint32_t m = 0; m < cfg.mxu.count; ++m) {
+      const std::pair<int, int> t{static_cast<int>(c), static_cast<int>(mxu_track(m))};
+      EXPECT_EQ(tid_name[t], "MXU " + std::to_string(m));
+      EXPECT_FALSE(slices[t].empty()) << "core " << c << " MXU " << m << " ran no matmul";
+    }
+    const std::pair<int, int> link{static_cast<int>(c), static_cast<int>(TrackKind::HostLink)};
+    EXPECT_EQ(tid_name[link], track_name(static_cast<std::uint32_t>(TrackKind::HostLink)));
+  }
+  // Units run one instruction at a time: a track's slices do not overlap.
+  for (auto& [track, v] : slices) {
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 1; i < v.size(); ++i)
+      EXPECT_LE(v[i - 1].second, v[i].first) << "track " << track.first << "/" << track.second;
+  }
+  // Every instruction a unit ran is a slice (Nop, Tag, SetWindow, Sync and Halt run in the
+  // sequencer and have none).
+  EXPECT_GT(instructions, 0u);
+  EXPECT_LE(instructions, r["workload"]["instructions"].get<std::uint64_t>());
+  std::uint64_t total = 0;
+  for (const auto& l : r["layers"]) total += l["instructions"].get<std::uint64_t>();
+  EXPECT_EQ(total, r["workload"]["instructions"].get<std::uint64_t>());
+}
+
+}  // namespace
+}  // namespace tpu

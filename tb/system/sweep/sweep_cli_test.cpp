@@ -1,0 +1,317 @@
+// `tpusim sweep` as a user runs it: spec validation before anything runs, one row per design
+// point, failures recorded without stopping the sweep, resume after SIGKILL, and results that
+// are byte-identical whatever the parallelism and the order the points ran in.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/cli.h"
+#include "hw/config/chip_config.h"
+#include "sw/report/files.h"
+
+namespace tpu {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("tpusim-sweep-" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+const std::string kSpecDir = std::string(TPUSIM_SOURCE_DIR) + "/tb/system/sweep/data";
+const std::string kSpec = kSpecDir + "/small.json";
+
+json read_json(const std::string& f) { return json::parse(report::read_text_file(f)); }
+
+// A variant of the test spec, written under `tmp` with its relative paths made absolute.
+std::string variant(const TempDir& tmp, const std::string& name, json spec) {
+  auto absolute = [](json& v) {
+    v = (fs::path(kSpecDir) / v.get<std::string>()).lexically_normal().string();
+  };
+  absolute(spec["base"]);
+  for (auto& w : spec["workloads"]) absolute(w["model"]);
+  const std::string f = tmp / (name + ".json");
+  report::write_atomically(f, spec.dump(2));
+  return f;
+}
+
+std::map<std::string, std::string> files_under(const fs::path& dir, const std::string& suffix) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string p = e.path().string();
+    if (e.is_regular_file() && p.size() >= suffix.size() &&
+        p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out[fs::relative(e.path(), dir).string()] = report::read_text_file(p);
+  }
+  return out;
+}
+
+// Point reports (points/<id>/<workload>.json): not the chip config, the host timings
+// (.host.json), failure records (.failed.json) or a run's raw report still being recorded
+// (.run.json).
+std::map<std::string, std::string> point_reports(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (auto& [k, v] : files_under(dir / "points", ".json")) {
+    const fs::path f(k);
+    if (f.filename() != "chip.json" && f.stem().string().find('.') == std::string::npos) out[k] = v;
+  }
+  return out;
+}
+
+TEST(SweepCli, EveryDesignPointGetsItsRowWithTheMetricsOfItsOwnRunReport) {
+  TempDir tmp;
+  const auto r = test::run_tpusim("sweep " + kSpec + " -j 2 --out " + (tmp / "out"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json spec = read_json(kSpec);
+  const json res = read_json(tmp / "out/results.json");
+  EXPECT_EQ(res["schema"], "tpusim.sweep/1");
+  const std::size_t points = spec["axes"][0]["values"].size() * 2;  // x the clock range's two
+  ASSERT_EQ(res["points"].size(), points);
+  EXPECT_EQ(res["summary"]["done"], points * spec["workloads"].size());
+  for (const auto& p : res["points"]) {
+    const std::string dir = tmp / ("out/" + p["dir"].get<std::string>());
+    // The point's chip config is the base with the axis values applied, tied cols included.
+    const ChipConfig cfg = load_chip_config(dir + "/chip.json");
+    EXPECT_EQ(cfg.mxu.rows, p["axes"]["array"].get<std::uint32_t>());
+    EXPECT_EQ(cfg.mxu.cols, p["axes"]["array"].get<std::uint32_t>());
+    EXPECT_EQ(cfg.clock_mhz, p["axes"]["clock_mhz"].get<double>());
+    for (const auto& w : spec["workloads"]) {
+      const std::string name = w["name"];
+      const json rep = read_json(dir + "/" + name + ".json");
+      EXPECT_FALSE(rep.contains("host")) << "host timings are kept apart";
+      EXPECT_TRUE(fs::exists(dir + "/" + name + ".host.json"));
+      EXPECT_EQ(rep["workload"]["images"], w["images"]);
+      const json& cell = p["workloads"][name];
+      EXPECT_EQ(cell["status"], "ok");
+      for (const auto& m : res["metrics"])
+        EXPECT_EQ(cell[m.get<std::string>()], rep["totals"][m.get<std::string>()]) << m;
+    }
+  }
+  // CSV: a header and one line per point.
+  const std::string csv = report::read_text_file(tmp / "out/results.csv");
+  EXPECT_EQ(static_cast<std::size_t>(std::count(csv.begin(), csv.end(), '\n')), points + 1);
+  EXPECT_EQ(csv.rfind("point,array,clock_mhz,cnn.status,cnn.cycles,", 0), 0u) << csv;
+  // Nothing temporary is left behind.
+  for (const auto& e : fs::recursive_directory_iterator(tmp.path))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+TEST(SweepCli, APointRunsByHandFromItsChipConfigWithTheSameResult) {
+  TempDir tmp;
+  const json spec = read_json(kSpec);
+  json one = spec;
+  one["axes"][0]["values"] = {64};
+  one["axes"][1]["range"]["to"] = 700;
+  one["workloads"] = {spec["workloads"][0]};
+  const std::string spec_file{variant(tmp, "one", one)};
+  ASSERT_EQ(test::run_tpusim("sweep " + spec_file + " -j 1 --out " + (tmp / "out")).status, 0);
+  const json row = read_json(tmp / "out/results.json")["points"][0];
+  const auto r = test::run_tpusim("run --chip " + (tmp / "out/points/000/chip.json") + " --model " +
+                                  TPUSIM_SOURCE_DIR +
+                                  "/configs/models/fashion_mnist_cnn.json --images 64 --batch 32 "
+                                  "--no-check --json " +
+                                  (tmp / "by_hand.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json rep = read_json(tmp / "by_hand.json");
+  EXPECT_EQ(row["workloads"]["cnn"]["cycles"], rep["totals"]["cycles"]);
+  EXPECT_EQ(row["workloads"]["cnn"]["energy_j"], rep["totals"]["energy_j"]);
+}
+
+TEST(SweepCli, ABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
+  TempDir tmp;
+  const json spec = read_json(kSpec);
+  struct Case {
+    std::string name;
+    json spec;
+    std::vector<std::string> expected;  // all in the message
+  };
+  std::vector<Case> cases;
+  json missing = spec;
+  missing["axes"][1]["pointer"] = "/mxu/clock";
+  cases.push_back({"pointer", missing, {"/axes/1", "/mxu/clock", "names no key", "clock_mhz"}});
+  json rejected = spec;
+  rejected["axes"][0]["values"] = {64, 0};
+  cases.push_back({"value", rejected, {"axis \"array\" value 0", "/mxu/rows"}});
+  json empty = spec;
+  empty["axes"][0]["values"] = json::array();
+  cases.push_back({"empty", empty, {"/axes/0", "array", "non-empty"}});
+  json unknown = spec;
+  unknown["workloads"][0]["image"] = 3;
+  cases.push_back({"unknown", unknown, {"/workloads/0/image", "not a known key"}});
+  for (const auto& c : cases) {
+    const std::string spec_file{variant(tmp, c.name, c.spec)};
+    const auto r = test::run_tpusim("sweep " + spec_file + " --out " + (tmp / c.name));
+    EXPECT_EQ(r.status, 2) << c.name << ": " << r.out;
+    EXPECT_NE(r.out.find(spec_file), std::string::npos) << c.name << ": " << r.out;
+    for (const auto& e : c.expected)
+      EXPECT_NE(r.out.find(e), std::string::npos) << c.name << ": " << r.out;
+    EXPECT_FALSE(fs::exists(tmp / c.name)) << c.name << ": nothing may be written";
+  }
+}
+
+TEST(SweepCli, AFailingPointIsRecordedWithItsErrorAndTheSweepGoesOn) {
+  TempDir tmp;
+  json spec = read_json(kSpec);
+  // A unified buffer too small for one image's tensors is a valid chip the compiler refuses.
+  spec["axes"] = {
+      {{"name", "ub_bytes"}, {"pointer", "/unified_buffer/bytes"}, {"values", {4096, 25165824}}}};
+  spec["workloads"] = {spec["workloads"][0]};
+  const std::string spec_file{variant(tmp, "fails", spec)};
+  const auto r = test::run_tpusim("sweep " + spec_file + " -j 2 --out " + (tmp / "out"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  const json res = read_json(tmp / "out/results.json");
+  const json& bad = res["points"][0]["workloads"]["cnn"];
+  EXPECT_EQ(bad["status"], "failed");
+  EXPECT_NE(bad["error"].get<std::string>().find("exit status 2"), std::string::npos) << bad;
+  EXPECT_EQ(res["points"][1]["workloads"]["cnn"]["status"], "ok");
+  EXPECT_EQ(res["summary"]["failed"], 1);
+  EXPECT_EQ(res["summary"]["done"], 1);
+  // A rerun keeps the failure (it is finished) and runs nothing.
+  const auto again = test::run_tpusim("sweep " + spec_file + " --out " + (tmp / "out"));
+  EXPECT_NE(again.out.find("0 to run"), std::string::npos) << again.out;
+}
+
+TEST(SweepCli, AnOutputDirectoryHoldingAnotherSweepIsRefused) {
+  TempDir tmp;
+  json one = read_json(kSpec);
+  one["axes"][0]["values"] = {64};
+  one["axes"][1]["range"]["to"] = 700;
+  one["workloads"] = {one["workloads"][0]};
+  ASSERT_EQ(test::run_tpusim("sweep " + variant(tmp, "a", one) + " --out " + (tmp / "out")).status,
+            0);
+  const std::string before = report::read_text_file(tmp / "out/results.json");
+  one["axes"][0]["values"] = {128};
+  const auto r = test::run_tpusim("sweep " + variant(tmp, "b", one) + " --out " + (tmp / "out"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("holds a different sweep"), std::string::npos) << r.out;
+  EXPECT_EQ(report::read_text_file(tmp / "out/results.json"), before);
+}
+
+TEST(SweepCli, ResultsAreByteIdenticalWhateverTheParallelismAndTheOrder) {
+  TempDir tmp;
+  ASSERT_EQ(test::run_tpusim("sweep " + kSpec + " -j 1 --out " + (tmp / "serial")).status, 0);
+  ASSERT_EQ(
+      test::run_tpusim("sweep " + kSpec + " -j 2 --shuffle 7 --out " + (tmp / "shuffled")).status,
+      0);
+  for (const char* f : {"results.csv", "results.json", "sweep.json"})
+    EXPECT_EQ(report::read_text_file(tmp / ("serial/" + std::string(f))),
+              report::read_text_file(tmp / ("shuffled/" + std::string(f))))
+        << f;
+  const auto a = point_reports(tmp / "serial"), b = point_reports(tmp / "shuffled");
+  EXPECT_EQ(a.size(), 8u);
+  EXPECT_TRUE(a == b) << "point reports differ";
+}
+
+// Starts `tpusim args...` with its output in `log`; returns its pid.
+pid_t start_tpusim(const std::vector<std::string>& args, const std::string& log) {
+  const std::string exe = std::string(TPUSIM_BINARY_DIR) + "/tpusim";
+  std::vector<std::string> all = {exe};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+TEST(SweepCli, ASweepKilledHalfWayResumesRunningOnlyTheUnfinishedPoints) {
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  const pid_t pid = start_tpusim({"sweep", kSpec, "-j", "1", "--out", out}, tmp / "first.log");
+  // Half of the 8 runs finished, then SIGKILL: no chance to clean up.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  std::size_t finished = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    finished = fs::exists(out + "/points") ? point_reports(out).size() : 0;
+    if (finished >= 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << report::read_text_file(tmp / "first.log");
+  // What survived the kill, with each report's inode and modification time.
+  std::map<std::string, std::pair<ino_t, std::int64_t>> kept;
+  for (const auto& [f, text] : point_reports(out)) {
+    struct stat st {};
+    ::stat((out + "/points/" + f).c_str(), &st);
+    kept[f] = {st.st_ino, st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec};
+  }
+  ASSERT_GE(kept.size(), 4u);
+  ASSERT_LT(kept.size(), 8u) << "the sweep finished before it was killed; nothing to resume";
+
+  const auto rerun = test::run_tpusim("sweep " + kSpec + " -j 2 --out " + out);
+  ASSERT_EQ(rerun.status, 0) << rerun.out;
+  // Only the unfinished runs ran: announced, and one progress line each.
+  EXPECT_NE(rerun.out.find(fmt::format("= 8 runs, {} to run", 8 - kept.size())), std::string::npos)
+      << rerun.out;
+  std::size_t ran = 0;
+  for (std::size_t at = 0; (at = rerun.out.find(" done in ", at)) != std::string::npos; ++at) ++ran;
+  EXPECT_EQ(ran, 8 - kept.size()) << rerun.out;
+  for (const auto& [f, id] : kept) {
+    struct stat st {};
+    ::stat((out + "/points/" + f).c_str(), &st);
+    EXPECT_EQ(st.st_ino, id.first) << f << " was rewritten";
+    EXPECT_EQ(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec, id.second) << f;
+  }
+  // The table equals an uninterrupted run's.
+  ASSERT_EQ(test::run_tpusim("sweep " + kSpec + " -j 2 --out " + (tmp / "whole")).status, 0);
+  for (const char* f : {"results.csv", "results.json"})
+    EXPECT_EQ(report::read_text_file(out + "/" + f),
+              report::read_text_file(tmp / ("whole/" + std::string(f))))
+        << f;
+  EXPECT_TRUE(point_reports(out) == point_reports(tmp / "whole"));
+}
+
+TEST(SweepCli, SlurmEmitOnlyWritesAJobArrayOfTheUnfinishedRuns) {
+  TempDir tmp;
+  const auto r =
+      test::run_tpusim("sweep " + kSpec + " --executor slurm --emit-only --out " + (tmp / "out"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string script = report::read_text_file(tmp / "out/slurm/sweep.sbatch");
+  EXPECT_NE(script.find("#SBATCH --array=0-7\n"), std::string::npos) << script;
+  EXPECT_NE(script.find("sweep --task \"$SLURM_ARRAY_TASK_ID\" --out"), std::string::npos)
+      << script;
+  // A task run by hand, as Slurm would, records its point; the table then shows it.
+  const auto task = test::run_tpusim("sweep --task 3 --out " + (tmp / "out"));
+  ASSERT_EQ(task.status, 0) << task.out;
+  const auto again =
+      test::run_tpusim("sweep " + kSpec + " --executor slurm --emit-only --out " + (tmp / "out"));
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(
+      report::read_text_file(tmp / "out/slurm/sweep.sbatch").find("#SBATCH --array=0-2,4-7\n"),
+      std::string::npos);
+  const json res = read_json(tmp / "out/results.json");
+  EXPECT_EQ(res["points"][1]["workloads"]["mlp"]["status"], "ok");
+  EXPECT_EQ(res["summary"]["pending"], 7);
+}
+
+}  // namespace
+}  // namespace tpu
