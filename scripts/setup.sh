@@ -15,6 +15,8 @@ packages=(
   verilator               # RTL co-simulation (tb/rtl)
   dataset-fashion-mnist   # the real data set, /usr/share/datasets/fashion-mnist
   python3 python3-matplotlib  # scripts/report.py
+  slurm-wlm munge         # the Slurm executor of `tpusim sweep` and its test (tb/system/sweep)
+  chromium                # renders the HTML report in its test (tb/system/report_html_test.py)
 )
 
 missing=()

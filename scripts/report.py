@@ -1,0 +1,865 @@
+#!/usr/bin/python3
+"""Renders tpusim reports as one self-contained HTML page: a comparison table, a roofline and the
+per-layer MXU cycle buckets per chip, the energy breakdown, memory traffic and a chip comparison.
+
+Usage: scripts/report.py INPUT [INPUT ...] --html OUT.html
+
+An INPUT is a run report (schema tpusim.run/1, `tpusim run --json`) or a comparison (schema
+tpusim.compare/1, `tpusim compare`); several inputs are put side by side. What the page shows and
+where each number comes from: docs/html-report.md.
+
+Bad input (a missing file, not JSON, an unknown schema, a missing or mistyped key) prints one line
+naming the file and the key on stderr and exits with status 2, writing nothing. The page is written
+atomically (temporary file, then rename).
+
+Input kinds: `read_input` turns one command-line input into a list of validated documents, picking
+the reader from the JSON's "schema" (READERS); `build_page` picks the page the documents ask for
+(their `page`, PAGES). A new kind (e.g. a sweep directory) adds a reader and a page there.
+
+Runs with Debian's python3 (the shebang): python3-matplotlib is installed there, by
+scripts/setup.sh."""
+import argparse
+import base64
+import html
+import io
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+
+PROG = "report.py"
+
+# The MXU cycle buckets of docs/report.md, in the order a cycle is classified.
+BUCKETS = ["active", "weight_stall", "weight_shift", "data_hazard", "input_stall", "idle"]
+BUCKET_LABELS = {
+    "active": "active",
+    "weight_stall": "waiting for weights",
+    "weight_shift": "shifting weights",
+    "data_hazard": "data hazard",
+    "input_stall": "waiting for input",
+    "idle": "idle (no matrix work)",
+}
+BUCKET_COLOURS = {
+    "active": "#2ca02c",
+    "weight_stall": "#ff7f0e",
+    "weight_shift": "#ffd92f",
+    "data_hazard": "#d62728",
+    "input_stall": "#9467bd",
+    "idle": "#b0b0b0",
+}
+# Memory levels of totals.bytes (docs/report.md), outermost first.
+MEMORY_LEVELS = [
+    ("host_link", "host link"),
+    ("off_chip", "off-chip memory"),
+    ("unified_buffer_read", "unified buffer read"),
+    ("unified_buffer_write", "unified buffer write"),
+    ("accumulators_read", "accumulators read"),
+    ("accumulators_write", "accumulators write"),
+]
+CHIP_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                "#7f7f7f", "#bcbd22", "#17becf"]
+ENERGY_COLOURS = {"static": "#c7c7c7"}
+ENERGY_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                  "#bcbd22", "#17becf", "#aec7e8", "#ffbb78"]
+
+
+class Fatal(Exception):
+    """Stops report.py with one line on stderr and exit status 2, before anything is written."""
+
+
+class BadInput(Fatal):
+    """One input is unusable: `where` names the file, `key` the JSON path (may be empty)."""
+
+    def __init__(self, where, key, what):
+        super().__init__(f"{where}: {key}: {what}" if key else f"{where}: {what}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and validating inputs
+
+NUMBER = "a number"
+POSITIVE = "a number > 0"
+STRING = "a string"
+BOOL = "true or false"
+OBJECT = "an object"
+LIST = "a list"
+
+
+def _has_type(value, kind):
+    if kind in (NUMBER, POSITIVE):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return number and (kind == NUMBER or value > 0)
+    if kind == STRING:
+        return isinstance(value, str)
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == OBJECT:
+        return isinstance(value, dict)
+    return isinstance(value, list)
+
+
+def _lookup(obj, dotted):
+    for part in dotted.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None, False
+        obj = obj[part]
+    return obj, True
+
+
+class Checked:
+    """Reads keys of one JSON object, raising BadInput that names the file and the full key path."""
+
+    def __init__(self, obj, where, prefix=""):
+        self.obj, self.where, self.prefix = obj, where, prefix
+
+    def _key(self, dotted):
+        return self.prefix + dotted
+
+    def need(self, dotted, kind, why="a tpusim.run/1 report has it"):
+        value, found = _lookup(self.obj, dotted)
+        if not found:
+            raise BadInput(self.where, self._key(dotted), f"missing ({why})")
+        if not _has_type(value, kind):
+            raise BadInput(self.where, self._key(dotted), f"is {json.dumps(value)[:40]}, expected {kind}")
+        return value
+
+    def want(self, dotted, kind):
+        """An optional key: None when absent; present with the wrong type is still an error."""
+        value, found = _lookup(self.obj, dotted)
+        if not found or value is None:
+            return None
+        if not _has_type(value, kind):
+            raise BadInput(self.where, self._key(dotted), f"is {json.dumps(value)[:40]}, expected {kind}")
+        return value
+
+    def sub(self, dotted):
+        return Checked(self.need(dotted, OBJECT), self.where, self._key(dotted) + ".")
+
+
+def _buckets(c):
+    return {b: c.need(f"mxu_cycles.{b}", NUMBER) for b in BUCKETS}
+
+
+def _bytes(c):
+    """Bytes per memory level, or None when the report predates totals.bytes."""
+    if c.want("bytes", OBJECT) is None:
+        return None
+    return {level: c.need(f"bytes.{level}", NUMBER, "bytes per memory level") for level, _ in MEMORY_LEVELS}
+
+
+def _energy_parts(c):
+    parts = {}
+    for key, value in c.need("energy", OBJECT).items():
+        if key.endswith("_j"):
+            if not _has_type(value, NUMBER):
+                raise BadInput(c.where, c._key(f"energy.{key}"),
+                               f"is {json.dumps(value)[:40]}, expected a number")
+            parts[key[:-2]] = value
+    if not parts:
+        raise BadInput(c.where, c._key("energy"), "has no <part>_j entries")
+    return parts
+
+
+class Run:
+    """One chip's run (tpusim.run/1), reduced to what the page shows."""
+
+    page = "comparison"
+
+    def __init__(self, report, where, prefix=""):
+        c = Checked(report, where, prefix)
+        self.where = where
+        chip = c.sub("chip")
+        self.chip = chip.need("name", STRING)
+        self.peak_ops_per_s = chip.need("peak_ops_per_s", POSITIVE)
+        self.off_chip_bytes_per_s = chip.need("off_chip_bytes_per_s", POSITIVE)
+        self.input_type = chip.want("input_type", STRING)
+        self.clock_hz = chip.want("clock_hz", NUMBER)
+        self.cores = chip.want("tensor_cores", NUMBER)
+        self.mxus_per_core = chip.want("mxus_per_core", NUMBER)
+        self.array = (chip.want("mxu_rows", NUMBER), chip.want("mxu_cols", NUMBER))
+        self.chip_file = chip.want("file", STRING)
+
+        w = c.sub("workload")
+        self.workload = {
+            "model": w.need("model", STRING),
+            "images": w.need("images", POSITIVE),
+            "batch": w.need("batch", POSITIVE),
+            "inputs": w.want("inputs", STRING),
+            "weights": w.want("weights", STRING),
+        }
+
+        acc = Checked(c.want("accuracy", OBJECT) or {}, where, prefix + "accuracy.")
+        self.top1 = acc.want("top1", NUMBER)
+        self.bit_exact = acc.want("bit_exact", BOOL)
+        self.mismatches = acc.want("mismatches", NUMBER)
+
+        t = c.sub("totals")
+        self.totals = {k: t.need(k, NUMBER) for k in (
+            "cycles", "seconds", "ops", "ops_per_s", "images_per_s", "utilization", "energy_j",
+            "energy_per_image_j", "avg_power_w", "ops_per_j", "bytes_off_chip")}
+        self.buckets = _buckets(t)
+        self.bytes = _bytes(t)
+        self.energy = _energy_parts(c)
+
+        layers = c.need("layers", LIST)
+        self.layers = []
+        for i, layer in enumerate(layers):
+            lc = Checked(layer, where, f"{prefix}layers[{i}].")
+            if not isinstance(layer, dict):
+                raise BadInput(where, f"{prefix}layers[{i}]", "expected an object")
+            self.layers.append({
+                "name": lc.need("name", STRING),
+                "type": lc.want("type", STRING) or "",
+                "cycles": lc.need("cycles", NUMBER),
+                "ops": lc.need("ops", NUMBER),
+                "ops_per_s": lc.need("ops_per_s", NUMBER),
+                "utilization": lc.want("utilization", NUMBER),
+                "energy_j": lc.want("energy_j", NUMBER),
+                "bytes_off_chip": lc.need("bytes_off_chip", NUMBER),
+                "buckets": _buckets(lc),
+            })
+        self.label = self.chip
+
+    @property
+    def mxus(self):
+        if self.cores is None or self.mxus_per_core is None:
+            return None
+        return int(self.cores * self.mxus_per_core)
+
+    @property
+    def ops_unit(self):
+        """TOPS for integer MXUs, TFLOPS for floating-point ones (the papers' convention)."""
+        if self.input_type is None:
+            return "T ops/s"
+        return "TOPS" if self.input_type.startswith(("int", "uint")) else "TFLOPS"
+
+
+class FailedRun:
+    """A chip whose run failed inside a comparison (tpusim.compare/1 `failed[]`)."""
+
+    page = "comparison"
+
+    def __init__(self, entry, where, prefix):
+        c = Checked(entry, where, prefix)
+        self.chip_file = c.need("chip_file", STRING, "a failed run names its chip file")
+        self.error = c.want("error", STRING) or "no message"
+
+
+def _read_run(data, where):
+    return [Run(data, where)]
+
+
+def _read_compare(data, where):
+    c = Checked(data, where)
+    runs = c.need("runs", LIST, "a tpusim.compare/1 comparison has it")
+    if not runs:
+        raise BadInput(where, "runs", "is empty (a comparison holds at least one run report)")
+    out = []
+    for i, r in enumerate(runs):
+        if not isinstance(r, dict):
+            raise BadInput(where, f"runs[{i}]", "expected a tpusim.run/1 report object")
+        schema = r.get("schema")
+        if schema != "tpusim.run/1":
+            raise BadInput(where, f"runs[{i}].schema", f"is {json.dumps(schema)}, expected \"tpusim.run/1\"")
+        out.append(Run(r, where, f"runs[{i}]."))
+    for i, f in enumerate(c.want("failed", LIST) or []):
+        if not isinstance(f, dict):
+            raise BadInput(where, f"failed[{i}]", "expected an object")
+        out.append(FailedRun(f, where, f"failed[{i}]."))
+    return out
+
+
+# schema -> reader(parsed JSON, file name) -> list of documents of one kind.
+READERS = {
+    "tpusim.run/1": _read_run,
+    "tpusim.compare/1": _read_compare,
+}
+
+
+def read_input(path):
+    if os.path.isdir(path):
+        raise BadInput(path, "", "is a directory (report.py reads tpusim.run/1 and tpusim.compare/1 "
+                       "JSON files)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(path, "", f"cannot read ({e.strerror if isinstance(e, OSError) else e})")
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise BadInput(path, "", f"not JSON ({e})")
+    if not isinstance(data, dict):
+        raise BadInput(path, "", "not a JSON object (expected a tpusim report)")
+    known = ", ".join(READERS)
+    if "schema" not in data:
+        raise BadInput(path, "schema", f"missing (expected one of {known})")
+    reader = READERS.get(data["schema"])
+    if reader is None:
+        raise BadInput(path, "schema",
+                       f"{json.dumps(data['schema'])[:60]} is not one report.py reads ({known})")
+    return reader(data, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting numbers for reading
+
+
+def sig(x, digits=3):
+    """`x` with `digits` significant digits and thousands separators: 912,440 · 91.8 · 0.00123."""
+    if x is None:
+        return "—"
+    if x == 0:
+        return "0"
+    if not math.isfinite(x):
+        return str(x)
+    mag = math.floor(math.log10(abs(x)))
+    if mag < -4:
+        return f"{x:.{digits - 1}e}"
+    decimals = max(0, digits - 1 - mag)
+    return f"{x:,.{decimals}f}"
+
+
+def count(x):
+    return "—" if x is None else f"{round(x):,}"
+
+
+def esc(s):
+    return html.escape(str(s), quote=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots: matplotlib figures without pyplot (no global state), embedded as SVG data URIs so that
+# each figure's element ids stay private to it and the page needs nothing from outside.
+
+
+def _mpl():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        matplotlib.rcParams.update({
+            "svg.fonttype": "path",        # glyphs as paths: no font needed where the page is read
+            "svg.hashsalt": "tpusim",      # deterministic ids: same input, same page
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        })
+        from matplotlib.figure import Figure
+        from matplotlib import ticker
+    except ImportError:
+        raise Fatal(f"matplotlib cannot be imported by {sys.executable}: install Debian's "
+                    "python3-matplotlib (scripts/setup.sh) and run report.py with /usr/bin/python3")
+    return Figure, ticker
+
+
+class Plot:
+    def __init__(self, kind, chip, svg, alt, caption):
+        self.kind, self.chip, self.svg, self.alt, self.caption = kind, chip, svg, alt, caption
+
+    def html(self):
+        uri = "data:image/svg+xml;base64," + base64.b64encode(self.svg).decode("ascii")
+        chip = f' data-chip="{esc(self.chip)}"' if self.chip else ""
+        return (f'<figure class="plot" data-plot="{esc(self.kind)}"{chip}>'
+                f'<img src="{uri}" alt="{esc(self.alt)}">'
+                f"<figcaption>{self.caption}</figcaption></figure>")
+
+
+def _svg(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _tick(v, _pos):
+    """Linear-axis ticks as plain numbers with thousands separators, never an offset or 1e6."""
+    return f"{int(v):,}" if v == int(v) else f"{v:g}"
+
+
+def _log_floor(x):
+    return 10 ** math.floor(math.log10(x))
+
+
+def _log_ceil(x):
+    return 10 ** math.ceil(math.log10(x))
+
+
+def roofline_plot(run, Figure, ticker):
+    peak, bw = run.peak_ops_per_s, run.off_chip_bytes_per_s
+    ridge = peak / bw
+    finite, unbounded = [], []
+    for layer in run.layers:
+        if layer["ops"] <= 0 or layer["ops_per_s"] <= 0:
+            continue
+        if layer["bytes_off_chip"] > 0:
+            finite.append((layer["ops"] / layer["bytes_off_chip"], layer["ops_per_s"], layer["name"]))
+        else:
+            unbounded.append((layer["ops_per_s"], layer["name"]))
+    t = run.totals
+    whole = None
+    if t["bytes_off_chip"] > 0 and t["ops_per_s"] > 0:
+        whole = (t["ops"] / t["bytes_off_chip"], t["ops_per_s"])
+
+    xs = [ridge] + [p[0] for p in finite] + ([whole[0]] if whole else [])
+    ys = [p[1] for p in finite] + [p[0] for p in unbounded] + ([whole[1]] if whole else [])
+    x_lo, x_hi = _log_floor(min(xs)) / 10, _log_ceil(max(xs)) * 10
+    y_lo = _log_floor(min(ys + [peak])) / 10
+    y_hi = _log_ceil(max(ys + [peak])) * 3
+
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, y_hi)
+    roof_x = [x_lo, ridge, x_hi]
+    ax.plot(roof_x, [min(peak, bw * x) for x in roof_x], color="black", lw=1.6, zorder=2)
+    ax.axvline(ridge, color="black", lw=0.8, ls=":", zorder=1)
+    ax.annotate(f"peak {sig(peak / 1e12)} {run.ops_unit}", (ridge, peak), xytext=(6, 4),
+                textcoords="offset points", ha="left", va="bottom")
+    # The bandwidth label follows the slope: its angle on screen, from the axes' transform.
+    slope_lo = max(x_lo, y_lo / bw)
+    slope_x = math.sqrt(slope_lo * ridge)
+    (x0, y0), (x1, y1) = ax.transData.transform([(slope_lo, bw * slope_lo), (ridge, peak)])
+    ax.annotate(f"off-chip {sig(bw / 1e9)} GB/s", (slope_x, bw * slope_x), xytext=(0, 4),
+                textcoords="offset points", ha="center", va="bottom", rotation_mode="anchor",
+                rotation=math.degrees(math.atan2(y1 - y0, x1 - x0)))
+    ax.annotate(f"ridge {sig(ridge)} ops/B", (ridge, y_lo), xytext=(4, 4), textcoords="offset points",
+                ha="left", va="bottom")
+
+    for x, y, name in finite:
+        ax.scatter([x], [y], s=28, color="#1f77b4", zorder=3)
+        ax.annotate(name, (x, y), xytext=(5, -3), textcoords="offset points", fontsize=8, va="top")
+    for y, name in unbounded:
+        # No off-chip byte: the intensity is unbounded, so the point sits at the right edge.
+        ax.scatter([x_hi], [y], s=40, marker=">", color="#1f77b4", zorder=3, clip_on=False)
+        ax.annotate(f"{name} (no off-chip bytes)", (x_hi, y), xytext=(-8, -3), textcoords="offset points",
+                    fontsize=8, ha="right", va="top")
+    if whole:
+        ax.scatter([whole[0]], [whole[1]], s=140, marker="*", color="#d62728", zorder=4)
+        ax.annotate("whole run", whole, xytext=(7, 3), textcoords="offset points", fontsize=8,
+                    color="#d62728", fontweight="bold")
+    ax.set_xlabel("operational intensity (ops per off-chip byte; 1 MAC = 2 ops)")
+    ax.set_ylabel("achieved (ops/s)")
+    ax.set_title(f"{run.label}: roofline")
+    ax.grid(True, which="major", lw=0.4, color="#dddddd")
+
+    notes = []
+    above = [name for _, y, name in finite if y > peak] + [name for y, name in unbounded if y > peak]
+    if above:
+        notes.append(f"Above the compute ceiling: {', '.join(above)}. A layer's time is the cycles charged "
+                     "to it by retirement (docs/report.md): when its work overlaps an earlier layer's, "
+                     "those cycles go to the earlier layer and its own rate can exceed peak.")
+    if unbounded:
+        notes.append("Layers without off-chip traffic are drawn at the right edge (▶).")
+    if not whole:
+        notes.append("The whole run moved no off-chip byte and is not drawn.")
+    shown = len(finite) + len(unbounded)
+    caption = (f"{esc(run.label)}: compute ceiling {esc(sig(peak / 1e12))} {esc(run.ops_unit)}, "
+               f"off-chip bandwidth ceiling {esc(sig(bw / 1e9))} GB/s, ridge at {esc(sig(ridge))} ops/B; "
+               f"{shown} layers with MACs (●){' and the whole run (★)' if whole else ''}. "
+               + esc(" ".join(notes)))
+    return Plot("roofline", run.label, _svg(fig), f"Roofline of {run.label}", caption)
+
+
+def buckets_plot(run, Figure, ticker):
+    shown = [l for l in run.layers if any(l["buckets"][b] > 0 for b in BUCKETS)]
+    empty = [l["name"] for l in run.layers if l not in shown]
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.add_subplot()
+    names = [l["name"] for l in shown]
+    bottom = [0.0] * len(shown)
+    for b in BUCKETS:
+        values = [l["buckets"][b] for l in shown]
+        ax.bar(names, values, bottom=bottom, color=BUCKET_COLOURS[b], label=BUCKET_LABELS[b], width=0.6)
+        bottom = [x + y for x, y in zip(bottom, values)]
+    mxus = run.mxus
+    ax.set_ylabel("MXU cycles" + (f" (summed over {mxus} MXUs)" if mxus and mxus > 1 else ""))
+    ax.set_xlabel("layer")
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(_tick))
+    ax.set_title(f"{run.label}: MXU cycles per layer")
+    ax.legend(fontsize=8, frameon=False, loc="upper right")
+    if not shown:
+        ax.text(0.5, 0.5, "no MXU cycles in any layer", transform=ax.transAxes, ha="center")
+
+    total = sum(run.buckets.values())
+    shares = ", ".join(f"{BUCKET_LABELS[b]} {sig(100 * run.buckets[b] / total)} %"
+                       for b in BUCKETS if total and run.buckets[b] > 0)
+    caption = f"{esc(run.label)}, whole run: {esc(shares or 'no MXU cycles')}."
+    if empty:
+        caption += f" Layers with no MXU cycles of their own: {esc(', '.join(empty))}."
+    return Plot("cycles", run.label, _svg(fig), f"MXU cycle buckets per layer of {run.label}", caption)
+
+
+def _part_colours(parts):
+    colours, i = {}, 0
+    for p in parts:
+        if p in ENERGY_COLOURS:
+            colours[p] = ENERGY_COLOURS[p]
+        else:
+            colours[p] = ENERGY_PALETTE[i % len(ENERGY_PALETTE)]
+            i += 1
+    return colours
+
+
+def _all_parts(runs):
+    parts = []
+    for r in runs:
+        for p in r.energy:
+            if p not in parts:
+                parts.append(p)
+    return parts
+
+
+def energy_plot(runs, Figure, ticker):
+    parts = _all_parts(runs)
+    colours = _part_colours(parts)
+    labels = [r.label for r in runs]
+    fig = Figure(figsize=(11, 4.2))
+    axes = fig.subplots(1, 2)
+    for ax, include_static, title in ((axes[0], True, "all energy"),
+                                      (axes[1], False, "dynamic energy (without static)")):
+        bottom = [0.0] * len(runs)
+        for p in parts:
+            if p == "static" and not include_static:
+                continue
+            values = [1e6 * r.energy.get(p, 0.0) / r.workload["images"] for r in runs]
+            ax.bar(labels, values, bottom=bottom, color=colours[p], label=p.replace("_", " "), width=0.6)
+            bottom = [x + y for x, y in zip(bottom, values)]
+        ax.set_ylabel("energy per image (µJ)")
+        ax.set_title(title)
+        ax.tick_params(axis="x", labelrotation=20)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles[::-1], names[::-1], loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    caption = ("Energy per image by component (energy.&lt;part&gt;_j ÷ images), stacked; right: the same "
+               "without static (idle-power) energy.")
+    return Plot("energy", None, _svg(fig), "Energy breakdown per chip", caption)
+
+
+def _bar_panel(ax, ticker, labels, values, colours, ylabel, fmt):
+    bars = ax.bar(labels, values, color=colours, width=0.6)
+    positive = [v for v in values if v > 0]
+    if len(positive) == len(values) and positive and max(positive) / min(positive) > 30:
+        ax.set_yscale("log")
+    for b, v in zip(bars, values):
+        ax.annotate(fmt(v), (b.get_x() + b.get_width() / 2, b.get_height()), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    else:
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(_tick))
+    ax.set_ylabel(ylabel)
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.margins(y=0.15)
+
+
+def comparison_plot(runs, Figure, ticker):
+    labels = [r.label for r in runs]
+    colours = [r.colour for r in runs]
+    fig = Figure(figsize=(12, 3.8))
+    axes = fig.subplots(1, 3)
+    _bar_panel(axes[0], ticker, labels, [r.totals["images_per_s"] for r in runs], colours,
+               "throughput (images/s)", sig)
+    axes[0].set_title("throughput (higher is better)")
+    _bar_panel(axes[1], ticker, labels, [1e6 * r.totals["energy_per_image_j"] for r in runs], colours,
+               "energy per image (µJ)", sig)
+    axes[1].set_title("energy per image (lower is better)")
+    _bar_panel(axes[2], ticker, labels, [100 * r.totals["utilization"] for r in runs], colours,
+               "MXU utilization (%)", sig)
+    axes[2].set_title("utilization of peak MACs")
+    fig.tight_layout()
+    caption = ("Throughput, energy per image and utilization per chip (totals.images_per_s, "
+               "totals.energy_per_image_j, totals.utilization); a panel is logarithmic when its bars "
+               "span more than 30×.")
+    return Plot("comparison", None, _svg(fig), "Chip comparison: throughput, energy per image, utilization",
+                caption)
+
+
+def memory_plot(runs, Figure, ticker):
+    fig = Figure(figsize=(11, 4.0))
+    ax = fig.add_subplot()
+    n = len(runs)
+    width = 0.8 / n
+    for i, r in enumerate(runs):
+        xs = [j + (i - (n - 1) / 2) * width for j in range(len(MEMORY_LEVELS))]
+        values = [r.bytes[level] / r.workload["images"] for level, _ in MEMORY_LEVELS]
+        ax.bar(xs, [v if v > 0 else float("nan") for v in values], width=width,
+               color=r.colour, label=r.label)
+    ax.set_xticks(range(len(MEMORY_LEVELS)), [name for _, name in MEMORY_LEVELS])
+    ax.set_yscale("log")
+    ax.set_ylabel("bytes per image")
+    ax.legend(frameon=False, fontsize=8)
+    ax.grid(True, axis="y", which="major", lw=0.4, color="#dddddd")
+    caption = ("Bytes moved per image at each memory level (totals.bytes.&lt;level&gt; ÷ images); "
+               "logarithmic.")
+    return Plot("memory", None, _svg(fig), "Bytes per image at each memory level per chip", caption)
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison page
+
+CSS = """
+body { font-family: "DejaVu Sans", "Liberation Sans", Arial, sans-serif; margin: 24px auto;
+       max-width: 1280px; padding: 0 16px; color: #222; line-height: 1.4; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; }
+h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; padding-bottom: 2px; margin-top: 1.8em; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+th, td { border: 1px solid #d0d0d0; padding: 3px 8px; }
+th { background: #f2f2f2; text-align: center; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.name { white-space: nowrap; }
+td.bad { color: #b00020; font-weight: bold; }
+figure.plot { margin: 0.6em 0; }
+figure.plot img { max-width: 100%; height: auto; display: block; }
+figcaption { font-size: 0.85em; color: #555; max-width: 60em; }
+.grid { display: flex; flex-wrap: wrap; gap: 16px; }
+.grid figure { flex: 1 1 560px; }
+.note { background: #fff6d6; border-left: 4px solid #e0b000; padding: 6px 10px; }
+dl.workload { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; font-size: 0.92em; }
+dl.workload dt { color: #555; }
+dl.workload dd { margin: 0; }
+footer { margin-top: 2em; font-size: 0.8em; color: #666; }
+"""
+
+
+def _table(head, rows, numeric):
+    # A unit in parentheses never breaks across lines.
+    head = [re.sub(r"\([^)]*\)", lambda m: m.group(0).replace(" ", "\u00a0"), h) for h in head]
+    out = ["<table><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            cls = "num" if numeric[i] else ("name" if i == 0 else "")
+            if isinstance(cell, tuple):
+                cell, extra = cell
+                cls = (cls + " " + extra).strip()
+            cells.append(f'<td class="{cls}">{esc(cell)}</td>' if cls else f"<td>{esc(cell)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def comparison_table(runs):
+    head = ["chip", "run time (cycles)", "simulated time (ms)", "throughput (images/s)",
+            "achieved / peak (T ops/s)", "utilization (%)", "energy per image (µJ)", "average power (W)",
+            "efficiency (G ops/J)", "top-1 (%)", "bit-exact (yes/no)"]
+    rows = []
+    for r in runs:
+        t = r.totals
+        if r.bit_exact is None:
+            exact = "—"
+        elif r.bit_exact:
+            exact = "yes"
+        else:
+            exact = (f"NO ({count(r.mismatches)} mismatches)" if r.mismatches is not None else "NO", "bad")
+        rows.append([
+            r.label, count(t["cycles"]), sig(1e3 * t["seconds"], 4), sig(t["images_per_s"], 4),
+            f"{sig(t['ops_per_s'] / 1e12)} / {sig(r.peak_ops_per_s / 1e12)} {r.ops_unit}",
+            sig(100 * t["utilization"]), sig(1e6 * t["energy_per_image_j"]), sig(t["avg_power_w"]),
+            sig(t["ops_per_j"] / 1e9), "—" if r.top1 is None else f"{100 * r.top1:.2f}", exact,
+        ])
+    return _table(head, rows, [False] + [True] * 9 + [False])
+
+
+def energy_table(runs):
+    parts = _all_parts(runs)
+    head = ["chip"] + [f"{p.replace('_', ' ')} (µJ/image)" for p in parts] + ["total (µJ/image)"]
+    rows = []
+    for r in runs:
+        n = r.workload["images"]
+        rows.append([r.label] + [sig(1e6 * r.energy[p] / n) if p in r.energy else "—" for p in parts]
+                    + [sig(1e6 * r.totals["energy_j"] / n)])
+    return _table(head, rows, [False] + [True] * (len(parts) + 1))
+
+
+def memory_table(runs):
+    head = (["chip"] + [f"{name} (bytes/image)" for _, name in MEMORY_LEVELS]
+            + ["off-chip intensity (ops/B)"])
+    rows = []
+    for r in runs:
+        n = r.workload["images"]
+        off = r.bytes["off_chip"]
+        rows.append([r.label] + [sig(r.bytes[level] / n) for level, _ in MEMORY_LEVELS]
+                    + [sig(r.totals["ops"] / off) if off > 0 else "no off-chip bytes"])
+    return _table(head, rows, [False] + [True] * (len(MEMORY_LEVELS) + 1))
+
+
+def layer_table(run):
+    head = ["layer", "type", "time (cycles)", "ops (M)", "off-chip (bytes)", "intensity (ops/B)",
+            f"achieved ({run.ops_unit})", "utilization (%)", "energy (µJ/image)"]
+    rows = []
+    n = run.workload["images"]
+    for l in run.layers:
+        if l["ops"] <= 0:
+            intensity = "—"
+        else:
+            intensity = sig(l["ops"] / l["bytes_off_chip"]) if l["bytes_off_chip"] > 0 else "∞"
+        rows.append([
+            l["name"], l["type"], count(l["cycles"]), sig(l["ops"] / 1e6), count(l["bytes_off_chip"]),
+            intensity,
+            sig(l["ops_per_s"] / 1e12), sig(None if l["utilization"] is None else 100 * l["utilization"]),
+            sig(None if l["energy_j"] is None else 1e6 * l["energy_j"] / n),
+        ])
+    return _table(head, rows, [False, False] + [True] * 7)
+
+
+def _unique_labels(runs):
+    names = [r.chip for r in runs]
+    for r in runs:
+        if names.count(r.chip) > 1:
+            r.label = f"{r.chip} ({os.path.basename(r.where)}#{runs.index(r) + 1})"
+
+
+def comparison_page(docs, sources):
+    runs = [d for d in docs if isinstance(d, Run)]
+    failed = [d for d in docs if isinstance(d, FailedRun)]
+    if not runs:
+        raise Fatal(f"{', '.join(sources)}: no run to show")
+    Figure, ticker = _mpl()
+    _unique_labels(runs)
+    for i, r in enumerate(runs):
+        r.colour = CHIP_COLOURS[i % len(CHIP_COLOURS)]
+    w = runs[0].workload
+    chips = ", ".join(r.label for r in runs)
+    title = f"tpusim: {w['model']} on {chips}"
+    body = [f"<h1>{esc(title)}</h1>"]
+
+    body.append('<dl class="workload">')
+    for name, value in (("model", w["model"]), ("images", f"{w['images']:,}"), ("batch", w["batch"]),
+                        ("inputs", w["inputs"]), ("weights", w["weights"]),
+                        ("reports", ", ".join(sources))):
+        if value is not None:
+            body.append(f"<dt>{esc(name)}</dt><dd>{esc(value)}</dd>")
+    body.append("</dl>")
+    differ = [r for r in runs if (r.workload["model"], r.workload["images"], r.workload["batch"])
+              != (w["model"], w["images"], w["batch"])]
+    if differ:
+        body.append('<p class="note">These runs did not all run the same workload: '
+                    + esc("; ".join(f"{r.label}: {r.workload['model']}, {r.workload['images']:,} images, "
+                                    f"batch {r.workload['batch']}" for r in runs))
+                    + ". Per-image figures stay comparable; totals do not.</p>")
+
+    body.append("<h2>Chip comparison</h2>")
+    if failed:
+        body.append('<p class="note">Failed, not shown: '
+                    + esc("; ".join(f"{f.chip_file}: {f.error}" for f in failed)) + "</p>")
+    body.append(comparison_table(runs))
+    body.append(comparison_plot(runs, Figure, ticker).html())
+
+    body.append("<h2>Energy</h2>")
+    body.append(energy_plot(runs, Figure, ticker).html())
+    body.append(energy_table(runs))
+
+    body.append("<h2>Memory traffic</h2>")
+    with_bytes = [r for r in runs if r.bytes is not None]
+    without = [r.label for r in runs if r.bytes is None]
+    if with_bytes:
+        body.append(memory_plot(with_bytes, Figure, ticker).html())
+        body.append(memory_table(with_bytes))
+    if without:
+        body.append('<p class="note">No bytes per memory level (totals.bytes) in the report of '
+                    + esc(", ".join(without)) + "; the report predates them. Off-chip bytes "
+                    "(totals.bytes_off_chip) are in the rooflines below.</p>")
+
+    for r in runs:
+        desc = []
+        if r.input_type:
+            desc.append(f"{r.input_type} MXU inputs")
+        if all(r.array):
+            desc.append(f"{r.array[0]:,}×{r.array[1]:,} arrays")
+        if r.cores is not None and r.mxus_per_core is not None:
+            desc.append(f"{r.cores:,} TensorCore(s) × {r.mxus_per_core:,} MXU(s)")
+        if r.clock_hz:
+            desc.append(f"{sig(r.clock_hz / 1e6)} MHz")
+        if r.chip_file:
+            desc.append(r.chip_file)
+        body.append(f'<h2 id="chip-{runs.index(r) + 1}">{esc(r.label)}</h2>')
+        if desc:
+            body.append(f"<p>{esc('; '.join(desc))}</p>")
+        body.append('<div class="grid">')
+        body.append(roofline_plot(r, Figure, ticker).html())
+        body.append(buckets_plot(r, Figure, ticker).html())
+        body.append("</div>")
+        body.append(layer_table(r))
+
+    body.append("<footer>Written by scripts/report.py; how each number is computed: docs/html-report.md."
+                "</footer>")
+    return title, "\n".join(body)
+
+
+# a document's `page` -> page builder(documents, source names) -> (title, body HTML).
+PAGES = {
+    "comparison": comparison_page,
+}
+
+
+def build_page(docs, sources):
+    pages = {d.page for d in docs}
+    if len(pages) != 1:
+        raise Fatal(f"{', '.join(sources)}: these inputs need different pages ({', '.join(sorted(pages))}); "
+                    "give one kind at a time")
+    title, body = PAGES[pages.pop()](docs, sources)
+    # The policy keeps the page self-contained: anything fetched from elsewhere is blocked (and
+    # reported in the browser's console, where the Chromium test looks).
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy"
+      content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>{esc(title)}</title>
+<style>{CSS}</style>
+</head>
+<body>
+{body}
+</body>
+</html>
+"""
+
+
+def write_atomically(path, text):
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".report.", suffix=".html.tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="report.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="tpusim.run/1 or tpusim.compare/1 JSON, or one sweep results directory")
+    p.add_argument("--html", required=True, metavar="OUT", help="the page to write")
+    a = p.parse_args(argv)
+    # A sweep directory (tpusim sweep --out DIR) has its own page: scripts/sweep_plots.py.
+    if len(a.inputs) == 1 and os.path.isdir(a.inputs[0]):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import sweep_plots
+        return sweep_plots.main([a.inputs[0], "--html", a.html])
+    try:
+        docs = []
+        for path in a.inputs:
+            docs.extend(read_input(path))
+        page = build_page(docs, a.inputs)
+    except Fatal as e:
+        sys.stderr.write(f"{PROG}: {e}\n")
+        return 2
+    try:
+        write_atomically(a.html, page)
+    except OSError as e:
+        sys.stderr.write(f"{PROG}: {a.html}: cannot write ({e.strerror})\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+#!/usr/bin/python3
+"""System test of scripts/report.py, the HTML report: real `tpusim run` reports on three chips
+(int8 v1, bf16 v3, Edge) rendered into one page, loaded in headless Chromium (Debian's `chromium`,
+installed by scripts/setup.sh) through the DevTools protocol. Checks that the page loads, that
+every plot the reports call for is there and decoded, that nothing is fetched from elsewhere and
+that the console stays free of errors; and that bad input exits with status 2, one line naming the
+file and the key, and no page.
+
+Usage: report_html_test.py --tpusim BUILD/tpusim [--report scripts/report.py] [unittest options]
+Exit status 77 (ctest's SKIP_RETURN_CODE) when Chromium is missing and the browser tests skipped."""
+import argparse
+import base64
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chromium_devtools  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CHIPS = ["v1", "v3", "edge"]
+IMAGES = 256
+ARGS = None
+
+# Evaluated in the page once it has loaded: every plot decoded, with its size, and the first
+# table's rows.
+CHECK_SCRIPT = """(async () => {
+  const plots = [];
+  for (const fig of document.querySelectorAll('figure.plot')) {
+    const img = fig.querySelector('img');
+    let decoded = true;
+    try { await img.decode(); } catch (e) { decoded = false; }
+    const box = img.getBoundingClientRect();
+    plots.push({kind: fig.dataset.plot, chip: fig.dataset.chip || null, decoded: decoded,
+                complete: img.complete, naturalWidth: img.naturalWidth, naturalHeight: img.naturalHeight,
+                shownWidth: box.width, shownHeight: box.height});
+  }
+  const table = document.querySelector('table');
+  const rows = table ? [...table.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent)) : [];
+  return {title: document.title, plots: plots, rows: rows, readyState: document.readyState};
+})()"""
+
+
+class PageParser(HTMLParser):
+    """The plots (kind, chip, decoded SVG) and the tables (rows of cell text) of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.plots, self.tables, self._figure, self._cell = [], [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "figure" and "plot" in a.get("class", "").split():
+            self._figure = {"kind": a.get("data-plot"), "chip": a.get("data-chip"), "svg": None}
+            self.plots.append(self._figure)
+        elif tag == "img" and self._figure is not None:
+            prefix = "data:image/svg+xml;base64,"
+            src = a.get("src", "")
+            self._figure["svg"] = base64.b64decode(src[len(prefix):]) if src.startswith(prefix) else None
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "figure":
+            self._figure = None
+        elif tag in ("td", "th"):
+            self.tables[-1][-1].append(self._cell)
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def parse_page(path):
+    p = PageParser()
+    with open(path, encoding="utf-8") as f:
+        p.feed(f.read())
+    return p
+
+
+def expected_plots(reports):
+    """What the page must show for these run reports (docs/html-report.md): per chip a roofline and
+    a cycle-bucket plot; one energy, one comparison, and one memory-traffic plot when any report
+    has bytes per memory level."""
+    want = {("roofline", r["chip"]["name"]): 1 for r in reports}
+    want.update({("cycles", r["chip"]["name"]): 1 for r in reports})
+    want[("energy", None)] = 1
+    want[("comparison", None)] = 1
+    if any("bytes" in r["totals"] for r in reports):
+        want[("memory", None)] = 1
+    return want
+
+
+def count_plots(plots):
+    got = {}
+    for p in plots:
+        key = (p["kind"], p["chip"])
+        got[key] = got.get(key, 0) + 1
+    return got
+
+
+def run_report(*args):
+    return subprocess.run([sys.executable, ARGS.report, *args], capture_output=True, text=True, timeout=300)
+
+
+TMP = None
+REPORT_FILES, REPORTS = [], []
+PAGE_FILE = None
+
+
+def setUpModule():
+    """Run reports from the real simulator and their page, made once for all tests."""
+    global TMP, PAGE_FILE
+    TMP = tempfile.TemporaryDirectory(prefix="tpusim-report-test-")
+    for chip in CHIPS:
+        out = os.path.join(TMP.name, f"{chip}.json")
+        config = os.path.join(ROOT, "configs", "chips", f"{chip}.json")
+        r = subprocess.run([ARGS.tpusim, "run", "--chip", config, "--images", str(IMAGES), "--json", out],
+                           capture_output=True, text=True, cwd=ROOT, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"tpusim run --chip {chip} failed ({r.returncode}): {r.stdout}{r.stderr}")
+        REPORT_FILES.append(out)
+        with open(out) as f:
+            REPORTS.append(json.load(f))
+    PAGE_FILE = os.path.join(TMP.name, "report.html")
+    r = run_report(*REPORT_FILES, "--html", PAGE_FILE)
+    if r.returncode != 0:
+        raise RuntimeError(f"report.py failed ({r.returncode}): {r.stderr}")
+
+
+def tearDownModule():
+    TMP.cleanup()
+
+
+class ReportFixture(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(dir=TMP.name)
+        cls.report_files, cls.reports = REPORT_FILES, REPORTS
+
+    def write_json(self, name, data):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            json.dump(data, f)
+        return path
+
+    def render(self, name, *inputs):
+        out = os.path.join(self.dir, name)
+        r = run_report(*inputs, "--html", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return out
+
+
+class ReportHtmlInChromium(ReportFixture):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.binary = chromium_devtools.find_chromium()
+        if cls.binary is None:
+            raise unittest.SkipTest("chromium is not installed (scripts/setup.sh installs it)")
+        cls.page_file = PAGE_FILE
+        browser = chromium_devtools.Chromium(cls.binary)
+        try:
+            cls.page = browser.load("file://" + cls.page_file, CHECK_SCRIPT)
+        finally:
+            browser.close()
+
+    def test_page_loads_with_the_workload_in_its_title(self):
+        self.assertEqual(self.page.value["readyState"], "complete")
+        self.assertIn(self.reports[0]["workload"]["model"], self.page.value["title"])
+        for r in self.reports:
+            self.assertIn(r["chip"]["name"], self.page.value["title"])
+
+    def test_every_plot_the_reports_call_for_is_present_and_decoded(self):
+        plots = self.page.value["plots"]
+        self.assertEqual(count_plots(plots), expected_plots(self.reports))
+        for p in plots:
+            with self.subTest(plot=p["kind"], chip=p["chip"]):
+                self.assertTrue(p["decoded"] and p["complete"])
+                self.assertGreater(p["naturalWidth"], 0)
+                self.assertGreater(p["naturalHeight"], 0)
+                self.assertGreater(p["shownWidth"], 0)
+                self.assertGreater(p["shownHeight"], 0)
+
+    def test_console_has_no_errors(self):
+        self.assertEqual(self.page.console_errors, [])
+        self.assertEqual(self.page.failed_loads, [])
+
+    def test_page_fetches_nothing_but_itself(self):
+        others = [u for u in self.page.urls if u != "file://" + self.page_file and not u.startswith("data:")]
+        self.assertEqual(others, [])
+
+    def test_comparison_table_has_one_row_per_chip_with_its_reported_cycles(self):
+        rows = self.page.value["rows"]
+        self.assertEqual([row[0] for row in rows], [r["chip"]["name"] for r in self.reports])
+        for row, r in zip(rows, self.reports):
+            self.assertEqual(row[1], f"{r['totals']['cycles']:,}")
+
+
+class ReportHtmlContent(ReportFixture):
+    def test_every_plot_is_an_svg_that_draws_something(self):
+        page = parse_page(PAGE_FILE)
+        self.assertEqual(count_plots(page.plots), expected_plots(self.reports))
+        for p in page.plots:
+            with self.subTest(plot=p["kind"], chip=p["chip"]):
+                self.assertIsNotNone(p["svg"])
+                root = ET.fromstring(p["svg"])
+                self.assertEqual(root.tag, "{http://www.w3.org/2000/svg}svg")
+                drawn = [e for e in root.iter() if e.tag.rsplit("}", 1)[-1] in ("path", "use")]
+                self.assertGreater(len(drawn), 20)
+
+    def test_comparison_input_gives_the_same_page_as_its_run_reports(self):
+        compare = {"schema": "tpusim.compare/1", "workload": self.reports[0]["workload"],
+                   "runs": self.reports}
+        from_compare = self.render("from_compare.html", self.write_json("compare.json", compare))
+        from_runs = PAGE_FILE
+        strip = lambda text: re.sub(r"<dt>reports</dt><dd>.*?</dd>", "", text)  # noqa: E731
+        with open(from_compare) as a, open(from_runs) as b:
+            self.assertEqual(strip(a.read()), strip(b.read()))
+
+    def test_comparison_names_its_failed_chips(self):
+        failed = {"chip_file": "configs/chips/broken.json", "error": "exit status 2: bad config"}
+        compare = {"schema": "tpusim.compare/1", "workload": self.reports[0]["workload"],
+                   "runs": self.reports[:1], "failed": [failed]}
+        with open(self.render("failed.html", self.write_json("failed.json", compare))) as f:
+            text = f.read()
+        self.assertIn(f"{failed['chip_file']}: {failed['error']}", text)
+
+    def test_report_without_bytes_per_level_renders_and_names_what_is_missing(self):
+        old = copy.deepcopy(self.reports[0])
+        for section in [old["totals"]] + old["layers"]:
+            section.pop("bytes", None)
+            section.pop("macs_per_off_chip_byte", None)
+        out = self.render("no_bytes.html", self.write_json("no_bytes.json", old), self.report_files[1])
+        page = parse_page(out)
+        self.assertEqual(count_plots(page.plots), expected_plots([old, self.reports[1]]))
+        with open(out) as f:
+            text = f.read()
+        self.assertRegex(text, r'class="note">[^<]*totals\.bytes[^<]*' + re.escape(old["chip"]["name"]) + "|"
+                         + re.escape(old["chip"]["name"]) + r"[^<]*totals\.bytes")
+
+
+class ReportBadInput(ReportFixture):
+    def assert_rejected(self, inputs, *needles):
+        out_dir = tempfile.mkdtemp(dir=self.dir)
+        out = os.path.join(out_dir, "page.html")
+        r = run_report(*inputs, "--html", out)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        for n in needles:
+            self.assertIn(n, lines[0])
+        self.assertEqual(os.listdir(out_dir), [], "no page and no temporary file")
+
+    def test_missing_file_is_rejected_naming_the_file(self):
+        missing = os.path.join(self.dir, "nonexistent.json")
+        self.assert_rejected([missing], missing)
+
+    def test_file_that_is_not_json_is_rejected_naming_the_file(self):
+        path = os.path.join(self.dir, "not.json")
+        with open(path, "w") as f:
+            f.write("tpusim summary, not JSON\n")
+        self.assert_rejected([path], path, "not JSON")
+
+    def test_unknown_schema_is_rejected_naming_the_schema_key(self):
+        data = dict(self.reports[0], schema="tpusim.run/99")
+        path = self.write_json("schema.json", data)
+        self.assert_rejected([path], path, "schema", "tpusim.run/99")
+
+    def test_run_report_missing_a_required_key_is_rejected_naming_the_key(self):
+        data = copy.deepcopy(self.reports[0])
+        del data["totals"]["cycles"]
+        path = self.write_json("no_cycles.json", data)
+        self.assert_rejected([self.report_files[1], path], path, "totals.cycles")
+
+    def test_comparison_whose_run_lacks_a_key_is_rejected_naming_run_and_key(self):
+        runs = copy.deepcopy(self.reports)
+        del runs[1]["chip"]["peak_ops_per_s"]
+        path = self.write_json("bad_compare.json", {"schema": "tpusim.compare/1",
+                                                    "workload": runs[0]["workload"], "runs": runs})
+        self.assert_rejected([path], path, "runs[1].chip.peak_ops_per_s")
+
+    def test_mistyped_key_is_rejected_naming_the_key(self):
+        data = copy.deepcopy(self.reports[0])
+        data["layers"][1]["ops"] = "many"
+        path = self.write_json("typed.json", data)
+        self.assert_rejected([path], path, "layers[1].ops")
+
+    def test_bad_input_leaves_an_existing_page_untouched(self):
+        out = os.path.join(self.dir, "kept.html")
+        with open(out, "w") as f:
+            f.write("previous page")
+        r = run_report(os.path.join(self.dir, "nonexistent.json"), "--html", out)
+        self.assertEqual(r.returncode, 2)
+        with open(out) as f:
+            self.assertEqual(f.read(), "previous page")
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--tpusim", required=True, help="the tpusim binary")
+    p.add_argument("--report", default=os.path.join(ROOT, "scripts", "report.py"))
+    ARGS, rest = p.parse_known_args()
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    result = prog.result
+    if not result.wasSuccessful():
+        return 1
+    return 77 if result.skipped else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
