@@ -20,6 +20,6 @@ for c in v1 v2 v3 v4 edge; do chips+=(--chip "configs/chips/$c.json"); done
 echo "=== Fashion-MNIST, $images test images, on v1 v2 v3 v4 edge"
 "$build_dir/tpusim" compare "${chips[@]}" --images "$images" \
   --json "$out/comparison.json" --markdown "$out/comparison.md" --csv "$out/comparison.csv"
-python3 scripts/report.py "$out/comparison.json" --html "$out/report.html"
+scripts/report.py "$out/comparison.json" --html "$out/report.html"
 echo
 echo "Wrote $out/comparison.{json,md,csv} and $out/report.html"
