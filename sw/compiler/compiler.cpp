@@ -5,17 +5,23 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "hw/common/error.h"
 
 namespace tpu::compiler {
 namespace {
 
+using nn::kModelInput;
 using nn::Layer;
 using nn::LayerKind;
 
 constexpr std::uint64_t kAlign = 64;             // region alignment in the UB and memories
 constexpr std::uint64_t kParamRecordBytes = 12;  // isa::Activate: {bias, scale, shift}
+// Zero region when activations spill: large enough that a ReLU or a padding border takes few
+// eltwise instructions, small beside any unified buffer (docs/compiler.md).
+constexpr std::uint64_t kSpillZeroBytes = 64 * 1024;
 
 std::uint64_t align(std::uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
@@ -38,12 +44,7 @@ isa::ActFunc act_func(nn::Act a) {
   return isa::ActFunc::None;
 }
 
-std::uint32_t pad_before(std::uint32_t in, std::uint32_t out, std::uint32_t k, std::uint32_t s,
-                         nn::Padding p) {
-  if (p == nn::Padding::Valid) return 0;
-  const std::int64_t total = std::int64_t{out - 1} * s + k - in;
-  return static_cast<std::uint32_t>(std::max<std::int64_t>(total, 0) / 2);
-}
+UbAddr ub(std::uint64_t a) { return UbAddr(static_cast<std::uint32_t>(a)); }
 
 // How one weighted layer is tiled: K rows x N columns in tiles of the array's size.
 struct WeightedPlan {
@@ -60,6 +61,42 @@ struct TileId {
   bool operator==(const TileId& o) const { return layer == o.layer && j == o.j && kt == o.kt; }
 };
 
+// First-fit allocation of byte ranges, for tensors homed in off-chip memory while they live.
+class Arena {
+ public:
+  std::uint64_t alloc(std::uint64_t bytes) {
+    bytes = align(std::max<std::uint64_t>(bytes, 1));
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= bytes) {
+        const std::uint64_t at = it->first, left = it->second - bytes;
+        free_.erase(it);
+        if (left) free_[at + bytes] = left;
+        return at;
+      }
+    const std::uint64_t at = high_;
+    high_ += bytes;
+    return at;
+  }
+  void release(std::uint64_t at, std::uint64_t bytes) {
+    bytes = align(std::max<std::uint64_t>(bytes, 1));
+    auto it = free_.emplace(at, bytes).first;
+    if (auto next = std::next(it); next != free_.end() && at + bytes == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin())
+      if (auto prev = std::prev(it); prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+  }
+  [[nodiscard]] std::uint64_t high() const { return high_; }
+
+ private:
+  std::map<std::uint64_t, std::uint64_t> free_;
+  std::uint64_t high_ = 0;
+};
+
 class Compiler {
  public:
   Compiler(const nn::QuantizedModel& q, const ChipConfig& cfg, const Options& opt)
@@ -68,9 +105,34 @@ class Compiler {
   Program run() {
     if (opt_.images == 0) throw InputError("compile: no images to run");
     if (opt_.batch == 0) throw InputError("compile: --batch must be >= 1");
+    if (m_.layers.empty() || q_.tensor.back() == kModelInput)
+      throw InputError(fmt::format("{}: the model computes nothing", m_.file));
+    out_tensor_ = q_.tensor.back();
+    last_read_.assign(m_.layers.size(), m_.layers.size());
+    for (std::size_t i = 0; i < m_.layers.size(); ++i)
+      if (q_.computes(i))
+        for (std::size_t t : reads(i))
+          if (t != kModelInput) last_read_[t] = i;
+    check_layers();
     plan_weights();
     layout_host();
-    layout_ub();
+    per_core_ = ceil_div(std::min<std::uint64_t>(opt_.batch, opt_.images), cfg_.tensor_cores);
+    slot_ = cfg_.accumulators.entries / (2 * cfg_.mxu.count);
+    if (slot_ == 0)
+      throw InputError(
+          fmt::format("{}: {} accumulator entries cannot give each of {} MXUs two "
+                      "slots",
+                      cfg_.name, cfg_.accumulators.entries, cfg_.mxu.count));
+    if (!has_constants() && layout_resident()) {
+      p_.activations_off_chip = false;
+    } else {
+      layout_spill();
+      p_.activations_off_chip = true;
+    }
+    p_.memory_image.push_back({weights_addr_, weights_});
+    p_.memory_image.push_back({params_addr_, params_});
+    for (const auto& [layer, addr] : const_addr_)
+      p_.memory_image.push_back({addr, q_.layers[layer].constant});
     for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) emit_core(c);
     p_.layers.push_back({"setup", "host I/O and parameter loads", 0});
     for (const Layer& l : m_.layers)
@@ -84,32 +146,41 @@ class Compiler {
         fmt::format("{}: layer {} ({}): {}", m_.file, l.name, nn::name_of(l.kind), what));
   }
 
-  // Bytes per image of layer i's output tensor as it sits in the unified buffer.
+  // Bytes per image of layer i's output tensor (or the model input's) in the unified buffer.
   [[nodiscard]] std::uint64_t out_bytes(std::size_t i) const {
+    if (i == kModelInput) return p_.input_bytes_per_image;
     return m_.layers[i].out.size() * size_of(q_.layers[i].out_type);
   }
-  // Whether layer i writes a tensor of its own (others alias their input).
-  [[nodiscard]] bool materialises(std::size_t i) const {
+  // The tensors computing layer i reads, in operand order.
+  [[nodiscard]] std::vector<std::size_t> reads(std::size_t i) const {
     const Layer& l = m_.layers[i];
-    if (l.kind == LayerKind::Flatten) return false;
-    if (l.kind == LayerKind::Activation)
-      return !q_.layers[i].fused_into_previous && l.activation != nn::Act::Linear;
-    return true;
+    if (l.kind == LayerKind::Constant) return {};
+    if (l.kind == LayerKind::Conv2D) return {q_.conv_input(i).tensor};
+    std::vector<std::size_t> r;
+    for (std::size_t p : l.inputs) r.push_back(q_.tensor_of(p));
+    return r;
+  }
+  [[nodiscard]] bool has_constants() const {
+    return std::any_of(m_.layers.begin(), m_.layers.end(),
+                       [](const Layer& l) { return l.kind == LayerKind::Constant; });
   }
 
-  // The pooling layer that reads layer i's tensor next, if nothing else comes between (fused
-  // activations and flattens do not materialise), or m_.layers.size().
-  [[nodiscard]] std::size_t pool_after(std::size_t i) const {
-    for (std::size_t p = i + 1; p < m_.layers.size(); ++p) {
-      if (!materialises(p)) continue;
-      const LayerKind k = m_.layers[p].kind;
-      return k == LayerKind::MaxPooling2D || k == LayerKind::AveragePooling2D ? p
-                                                                              : m_.layers.size();
+  // What the ISA's fields cannot express, named before anything is emitted.
+  void check_layers() const {
+    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+      if (!q_.computes(i)) continue;
+      const Layer& l = m_.layers[i];
+      for (std::uint32_t v : {l.in.h, l.in.w, l.in.c, l.out.h, l.out.w})
+        if (v > 65535 && l.kind != LayerKind::Dense && l.kind != LayerKind::Constant)
+          fail(l, "image dimensions and channels must fit the ISA's 16-bit fields");
+      for (std::size_t t : reads(i))
+        if (t != kModelInput && q_.layers[t].out_type != q_.act_type && !l.has_weights())
+          fail(l, fmt::format("reads a {} tensor; the vector unit takes {}",
+                              name_of(q_.layers[t].out_type), name_of(q_.act_type)));
     }
-    return m_.layers.size();
   }
 
-  // 1. Weight tiles and parameter records, laid out in off-chip memory.
+  // 1. Weight tiles and parameter records, laid out in off-chip memory; constants after them.
   void plan_weights() {
     const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols;
     plans_.resize(m_.layers.size());
@@ -164,13 +235,17 @@ class Compiler {
     }
     weights_addr_ = 0;
     params_addr_ = align(weights_.size());
-    if (params_addr_ + params_.size() > cfg_.off_chip_memory.bytes)
-      throw InputError(fmt::format(
-          "{}: weights and parameters need {} bytes of off-chip memory; "
-          "{} has {}",
-          m_.file, params_addr_ + params_.size(), cfg_.name, cfg_.off_chip_memory.bytes));
-    p_.memory_image.push_back({weights_addr_, weights_});
-    p_.memory_image.push_back({params_addr_, params_});
+    mem_end_ = align(params_addr_ + params_.size());
+    for (std::size_t i = 0; i < m_.layers.size(); ++i)
+      if (m_.layers[i].kind == LayerKind::Constant) {
+        const_addr_[i] = mem_end_;
+        mem_end_ = align(mem_end_ + q_.layers[i].constant.size());
+      }
+    if (mem_end_ > cfg_.off_chip_memory.bytes)
+      throw InputError(
+          fmt::format("{}: weights, parameters and constants need {} bytes of off-chip memory; "
+                      "{} has {}",
+                      m_.file, mem_end_, cfg_.name, cfg_.off_chip_memory.bytes));
   }
 
   // 2. Host memory: all input images, then all outputs.
@@ -180,71 +255,102 @@ class Compiler {
     p_.input_addr = 0;
     p_.output_addr = align(opt_.images * p_.input_bytes_per_image);
     const std::size_t last = m_.layers.size() - 1;
-    p_.output_type = m_.layers.empty() ? q_.act_type : q_.layers[last].out_type;
-    p_.output_scale = m_.layers.empty() ? q_.input_scale : q_.layers[last].out_scale;
+    p_.output_type = q_.layers[last].out_type;
+    p_.output_scale = q_.layers[last].out_scale;
     p_.output_elements = m_.output().size();
     p_.output_bytes_per_image = p_.output_elements * size_of(p_.output_type);
     p_.host_bytes = p_.output_addr + opt_.images * p_.output_bytes_per_image;
   }
 
-  // 3. Unified buffer: parameters, (weights), zeros, then per micro-batch two input buffers and
-  //    one tensor per materialised layer; the micro-batch is as large as fits.
-  void layout_ub() {
-    const std::uint64_t ub = cfg_.unified_buffer.bytes;
+  // Parameters (and on Edge the weights, when they fit beside `per_image` bytes) at the bottom
+  // of the unified buffer; returns the first free byte.
+  std::uint64_t layout_fixed(std::uint64_t per_image) {
     params_ub_ = 0;
     std::uint64_t fixed = align(params_.size());
-    std::uint64_t per_image = 2 * align(p_.input_bytes_per_image);
-    std::uint64_t zeros_per_image = 0;
-    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
-      if (!materialises(i)) continue;
-      per_image += out_bytes(i);
-      if (m_.layers[i].kind == LayerKind::Activation)
-        zeros_per_image = std::max(zeros_per_image, out_bytes(i));
-    }
-    per_image += zeros_per_image;
     // Edge keeps its parameters in its SRAM when they fit: streaming them over USB for every
     // micro-batch would dominate (CORAL: parameters beyond the cache stream from the host).
+    p_.weights_in_ub = false;
     if (cfg_.off_chip_memory.kind == MemoryKind::HostLink &&
-        fixed + align(weights_.size()) + per_image <= ub) {
+        fixed + align(weights_.size()) + per_image <= cfg_.unified_buffer.bytes) {
       weights_ub_ = fixed;
       fixed += align(weights_.size());
       p_.weights_in_ub = true;
     }
-    const std::uint64_t per_core =
-        ceil_div(std::min<std::uint64_t>(opt_.batch, opt_.images), cfg_.tensor_cores);
-    const std::uint64_t room = ub > fixed ? ub - fixed : 0;
-    std::uint64_t mb =
-        std::min<std::uint64_t>({per_core, room / std::max<std::uint64_t>(per_image, 1), 65535});
-    if (mb == 0) {
-      std::size_t big = 0;
-      for (std::size_t i = 0; i < m_.layers.size(); ++i)
-        if (materialises(i) && out_bytes(i) > out_bytes(big)) big = i;
-      throw InputError(fmt::format(
-          "{}: one image needs {} bytes of unified buffer (largest tensor: layer {}, {} bytes) "
-          "after {} bytes of parameters; {} has {} bytes per core",
-          m_.file, per_image, m_.layers[big].name, out_bytes(big), fixed, cfg_.name, ub));
+    return fixed;
+  }
+
+  // 3a. Every tensor of a micro-batch in the unified buffer: parameters, (weights), zeros, two
+  //     input buffers and one tensor per computing layer; the micro-batch is as large as fits.
+  //     False when not even one image fits.
+  bool layout_resident() {
+    const std::uint64_t ub_bytes = cfg_.unified_buffer.bytes;
+    std::uint64_t per_image = 2 * align(p_.input_bytes_per_image);
+    std::uint64_t zeros_per_image = 0;
+    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+      if (!q_.computes(i)) continue;
+      per_image += out_bytes(i);
+      const LayerKind k = m_.layers[i].kind;
+      if (k == LayerKind::Activation || k == LayerKind::ZeroPadding2D)
+        zeros_per_image = std::max(zeros_per_image, out_bytes(i));
     }
+    per_image += zeros_per_image;
+    const std::uint64_t fixed = layout_fixed(per_image);
+    const std::uint64_t room = ub_bytes > fixed ? ub_bytes - fixed : 0;
+    const std::uint64_t mb =
+        std::min<std::uint64_t>({per_core_, room / std::max<std::uint64_t>(per_image, 1), 65535});
+    if (mb == 0) return false;
     p_.micro_batch = static_cast<std::uint32_t>(mb);
     std::uint64_t at = fixed;
     zeros_ub_ = at;
-    at += align(zeros_per_image * mb);
+    zeros_bytes_ = zeros_per_image * mb;
+    at += align(zeros_bytes_);
     in_ub_[0] = at;
     at += align(p_.input_bytes_per_image * mb);
     in_ub_[1] = at;
     at += align(p_.input_bytes_per_image * mb);
     tensor_ub_.assign(m_.layers.size(), 0);
     for (std::size_t i = 0; i < m_.layers.size(); ++i) {
-      if (!materialises(i)) continue;
+      if (!q_.computes(i)) continue;
       tensor_ub_[i] = at;
       at += align(out_bytes(i) * mb);
     }
     p_.ub_bytes_used = at;
-    slot_ = cfg_.accumulators.entries / (2 * cfg_.mxu.count);
-    if (slot_ == 0)
-      throw InputError(
-          fmt::format("{}: {} accumulator entries cannot give each of {} MXUs two "
-                      "slots",
-                      cfg_.name, cfg_.accumulators.entries, cfg_.mxu.count));
+    return true;
+  }
+
+  // 3b. Tensors homed in off-chip memory: each layer reads its inputs from there (or the host,
+  //     or a constant) in groups of images and writes its output back; a home lives from its
+  //     layer to its last reader, first-fit. A pass is the core's share of a batch.
+  void layout_spill() {
+    const std::uint64_t fixed = layout_fixed(0);
+    zeros_ub_ = fixed;
+    zeros_bytes_ = std::min<std::uint64_t>(kSpillZeroBytes, cfg_.unified_buffer.bytes / 16);
+    work_ub_ = fixed + align(zeros_bytes_);
+    if (work_ub_ >= cfg_.unified_buffer.bytes)
+      throw InputError(fmt::format("{}: parameters need {} bytes of unified buffer; {} has {}",
+                                   m_.file, work_ub_, cfg_.name, cfg_.unified_buffer.bytes));
+    p_.micro_batch = static_cast<std::uint32_t>(std::min<std::uint64_t>(per_core_, 65535));
+    p_.ub_bytes_used = work_ub_;
+    Arena arena;
+    home_.assign(m_.layers.size(), 0);
+    const std::uint64_t mb = p_.micro_batch;
+    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+      if (!q_.computes(i) || m_.layers[i].kind == LayerKind::Constant) continue;
+      home_[i] = arena.alloc(out_bytes(i) * mb);
+      for (std::size_t t = 0; t <= i; ++t)
+        if (q_.computes(t) && m_.layers[t].kind != LayerKind::Constant &&
+            (last_read_[t] == i || (t == i && last_read_[t] == m_.layers.size())))
+          arena.release(home_[t], out_bytes(t) * mb);
+    }
+    act_addr_ = align(mem_end_);
+    act_bytes_per_core_ = align(arena.high());
+    const std::uint64_t need = act_addr_ + act_bytes_per_core_ * cfg_.tensor_cores;
+    if (need > cfg_.off_chip_memory.bytes)
+      throw InputError(fmt::format(
+          "{}: weights, parameters and {} cores' spilled activations of {} images each need {} "
+          "bytes of off-chip memory; {} has {}",
+          m_.file, cfg_.tensor_cores, mb, need, cfg_.name, cfg_.off_chip_memory.bytes));
+    p_.off_chip_activation_bytes = act_bytes_per_core_ * cfg_.tensor_cores;
   }
 
   void tag(std::vector<isa::Instruction>& out, std::uint32_t id) {
@@ -253,76 +359,233 @@ class Compiler {
     current_tag_ = id;
   }
 
-  // 4. One core's stream: its share of the images, micro-batch by micro-batch.
+  // 4. One core's stream: its share of the images, micro-batch (or pass) by micro-batch.
   void emit_core(std::uint32_t core) {
     std::vector<isa::Instruction> out;
     current_tag_ = std::numeric_limits<std::uint32_t>::max();
     resident_.assign(cfg_.mxu.count, TileId{});
     parity_.assign(cfg_.mxu.count, 0);
     next_mxu_ = 0;
+    core_ = core;
     const std::uint64_t first = opt_.images * core / cfg_.tensor_cores;
     const std::uint64_t last = opt_.images * (core + 1) / cfg_.tensor_cores;
     tag(out, 0);
-    out.push_back(isa::ReadMem{MemAddr(params_addr_),
-                               UbAddr(static_cast<std::uint32_t>(params_ub_)),
+    out.push_back(isa::ReadMem{MemAddr(params_addr_), ub(params_ub_),
                                static_cast<std::uint32_t>(params_.size())});
     if (p_.weights_in_ub)
-      out.push_back(isa::ReadMem{MemAddr(weights_addr_),
-                                 UbAddr(static_cast<std::uint32_t>(weights_ub_)),
+      out.push_back(isa::ReadMem{MemAddr(weights_addr_), ub(weights_ub_),
                                  static_cast<std::uint32_t>(weights_.size())});
     if (first < last) {
-      const std::uint64_t mb = p_.micro_batch;
-      const std::uint64_t passes = ceil_div(last - first, mb);
-      auto read_input = [&](std::uint64_t pass) {
-        const std::uint64_t s = first + pass * mb, n = std::min(mb, last - s);
-        out.push_back(isa::ReadHost{HostAddr(p_.input_addr + s * p_.input_bytes_per_image),
-                                    UbAddr(static_cast<std::uint32_t>(in_ub_[pass % 2])),
-                                    static_cast<std::uint32_t>(n * p_.input_bytes_per_image)});
-      };
-      read_input(0);
-      for (std::uint64_t pass = 0; pass < passes; ++pass) {
-        const std::uint64_t s = first + pass * mb, n = std::min(mb, last - s);
-        tag(out, 0);
-        if (pass + 1 < passes) read_input(pass + 1);  // one micro-batch ahead
-        std::uint64_t cur = in_ub_[pass % 2];
-        pooled_.assign(m_.layers.size(), false);
-        for (std::size_t i = 0; i < m_.layers.size(); ++i) {
-          if (!materialises(i)) continue;
-          tag(out, static_cast<std::uint32_t>(i + 1));
-          if (!pooled_[i]) emit_layer(out, i, cur, static_cast<std::uint32_t>(n));
-          cur = tensor_ub_[i];
-        }
-        tag(out, 0);
-        out.push_back(isa::WriteHost{UbAddr(static_cast<std::uint32_t>(cur)),
-                                     HostAddr(p_.output_addr + s * p_.output_bytes_per_image),
-                                     static_cast<std::uint32_t>(n * p_.output_bytes_per_image)});
-      }
+      if (p_.activations_off_chip)
+        emit_spilled(out, first, last);
+      else
+        emit_resident(out, first, last);
     }
     out.push_back(isa::Halt{});
     p_.cores.push_back(std::move(out));
   }
 
-  void emit_layer(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
-                  std::uint32_t n) {
+  void emit_resident(std::vector<isa::Instruction>& out, std::uint64_t first, std::uint64_t last) {
+    const std::uint64_t mb = p_.micro_batch;
+    const std::uint64_t passes = ceil_div(last - first, mb);
+    auto read_input = [&](std::uint64_t pass) {
+      const std::uint64_t s = first + pass * mb, n = std::min(mb, last - s);
+      out.push_back(isa::ReadHost{HostAddr(p_.input_addr + s * p_.input_bytes_per_image),
+                                  ub(in_ub_[pass % 2]),
+                                  static_cast<std::uint32_t>(n * p_.input_bytes_per_image)});
+    };
+    read_input(0);
+    for (std::uint64_t pass = 0; pass < passes; ++pass) {
+      const std::uint64_t s = first + pass * mb, n = std::min(mb, last - s);
+      tag(out, 0);
+      if (pass + 1 < passes) read_input(pass + 1);  // one micro-batch ahead
+      input_ub_ = in_ub_[pass % 2];
+      pooled_.assign(m_.layers.size(), false);
+      for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+        if (!q_.computes(i)) continue;
+        tag(out, static_cast<std::uint32_t>(i + 1));
+        if (pooled_[i]) continue;
+        std::vector<std::uint64_t> src;
+        for (std::size_t t : reads(i)) src.push_back(t == kModelInput ? input_ub_ : tensor_ub_[t]);
+        emit_compute(out, i, src, tensor_ub_[i], static_cast<std::uint32_t>(n), true);
+      }
+      tag(out, 0);
+      const std::uint64_t res = tensor_ub_[out_tensor_];
+      out.push_back(isa::WriteHost{ub(res),
+                                   HostAddr(p_.output_addr + s * p_.output_bytes_per_image),
+                                   static_cast<std::uint32_t>(n * p_.output_bytes_per_image)});
+    }
+  }
+
+  void emit_spilled(std::vector<isa::Instruction>& out, std::uint64_t first, std::uint64_t last) {
+    const std::uint64_t mb = p_.micro_batch;
+    for (std::uint64_t s = first; s < last; s += mb) {
+      const std::uint64_t n = std::min(mb, last - s);
+      for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+        if (!q_.computes(i) || m_.layers[i].kind == LayerKind::Constant) continue;
+        tag(out, static_cast<std::uint32_t>(i + 1));
+        emit_spilled_layer(out, i, s, n);
+      }
+    }
+  }
+
+  // One layer of one pass: groups of g images, inputs read one group ahead into the other of
+  // two buffer sets, each group's output written back while the next computes.
+  void emit_spilled_layer(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t s,
+                          std::uint64_t n) {
+    const Layer& l = m_.layers[i];
+    const std::vector<std::size_t> in = reads(i);
+    std::uint64_t per_image = align(out_bytes(i));
+    for (std::size_t t : in) per_image += align(out_bytes(t));
+    const std::uint64_t room = cfg_.unified_buffer.bytes - work_ub_;
+    std::uint64_t sets = 2;
+    std::uint64_t g = std::min<std::uint64_t>(n, room / (2 * per_image));
+    if (g == 0) {
+      sets = 1;
+      g = std::min<std::uint64_t>(n, room / per_image);
+    }
+    if (g == 0)
+      fail(l, fmt::format("one image needs {} bytes of input and {} bytes of output in the unified "
+                          "buffer; {} has {} bytes, {} of them taken by parameters and zeros",
+                          per_image - align(out_bytes(i)), out_bytes(i), cfg_.name,
+                          cfg_.unified_buffer.bytes, work_ub_));
+    g = std::min<std::uint64_t>(g, 65535);
+    std::vector<std::vector<std::uint64_t>> in_slot(sets);
+    std::vector<std::uint64_t> out_slot(sets);
+    std::uint64_t at = work_ub_;
+    for (std::uint64_t b = 0; b < sets; ++b) {
+      for (std::size_t t : in) {
+        in_slot[b].push_back(at);
+        at += align(g * out_bytes(t));
+      }
+      out_slot[b] = at;
+      at += align(g * out_bytes(i));
+    }
+    p_.ub_bytes_used = std::max(p_.ub_bytes_used, at);
+    const std::uint64_t home_base = act_addr_ + core_ * act_bytes_per_core_;
+    const std::uint64_t groups = ceil_div(n, g);
+    auto read_group = [&](std::uint64_t t) {
+      const std::uint64_t g0 = t * g, cnt = std::min(g, n - g0);
+      for (std::size_t k = 0; k < in.size(); ++k) {
+        const std::size_t src = in[k];
+        const std::uint64_t bytes = out_bytes(src), dst = in_slot[t % sets][k];
+        if (src == kModelInput) {
+          out.push_back(isa::ReadHost{HostAddr(p_.input_addr + (s + g0) * bytes), ub(dst),
+                                      static_cast<std::uint32_t>(cnt * bytes)});
+        } else if (m_.layers[src].kind == LayerKind::Constant) {
+          for (std::uint64_t j = 0; j < cnt; ++j)
+            out.push_back(isa::ReadMem{MemAddr(const_addr_.at(src)), ub(dst + j * bytes),
+                                       static_cast<std::uint32_t>(bytes)});
+        } else {
+          out.push_back(isa::ReadMem{MemAddr(home_base + home_[src] + g0 * bytes), ub(dst),
+                                     static_cast<std::uint32_t>(cnt * bytes)});
+        }
+      }
+    };
+    read_group(0);
+    for (std::uint64_t t = 0; t < groups; ++t) {
+      const std::uint64_t g0 = t * g, cnt = std::min(g, n - g0);
+      if (t > 0 && sets == 1) read_group(t);
+      // With one buffer set the next group's reads must wait until this group is computed.
+      if (t + 1 < groups && sets == 2) read_group(t + 1);
+      emit_compute(out, i, in_slot[t % sets], out_slot[t % sets], static_cast<std::uint32_t>(cnt),
+                   false);
+      const std::uint64_t bytes = out_bytes(i);
+      if (i == out_tensor_)
+        out.push_back(isa::WriteHost{ub(out_slot[t % sets]),
+                                     HostAddr(p_.output_addr + (s + g0) * bytes),
+                                     static_cast<std::uint32_t>(cnt * bytes)});
+      // The output goes off-chip too only if a later layer reads it.
+      if (i != out_tensor_ || last_read_[i] != m_.layers.size())
+        out.push_back(isa::WriteMem{ub(out_slot[t % sets]),
+                                    MemAddr(home_base + home_[i] + g0 * bytes),
+                                    static_cast<std::uint32_t>(cnt * bytes)});
+    }
+  }
+
+  // Layer i on n images whose operands sit at `src` (per tensor read) and whose output goes to
+  // `dst`, all in the unified buffer.
+  void emit_compute(std::vector<isa::Instruction>& out, std::size_t i,
+                    const std::vector<std::uint64_t>& src, std::uint64_t dst, std::uint32_t n,
+                    bool may_fuse_pool) {
     const Layer& l = m_.layers[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
-    const std::uint64_t dst = tensor_ub_[i];
-    auto ub = [](std::uint64_t a) { return UbAddr(static_cast<std::uint32_t>(a)); };
+    const std::uint64_t count = l.out.size() * n;
     switch (l.kind) {
       case LayerKind::Conv2D:
-      case LayerKind::Dense: emit_weighted(out, i, src, n); return;
+      case LayerKind::Dense: emit_weighted(out, i, src[0], dst, n, may_fuse_pool); return;
       case LayerKind::MaxPooling2D:
-      case LayerKind::AveragePooling2D: emit_pool(out, i, src, dst, n); return;
-      case LayerKind::Activation: {
-        isa::Eltwise e;  // a standalone ReLU: max(x, 0) against a zero region
-        e.a = ub(src), e.b = ub(zeros_ub_), e.dst = ub(dst);
-        e.count = static_cast<std::uint32_t>(l.out.size() * n);
-        e.op = isa::EltOp::Max;
-        e.type = ql.out_type;
-        out.push_back(e);
+      case LayerKind::AveragePooling2D:
+      case LayerKind::GlobalAveragePooling2D: emit_pool(out, i, src[0], dst, n); return;
+      case LayerKind::Activation: emit_relu(out, src[0], dst, count, ql.out_type); return;
+      case LayerKind::Add:
+        for (std::size_t k = 1; k < src.size(); ++k)
+          emit_eltwise(out, isa::EltOp::Add, k == 1 ? src[0] : dst, src[k], dst, count,
+                       ql.out_type);
         return;
+      case LayerKind::ZeroPadding2D: emit_zero_padding(out, i, src[0], dst, n); return;
+      case LayerKind::Constant:
+        // Resident schedule only: the constant's copy for each image of the micro-batch.
+        for (std::uint32_t j = 0; j < n; ++j)
+          out.push_back(isa::ReadMem{MemAddr(const_addr_.at(i)), ub(dst + j * out_bytes(i)),
+                                     static_cast<std::uint32_t>(out_bytes(i))});
+        return;
+      case LayerKind::Flatten:
+      case LayerKind::BatchNormalization: return;  // they compute nothing (QuantizedModel)
+    }
+  }
+
+  void emit_eltwise(std::vector<isa::Instruction>& out, isa::EltOp op, std::uint64_t a,
+                    std::uint64_t b, std::uint64_t dst, std::uint64_t count, DType type) {
+    const std::uint64_t es = size_of(type);
+    constexpr std::uint64_t kMax = std::numeric_limits<std::uint32_t>::max();
+    for (std::uint64_t k = 0; k < count; k += kMax) {
+      isa::Eltwise e;
+      e.a = ub(a + k * es), e.b = ub(b + k * es), e.dst = ub(dst + k * es);
+      e.count = static_cast<std::uint32_t>(std::min(kMax, count - k));
+      e.op = op;
+      e.type = type;
+      out.push_back(e);
+    }
+  }
+
+  // A standalone ReLU: max(x, +0) against the zero region, in pieces of its size.
+  void emit_relu(std::vector<isa::Instruction>& out, std::uint64_t src, std::uint64_t dst,
+                 std::uint64_t count, DType type) {
+    const std::uint64_t es = size_of(type), piece = zeros_bytes_ / es;
+    for (std::uint64_t k = 0; k < count; k += piece)
+      emit_eltwise(out, isa::EltOp::Max, src + k * es, zeros_ub_, dst + k * es,
+                   std::min(piece, count - k), type);
+  }
+
+  void emit_zero_fill(std::vector<isa::Instruction>& out, std::uint64_t dst, std::uint64_t count,
+                      DType type) {
+    const std::uint64_t es = size_of(type), piece = zeros_bytes_ / es;
+    for (std::uint64_t k = 0; k < count; k += piece)
+      emit_eltwise(out, isa::EltOp::Max, zeros_ub_, zeros_ub_, dst + k * es,
+                   std::min(piece, count - k), type);
+  }
+
+  // ZeroPadding2D read by something other than a convolution: per image, the border from the
+  // zero region and each row copied (max(x, x) is x) into place.
+  void emit_zero_padding(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
+                         std::uint64_t dst, std::uint32_t n) {
+    const Layer& l = m_.layers[i];
+    const DType type = q_.layers[i].out_type;
+    const std::uint64_t es = size_of(type), c = l.in.c;
+    const std::uint64_t row = std::uint64_t{l.in.w} * c;
+    for (std::uint32_t b = 0; b < n; ++b) {
+      const std::uint64_t s0 = src + b * out_bytes(q_.tensor_of(l.inputs[0]));
+      const std::uint64_t d0 = dst + b * out_bytes(i);
+      std::uint64_t filled = 0;  // elements of this image written so far
+      for (std::uint32_t y = 0; y < l.in.h; ++y) {
+        const std::uint64_t at = ((std::uint64_t{y} + l.pad_top) * l.out.w + l.pad_left) * c;
+        if (at > filled) emit_zero_fill(out, d0 + filled * es, at - filled, type);
+        emit_eltwise(out, isa::EltOp::Max, s0 + y * row * es, s0 + y * row * es, d0 + at * es, row,
+                     type);
+        filled = at + row;
       }
-      case LayerKind::Flatten: return;
+      if (l.out.size() > filled) emit_zero_fill(out, d0 + filled * es, l.out.size() - filled, type);
     }
   }
 
@@ -330,25 +593,34 @@ class Compiler {
                  std::uint64_t dst, std::uint32_t n) {
     const Layer& l = m_.layers[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
-    auto ub = [](std::uint64_t a) { return UbAddr(static_cast<std::uint32_t>(a)); };
+    const bool global = l.kind == LayerKind::GlobalAveragePooling2D;
     isa::Pool p;
     p.src = ub(src), p.dst = ub(dst);
     p.in_h = static_cast<std::uint16_t>(l.in.h), p.in_w = static_cast<std::uint16_t>(l.in.w);
     p.channels = static_cast<std::uint16_t>(l.in.c);
-    p.kernel_h = static_cast<std::uint16_t>(l.kernel_h),
-    p.kernel_w = static_cast<std::uint16_t>(l.kernel_w);
-    p.stride_h = static_cast<std::uint16_t>(l.stride_h),
-    p.stride_w = static_cast<std::uint16_t>(l.stride_w);
+    p.kernel_h = static_cast<std::uint16_t>(global ? l.in.h : l.kernel_h);
+    p.kernel_w = static_cast<std::uint16_t>(global ? l.in.w : l.kernel_w);
+    p.stride_h = static_cast<std::uint16_t>(global ? 1 : l.stride_h);
+    p.stride_w = static_cast<std::uint16_t>(global ? 1 : l.stride_w);
     p.images = static_cast<std::uint16_t>(n);
     p.kind = l.kind == LayerKind::MaxPooling2D ? isa::PoolKind::Max : isa::PoolKind::Avg;
     p.type = ql.out_type;
-    if (l.in.h > 65535 || l.in.w > 65535 || l.in.c > 65535)
-      fail(l, "pooling dimensions must fit 16 bits");
     out.push_back(p);
   }
 
+  // The pooling layer that computes next, if it reads layer i's tensor, or m_.layers.size().
+  [[nodiscard]] std::size_t pool_after(std::size_t i) const {
+    for (std::size_t p = i + 1; p < m_.layers.size(); ++p) {
+      if (!q_.computes(p)) continue;
+      const Layer& l = m_.layers[p];
+      const bool pool = l.kind == LayerKind::MaxPooling2D || l.kind == LayerKind::AveragePooling2D;
+      return pool && q_.tensor_of(l.inputs[0]) == i ? p : m_.layers.size();
+    }
+    return m_.layers.size();
+  }
+
   void emit_weighted(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
-                     std::uint32_t n) {
+                     std::uint64_t dst, std::uint32_t n, bool may_fuse_pool) {
     const Layer& l = m_.layers[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
     const WeightedPlan& p = plans_[i];
@@ -356,19 +628,19 @@ class Compiler {
     const bool conv = l.kind == LayerKind::Conv2D;
     const std::uint32_t e_out = size_of(ql.out_type);
     if (conv) {
+      const nn::ConvInput ci = q_.conv_input(i);
       isa::SetWindow w;
-      for (std::uint32_t v : {l.in.h, l.in.w, l.in.c, l.out.h, l.out.w})
-        if (v > 65535) fail(l, "image dimensions must fit 16 bits");
-      w.in_h = static_cast<std::uint16_t>(l.in.h), w.in_w = static_cast<std::uint16_t>(l.in.w);
-      w.in_c = static_cast<std::uint16_t>(l.in.c);
+      for (std::uint32_t v : {ci.shape.h, ci.shape.w, ci.shape.c, ci.pad_top, ci.pad_left})
+        if (v > 65535) fail(l, "image dimensions and padding must fit 16 bits");
+      w.in_h = static_cast<std::uint16_t>(ci.shape.h);
+      w.in_w = static_cast<std::uint16_t>(ci.shape.w);
+      w.in_c = static_cast<std::uint16_t>(ci.shape.c);
       w.kernel_h = static_cast<std::uint16_t>(l.kernel_h),
       w.kernel_w = static_cast<std::uint16_t>(l.kernel_w);
       w.stride_h = static_cast<std::uint16_t>(l.stride_h),
       w.stride_w = static_cast<std::uint16_t>(l.stride_w);
-      w.pad_top = static_cast<std::uint16_t>(
-          pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding));
-      w.pad_left = static_cast<std::uint16_t>(
-          pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding));
+      w.pad_top = static_cast<std::uint16_t>(ci.pad_top);
+      w.pad_left = static_cast<std::uint16_t>(ci.pad_left);
       w.out_h = static_cast<std::uint16_t>(l.out.h), w.out_w = static_cast<std::uint16_t>(l.out.w);
       out.push_back(w);
     }
@@ -380,7 +652,8 @@ class Compiler {
     // A pooling layer right after a convolution pools each chunk as soon as it is activated, so
     // the next layer does not wait for the whole micro-batch: chunks then hold whole images.
     const std::uint64_t pixels = std::uint64_t{l.out.h} * l.out.w;
-    const std::size_t pool = conv && p.n_tiles == 1 ? pool_after(i) : m_.layers.size();
+    const std::size_t pool =
+        conv && may_fuse_pool && p.n_tiles == 1 ? pool_after(i) : m_.layers.size();
     const bool fuse_pool = pool < m_.layers.size() && chunk >= pixels;
     if (fuse_pool) {
       chunk = chunk / pixels * pixels;
@@ -417,22 +690,19 @@ class Compiler {
           mm.dst = AccAddr(acc);
           mm.rows = rows;
           if (conv) {
-            mm.src = UbAddr(static_cast<std::uint32_t>(src));
+            mm.src = ub(src);
             mm.first_pixel = static_cast<std::uint32_t>(r0);
             mm.k_first = static_cast<std::uint16_t>(kt * R);
           } else {
-            mm.src =
-                UbAddr(static_cast<std::uint32_t>(src + (r0 * p.K + std::uint64_t{kt} * R) * e_));
+            mm.src = ub(src + (r0 * p.K + std::uint64_t{kt} * R) * e_);
             mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{p.K} * e_);
           }
           out.push_back(mm);
         }
         isa::Activate a;
         a.src = AccAddr(acc);
-        a.dst = UbAddr(
-            static_cast<std::uint32_t>(tensor_ub_[i] + (r0 * p.N + std::uint64_t{j} * C) * e_out));
-        a.params = UbAddr(static_cast<std::uint32_t>(params_ub_ + p.params_off +
-                                                     std::uint64_t{j} * C * kParamRecordBytes));
+        a.dst = ub(dst + (r0 * p.N + std::uint64_t{j} * C) * e_out);
+        a.params = ub(params_ub_ + p.params_off + std::uint64_t{j} * C * kParamRecordBytes);
         a.rows = rows;
         a.cols = static_cast<std::uint16_t>(nc);
         a.dst_stride = p.N * e_out;
@@ -442,8 +712,7 @@ class Compiler {
         if (fuse_pool) {
           const std::uint64_t img0 = r0 / pixels;
           tag(out, static_cast<std::uint32_t>(pool + 1));
-          emit_pool(out, pool, tensor_ub_[i] + img0 * out_bytes(i),
-                    tensor_ub_[pool] + img0 * out_bytes(pool),
+          emit_pool(out, pool, dst + img0 * out_bytes(i), tensor_ub_[pool] + img0 * out_bytes(pool),
                     static_cast<std::uint32_t>(rows / pixels));
           tag(out, static_cast<std::uint32_t>(i + 1));
         }
@@ -458,13 +727,23 @@ class Compiler {
   const std::uint32_t e_;  // bytes per activation element
   Program p_;
 
+  std::size_t out_tensor_ = 0;
+  std::vector<std::size_t> last_read_;  // per tensor, its last reader (layers.size(): none)
+  std::uint64_t per_core_ = 0;
   std::vector<WeightedPlan> plans_;
   std::vector<std::uint8_t> weights_, params_;
-  std::uint64_t weights_addr_ = 0, params_addr_ = 0;
-  std::uint64_t params_ub_ = 0, weights_ub_ = 0, zeros_ub_ = 0;
+  std::uint64_t weights_addr_ = 0, params_addr_ = 0, mem_end_ = 0;
+  std::map<std::size_t, std::uint64_t> const_addr_;  // Constant layer -> off-chip address
+  std::uint64_t params_ub_ = 0, weights_ub_ = 0, zeros_ub_ = 0, zeros_bytes_ = 0;
   std::uint64_t in_ub_[2] = {0, 0};
+  std::uint64_t input_ub_ = 0;
   std::vector<std::uint64_t> tensor_ub_;
+  // Spilled schedule: the first UB byte of the group buffers; tensor homes (offsets within a
+  // core's region of act_bytes_per_core_ bytes from act_addr_).
+  std::uint64_t work_ub_ = 0, act_addr_ = 0, act_bytes_per_core_ = 0;
+  std::vector<std::uint64_t> home_;
   std::uint32_t slot_ = 0;
+  std::uint32_t core_ = 0;
 
   std::uint32_t current_tag_ = 0;
   std::vector<TileId> resident_;

@@ -41,6 +41,10 @@ struct Program {
   std::uint32_t micro_batch = 0;  // images per core per pass through the network
   std::uint64_t ub_bytes_used = 0;
   bool weights_in_ub = false;
+  // Whether layer tensors live in off-chip memory between layers (docs/compiler.md), and the
+  // bytes their homes take there.
+  bool activations_off_chip = false;
+  std::uint64_t off_chip_activation_bytes = 0;
 
   [[nodiscard]] std::size_t instruction_count() const {
     std::size_t n = 0;

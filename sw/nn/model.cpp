@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -24,7 +25,12 @@ std::uint64_t Layer::macs() const {
     case LayerKind::MaxPooling2D:
     case LayerKind::AveragePooling2D:
     case LayerKind::Activation:
-    case LayerKind::Flatten: return 0;
+    case LayerKind::Flatten:
+    case LayerKind::BatchNormalization:
+    case LayerKind::ZeroPadding2D:
+    case LayerKind::GlobalAveragePooling2D:
+    case LayerKind::Add:
+    case LayerKind::Constant: return 0;
   }
   return 0;
 }
@@ -43,8 +49,21 @@ std::string_view name_of(LayerKind k) {
     case LayerKind::Activation: return "Activation";
     case LayerKind::Flatten: return "Flatten";
     case LayerKind::Dense: return "Dense";
+    case LayerKind::BatchNormalization: return "BatchNormalization";
+    case LayerKind::ZeroPadding2D: return "ZeroPadding2D";
+    case LayerKind::GlobalAveragePooling2D: return "GlobalAveragePooling2D";
+    case LayerKind::Add: return "Add";
+    case LayerKind::Constant: return "Constant";
   }
   return "?";
+}
+
+std::vector<std::vector<std::size_t>> consumers(const Model& m) {
+  std::vector<std::vector<std::size_t>> out(m.layers.size());
+  for (std::size_t i = 0; i < m.layers.size(); ++i)
+    for (std::size_t p : m.layers[i].inputs)
+      if (p != kModelInput) out[p].push_back(i);
+  return out;
 }
 
 std::string_view name_of(Act a) {
@@ -117,6 +136,25 @@ const std::vector<ClassSpec>& class_specs() {
        "dense",
        {"name", "units", "activation", "use_bias"},
        kWeightIgnored},
+      {"BatchNormalization",
+       LayerKind::BatchNormalization,
+       "batch_normalization",
+       {"name", "axis", "epsilon", "center", "scale"},
+       {"trainable", "dtype", "momentum", "beta_initializer", "gamma_initializer",
+        "moving_mean_initializer", "moving_variance_initializer", "beta_regularizer",
+        "gamma_regularizer", "beta_constraint", "gamma_constraint", "synchronized", "renorm",
+        "renorm_clipping", "renorm_momentum", "fused", "virtual_batch_size", "adjustment"}},
+      {"ZeroPadding2D",
+       LayerKind::ZeroPadding2D,
+       "zero_padding2d",
+       {"name", "padding", "data_format"},
+       kBaseIgnored},
+      {"GlobalAveragePooling2D",
+       LayerKind::GlobalAveragePooling2D,
+       "global_average_pooling2d",
+       {"name", "data_format", "keepdims"},
+       kBaseIgnored},
+      {"Add", LayerKind::Add, "add", {"name"}, kBaseIgnored},
   };
   return specs;
 }
@@ -168,6 +206,7 @@ class Parser {
 
   Model parse(const json& doc) {
     if (!doc.is_object()) fail("", doc, "the model must be a JSON object");
+    if (doc.contains("class_name")) return parse_keras(doc);
     for (auto it = doc.begin(); it != doc.end(); ++it) {
       static const std::vector<std::string> top = {"name", "description", "input", "layers"};
       if (!contains(top, it.key()))
@@ -179,22 +218,50 @@ class Parser {
     m.name = name_value(require(doc, "", "name", "a non-empty string"), "/name");
     if (auto d = doc.find("description"); d != doc.end() && !d->is_string())
       fail("/description", *d, "must be a string");
-    m.input = input_shape(require(doc, "", "input", "[h, w, c]"));
-
-    const json& layers = require(doc, "", "layers", "an array of layers");
-    if (!layers.is_array() || layers.empty())
-      fail("/layers", layers, "must be a non-empty array of {\"class_name\", \"config\"} objects");
-    collect_explicit_names(layers);
-    Shape in = m.input;
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      Layer l = parse_layer(layers[i], fmt::format("/layers/{}", i), in);
-      in = l.out;
-      m.layers.push_back(std::move(l));
-    }
+    input_ = input_shape(require(doc, "", "input", "[h, w, c]"));
+    input_given_ = true;
+    build(m, require(doc, "", "layers", "an array of layers"), "/layers", nullptr, nullptr);
     return m;
   }
 
  private:
+  // Keras's model.to_json(): {"class_name": "Sequential" | "Functional" | "Model", "config":
+  // {"name", "layers", "input_layers", "output_layers"}, "keras_version", "backend"}.
+  Model parse_keras(const json& doc) {
+    static const std::vector<std::string> top = {"class_name", "config"};
+    static const std::vector<std::string> top_ignored = {
+        "keras_version", "backend", "module", "registered_name", "build_config", "compile_config"};
+    check_keys(doc, "", top, top_ignored);
+    const json& cls = doc["class_name"];
+    if (cls != "Sequential" && cls != "Functional" && cls != "Model")
+      fail("/class_name", cls,
+           "a Keras model's to_json() is \"Sequential\", \"Functional\" or \"Model\"");
+    const json& cfg = require(doc, "", "config", "the model's config object");
+    if (!cfg.is_object()) fail("/config", cfg, "must be an object");
+    static const std::vector<std::string> keys = {"name", "layers", "input_layers",
+                                                  "output_layers"};
+    static const std::vector<std::string> ignored = {"trainable", "dtype", "build_input_shape"};
+    check_keys(cfg, "/config", keys, ignored);
+    Model m;
+    m.file = origin_;
+    m.name = name_value(require(cfg, "/config", "name", "a non-empty string"), "/config/name");
+    const auto in = cfg.find("input_layers");
+    const auto out = cfg.find("output_layers");
+    build(m, require(cfg, "/config", "layers", "an array of layers"), "/config/layers",
+          in == cfg.end() ? nullptr : &*in, out == cfg.end() ? nullptr : &*out);
+    return m;
+  }
+
+  void check_keys(const json& obj, const std::string& ptr, const std::vector<std::string>& keys,
+                  const std::vector<std::string>& ignored) const {
+    for (auto it = obj.begin(); it != obj.end(); ++it)
+      if (!contains(keys, it.key()) && !contains(ignored, it.key()))
+        throw InputError(
+            fmt::format("{}: {}/{}: unknown key (allowed: {}; Keras keys accepted "
+                        "and ignored: {})",
+                        origin_, ptr, escape_key(it.key()), join(keys), join(ignored)));
+  }
+
   [[noreturn]] void fail(const std::string& ptr, const json& v, const std::string& allowed) const {
     throw InputError(
         fmt::format("{}: {} = {} ({})", origin_, ptr.empty() ? "/" : ptr, show(v), allowed));
@@ -256,6 +323,26 @@ class Parser {
     return s;
   }
 
+  // Keras's batch shape [null, h, w, c] or [null, n] (with the batch axis) or the same without
+  // it, as one image's shape; nullopt when it is neither.
+  static std::optional<Shape> keras_shape(const json& v, bool batch) {
+    if (!v.is_array() || v.empty()) return std::nullopt;
+    std::vector<std::uint64_t> dims;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (batch && i == 0) {
+        if (!v[i].is_null() && !natural(v[i])) return std::nullopt;
+      } else if (const auto n = natural(v[i]); n && *n >= 1 && *n <= kMaxDim) {
+        dims.push_back(*n);
+      } else {
+        return std::nullopt;
+      }
+    }
+    auto u = [](std::uint64_t x) { return static_cast<std::uint32_t>(x); };
+    if (dims.size() == 3) return Shape{u(dims[0]), u(dims[1]), u(dims[2])};
+    if (dims.size() == 1) return Shape{1, 1, u(dims[0])};
+    return std::nullopt;
+  }
+
   Act activation_value(const json& v, const std::string& ptr) const {
     // Keras serialises activation=None as "linear"; a null is read the same way.
     if (v.is_null()) return Act::Linear;
@@ -274,8 +361,18 @@ class Parser {
     fail(ptr, v, "must be \"valid\" or \"same\"");
   }
 
+  // A layer's name as its entry gives it, before it is parsed (for messages and references).
+  static std::optional<std::string> given_name(const json& l) {
+    if (!l.is_object()) return std::nullopt;
+    if (auto cfg = l.find("config"); cfg != l.end() && cfg->is_object())
+      if (auto n = cfg->find("name"); n != cfg->end() && n->is_string())
+        return n->get<std::string>();
+    if (auto n = l.find("name"); n != l.end() && n->is_string()) return n->get<std::string>();
+    return std::nullopt;
+  }
+
   // Names first, so a default name never takes one a later layer gives explicitly.
-  void collect_explicit_names(const json& layers) {
+  void collect_explicit_names(const json& layers, const std::string& lptr) {
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const json& l = layers[i];
       if (!l.is_object()) continue;
@@ -283,11 +380,11 @@ class Parser {
       if (cfg == l.end() || !cfg->is_object()) continue;
       auto name = cfg->find("name");
       if (name == cfg->end()) continue;
-      const std::string ptr = fmt::format("/layers/{}/config/name", i);
+      const std::string ptr = fmt::format("{}/{}/config/name", lptr, i);
       const std::string s = name_value(*name, ptr);
       if (auto [it, fresh] = explicit_names_.emplace(s, i); !fresh)
         fail(ptr, *name,
-             fmt::format("layer names must be unique; /layers/{} has it already", it->second));
+             fmt::format("layer names must be unique; {}/{} has it already", lptr, it->second));
     }
   }
 
@@ -300,6 +397,146 @@ class Parser {
         ++n;
         return candidate;
       }
+    }
+  }
+
+  // The layer list, in either form: each entry's inputs are its inbound_nodes or, without them,
+  // the entry before it (the model's input for the first), as Sequential chains them.
+  void build(Model& m, const json& layers, const std::string& lptr, const json* input_layers,
+             const json* output_layers) {
+    if (!layers.is_array() || layers.empty())
+      fail(lptr, layers, "must be a non-empty array of {\"class_name\", \"config\"} objects");
+    collect_explicit_names(layers, lptr);
+    std::map<std::string, std::size_t> index_of;  // layer name -> index or kModelInput
+    std::string input_name;
+    std::size_t prev = kModelInput;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const json& entry = layers[i];
+      const std::string ptr = fmt::format("{}/{}", lptr, i);
+      if (entry.is_object() && entry.value("class_name", json()) == "InputLayer") {
+        if (!input_name.empty())
+          fail(ptr + "/class_name", entry["class_name"],
+               fmt::format("one input only; InputLayer {} comes first", input_name));
+        input_name = parse_input_layer(entry, ptr);
+        index_of[input_name] = kModelInput;
+        prev = kModelInput;
+        continue;
+      }
+      std::vector<std::size_t> inputs = {prev};
+      if (entry.is_object())
+        if (auto nodes = entry.find("inbound_nodes"); nodes != entry.end())
+          inputs = inbound(*nodes, ptr + "/inbound_nodes", index_of, given_name(entry));
+      Layer l = parse_layer(entry, ptr, inputs, m);
+      l.inputs = std::move(inputs);
+      index_of[l.name] = m.layers.size();
+      prev = m.layers.size();
+      m.layers.push_back(std::move(l));
+    }
+    if (m.layers.empty()) fail(lptr, layers, "must hold at least one layer besides InputLayer");
+    m.input = input_;
+    if (input_layers) check_io(*input_layers, "/config/input_layers", input_name, "InputLayer");
+    if (output_layers)
+      check_io(*output_layers, "/config/output_layers", m.layers.back().name, "last layer");
+  }
+
+  // [["name", 0, 0], ...] (Keras 2) or ["name", 0, 0] (Keras 3, one tensor): one model input or
+  // output, which must be `expected`.
+  void check_io(const json& v, const std::string& ptr, const std::string& expected,
+                const char* what) const {
+    const json* ref = &v;
+    if (v.is_array() && v.size() == 1 && v[0].is_array()) ref = &v[0];
+    if (!ref->is_array() || ref->empty() || !(*ref)[0].is_string())
+      fail(ptr, v,
+           fmt::format("must name one tensor, [\"{}\", 0, 0]: tpusim runs models with one input "
+                       "and one output",
+                       expected));
+    if ((*ref)[0] != expected)
+      fail(ptr, v,
+           fmt::format("tpusim runs models with one input and one output, the {} ({})", what,
+                       expected));
+  }
+
+  std::string parse_input_layer(const json& entry, const std::string& ptr) {
+    static const std::vector<std::string> entry_keys = {"class_name", "config", "inbound_nodes"};
+    static const std::vector<std::string> entry_ignored = {"module", "registered_name",
+                                                           "build_config", "name"};
+    check_keys(entry, ptr, entry_keys, entry_ignored);
+    const json& cfg = require(entry, ptr, "config", "the InputLayer's config");
+    const std::string cptr = ptr + "/config";
+    if (!cfg.is_object()) fail(cptr, cfg, "must be an object");
+    static const std::vector<std::string> keys = {"name", "batch_input_shape", "batch_shape"};
+    static const std::vector<std::string> ignored = {"dtype", "sparse", "ragged"};
+    check_keys(cfg, cptr, keys, ignored);
+    std::string name;
+    if (auto n = cfg.find("name"); n != cfg.end())
+      name = name_value(*n, cptr + "/name");
+    else
+      name = default_name("input_layer");
+    taken_.insert(name);
+    const char* key = cfg.contains("batch_input_shape") ? "batch_input_shape" : "batch_shape";
+    const json& v = require(cfg, cptr, key, "[null, h, w, c] or [null, n]");
+    const auto s = keras_shape(v, true);
+    if (!s || s->size() > kMaxTensorElements)
+      fail(cptr + "/" + key, v,
+           fmt::format("must be [null, h, w, c] or [null, n], integers in [1, {}], at most {} "
+                       "elements",
+                       kMaxDim, kMaxTensorElements));
+    if (input_given_ && !(*s == input_))
+      fail(cptr + "/" + key, v, fmt::format("must match the model's input {}", show_shape(input_)));
+    input_ = *s;
+    input_given_ = true;
+    return name;
+  }
+
+  // Keras 2: [[["name", node, tensor, {kwargs}], ...]]; Keras 3: [{"args": [...], "kwargs":
+  // {...}}] whose args hold {"class_name": "__keras_tensor__", "config": {"keras_history":
+  // ["name", node, tensor]}} objects. One call per layer (no shared layers), producers'
+  // first outputs only.
+  std::vector<std::size_t> inbound(const json& nodes, const std::string& ptr,
+                                   const std::map<std::string, std::size_t>& index_of,
+                                   const std::optional<std::string>& layer) const {
+    const std::string who = layer ? fmt::format("layer {}: ", *layer) : std::string();
+    if (!nodes.is_array() || nodes.size() != 1)
+      fail(ptr, nodes,
+           who + "must hold exactly one node (layers called more than once are not supported)");
+    std::vector<json> refs;
+    const json& node = nodes[0];
+    if (node.is_array()) {
+      for (const json& r : node) refs.push_back(r);
+    } else if (node.is_object() && node.contains("args")) {
+      collect_history(node["args"], refs);
+    } else {
+      fail(ptr + "/0", node, who + "must be [[name, 0, 0, {}], ...] or {\"args\": [...]}");
+    }
+    if (refs.empty()) fail(ptr, nodes, who + "names no input tensor");
+    std::vector<std::size_t> out;
+    for (const json& r : refs) {
+      if (!r.is_array() || r.size() < 3 || !r[0].is_string())
+        fail(ptr, r, who + "an input must be [\"layer name\", node index, tensor index, ...]");
+      if (r[1] != 0 || r[2] != 0)
+        fail(ptr, r,
+             who +
+                 "node and tensor indices must be 0 (shared layers and layers with several "
+                 "outputs are not supported)");
+      const auto it = index_of.find(r[0].get<std::string>());
+      if (it == index_of.end())
+        fail(ptr, r, who + "must name the InputLayer or a layer listed before this one");
+      out.push_back(it->second);
+    }
+    return out;
+  }
+
+  static void collect_history(const json& v, std::vector<json>& refs) {
+    if (v.is_object()) {
+      if (v.value("class_name", json()) == "__keras_tensor__") {
+        if (auto c = v.find("config");
+            c != v.end() && c->is_object() && c->contains("keras_history"))
+          refs.push_back((*c)["keras_history"]);
+        return;
+      }
+      for (const auto& x : v) collect_history(x, refs);
+    } else if (v.is_array()) {
+      for (const auto& x : v) collect_history(x, refs);
     }
   }
 
@@ -335,33 +572,45 @@ class Parser {
   }
 
   void check_shape_key(const json& v, const std::string& ptr, const Shape& in, bool batch) const {
-    std::vector<std::uint64_t> dims;
-    bool ok = v.is_array() && !v.empty();
-    for (std::size_t i = 0; ok && i < v.size(); ++i) {
-      if (batch && i == 0)
-        ok = v[i].is_null() || natural(v[i]).has_value();
-      else if (const auto n = natural(v[i]))
-        dims.push_back(*n);
-      else
-        ok = false;
-    }
-    if (ok && dims.size() == 3)
-      ok = dims[0] == in.h && dims[1] == in.w && dims[2] == in.c;
-    else if (ok && dims.size() == 1)
-      ok = in.h == 1 && in.w == 1 && dims[0] == in.c;
-    else
-      ok = false;
-    if (!ok)
+    const auto s = keras_shape(v, batch);
+    if (!s || !(*s == in))
       fail(ptr, v,
            fmt::format("must match the layer's input {}: {}[{}, {}, {}]", show_shape(in),
                        batch ? "[null, ...] = " : "", in.h, in.w, in.c));
   }
 
-  Layer parse_layer(const json& entry, const std::string& ptr, const Shape& in) {
+  // ZeroPadding2D's padding: p, [rows, cols] or [[top, bottom], [left, right]].
+  void zero_padding(Layer& l, const json& v, const std::string& ptr) const {
+    auto n = [](const json& x) {
+      const auto k = natural(x);
+      return k && *k <= kMaxDim;
+    };
+    auto g = [](const json& x) { return static_cast<std::uint32_t>(*natural(x)); };
+    if (n(v)) {
+      l.pad_top = l.pad_bottom = l.pad_left = l.pad_right = g(v);
+    } else if (v.is_array() && v.size() == 2 && n(v[0]) && n(v[1])) {
+      l.pad_top = l.pad_bottom = g(v[0]);
+      l.pad_left = l.pad_right = g(v[1]);
+    } else if (v.is_array() && v.size() == 2 && v[0].is_array() && v[1].is_array() &&
+               v[0].size() == 2 && v[1].size() == 2 && n(v[0][0]) && n(v[0][1]) && n(v[1][0]) &&
+               n(v[1][1])) {
+      l.pad_top = g(v[0][0]), l.pad_bottom = g(v[0][1]);
+      l.pad_left = g(v[1][0]), l.pad_right = g(v[1][1]);
+    } else {
+      fail(ptr, v,
+           fmt::format("must be an integer in [0, {}], [rows, cols] or [[top, bottom], [left, "
+                       "right]] of them",
+                       kMaxDim));
+    }
+  }
+
+  Layer parse_layer(const json& entry, const std::string& ptr,
+                    const std::vector<std::size_t>& inputs, const Model& m) {
     if (!entry.is_object())
       fail(ptr, entry, "must be an object {\"class_name\": ..., \"config\": {...}}");
-    // Keras 3 adds these beside class_name/config when it serialises a layer.
-    static const std::vector<std::string> entry_keys = {"class_name", "config"};
+    // Keras 3 adds these beside class_name/config when it serialises a layer; Keras's
+    // functional models add the name and inbound_nodes.
+    static const std::vector<std::string> entry_keys = {"class_name", "config", "inbound_nodes"};
     static const std::vector<std::string> entry_ignored = {"module", "registered_name",
                                                            "build_config", "name"};
     for (auto it = entry.begin(); it != entry.end(); ++it)
@@ -377,7 +626,13 @@ class Parser {
       class_names.emplace_back(s.class_name);
       if (cls == s.class_name) spec = &s;
     }
-    if (!spec) fail(ptr + "/class_name", cls, fmt::format("must be one of {}", join(class_names)));
+    if (!spec) {
+      const auto name = given_name(entry);
+      fail(ptr + "/class_name", cls,
+           fmt::format("{}tpusim supports InputLayer, {}",
+                       name ? fmt::format("layer {} cannot run: ", *name) : std::string(),
+                       join(class_names)));
+    }
 
     static const json kEmpty = json::object();
     const auto cfg_it = entry.find("config");
@@ -402,12 +657,37 @@ class Parser {
 
     Layer l;
     l.kind = spec->kind;
-    l.in = in;
     if (const json* v = arg("name"))
       l.name = name_value(*v, key_ptr("name"));
     else
       l.name = default_name(spec->base_name);
     taken_.insert(l.name);
+
+    // A Sequential model's to_json without an InputLayer records the input on its first layer.
+    if (!input_given_)
+      for (const char* key : {"batch_input_shape", "input_shape"})
+        if (const json* v = arg(key); v && !input_given_)
+          if (const auto s = keras_shape(*v, key[0] == 'b'); s && s->size() <= kMaxTensorElements) {
+            input_ = *s;
+            input_given_ = true;
+          }
+    std::vector<Shape> shapes;
+    for (std::size_t p : inputs) {
+      if (p == kModelInput && !input_given_)
+        throw InputError(
+            fmt::format("{}: {}: layer {} reads the model's input, whose shape no InputLayer, "
+                        "batch_input_shape or \"input\" gives",
+                        origin_, ptr, l.name));
+      shapes.push_back(p == kModelInput ? input_ : m.layers[p].out);
+    }
+    const std::size_t want = l.kind == LayerKind::Add ? 2 : 1;
+    if (l.kind == LayerKind::Add ? shapes.size() < want : shapes.size() != want)
+      fail(ptr + "/inbound_nodes", entry.value("inbound_nodes", json()),
+           fmt::format("layer {} ({}) takes {} input{}, it names {}", l.name, spec->class_name,
+                       l.kind == LayerKind::Add ? "2 or more" : "1",
+                       l.kind == LayerKind::Add ? "s" : "", shapes.size()));
+    const Shape in = shapes[0];
+    l.in = in;
 
     if (const json* v = arg("batch_input_shape"))
       check_shape_key(*v, key_ptr("batch_input_shape"), in, true);
@@ -422,7 +702,8 @@ class Parser {
     if (const json* v = arg("use_bias")) l.use_bias = bool_value(*v, key_ptr("use_bias"));
     if (const json* v = arg("activation"))
       l.activation = activation_value(*v, key_ptr("activation"));
-    if (const json* v = arg("padding")) l.padding = padding_value(*v, key_ptr("padding"));
+    if (l.kind != LayerKind::ZeroPadding2D)
+      if (const json* v = arg("padding")) l.padding = padding_value(*v, key_ptr("padding"));
 
     switch (l.kind) {
       case LayerKind::Conv2D: {
@@ -474,16 +755,80 @@ class Parser {
         l.out = Shape{1, 1, l.filters};
         break;
       }
+      case LayerKind::BatchNormalization: {
+        // Normalising any axis but the channels would need per-pixel parameters.
+        if (const json* v = arg("axis")) {
+          const json& a = v->is_array() && v->size() == 1 ? (*v)[0] : *v;
+          const bool flat = in.h == 1 && in.w == 1;
+          if (!(a == -1 || a == 3 || (flat && a == 1)))
+            fail(key_ptr("axis"), *v, "must be the channel axis: -1 or 3 (1 on a flat input)");
+        }
+        if (const json* v = arg("epsilon")) {
+          if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > 1)
+            fail(key_ptr("epsilon"), *v, "must be a number in (0, 1]");
+          l.epsilon = v->get<float>();
+        }
+        if (const json* v = arg("center")) l.use_bias = bool_value(*v, key_ptr("center"));
+        if (const json* v = arg("scale")) l.scale = bool_value(*v, key_ptr("scale"));
+        l.out = in;
+        break;
+      }
+      case LayerKind::ZeroPadding2D: {
+        static const json kDefaultPad = 1;  // Keras: padding=(1, 1)
+        const json* v = arg("padding");
+        zero_padding(l, v ? *v : kDefaultPad, key_ptr("padding"));
+        l.out = Shape{in.h + l.pad_top + l.pad_bottom, in.w + l.pad_left + l.pad_right, in.c};
+        if (l.out.h > kMaxDim || l.out.w > kMaxDim)
+          fail(key_ptr("padding"), v ? *v : kDefaultPad,
+               fmt::format("the padded image must stay within {} pixels a side", kMaxDim));
+        break;
+      }
+      case LayerKind::GlobalAveragePooling2D:
+        if (const json* v = arg("keepdims")) bool_value(*v, key_ptr("keepdims"));
+        l.out = Shape{1, 1, in.c};
+        break;
+      case LayerKind::Add:
+        for (std::size_t k = 1; k < shapes.size(); ++k)
+          if (!(shapes[k] == in))
+            fail(ptr + "/inbound_nodes", entry.value("inbound_nodes", json()),
+                 fmt::format("layer {} (Add): input {} is {}, input 0 is {}; Add needs equal "
+                             "shapes",
+                             l.name, k, show_shape(shapes[k]), show_shape(in)));
+        l.out = in;
+        break;
+      case LayerKind::Constant: break;
     }
     check_tensor(l, cptr, cfg);
     return l;
   }
 
   std::string origin_;
+  Shape input_;
+  bool input_given_ = false;
   std::map<std::string, std::size_t> explicit_names_;
   std::set<std::string> taken_;
   std::map<std::string, std::uint32_t> name_counters_;
 };
+
+// Keras's legacy serialisation (SavedModel metadata) wraps tuples and shapes as
+// {"class_name": "__tuple__" | "TensorShape", "items": [...]}; they mean the plain list.
+json unwrap_tuples(const json& v) {
+  if (v.is_object()) {
+    if (v.size() == 2 && v.contains("items") &&
+        (v.value("class_name", json()) == "__tuple__" ||
+         v.value("class_name", json()) == "TensorShape"))
+      return unwrap_tuples(v["items"]);
+    json out = json::object();
+    for (auto it = v.begin(); it != v.end(); ++it) out[it.key()] = unwrap_tuples(it.value());
+    return out;
+  }
+  if (v.is_array()) {
+    json out = json::array();
+    for (const auto& x : v) out.push_back(unwrap_tuples(x));
+    return out;
+  }
+  return v;
+}
 
 // nlohmann's parser recurses per nesting level; a hostile file must not exhaust the stack.
 int json_depth(const std::string& text) {
@@ -510,7 +855,154 @@ int json_depth(const std::string& text) {
 
 }  // namespace
 
-Model parse_model(const json& doc, const std::string& origin) { return Parser(origin).parse(doc); }
+Model parse_model(const json& doc, const std::string& origin) {
+  return Parser(origin).parse(unwrap_tuples(doc));
+}
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// SCALE-Sim's split: fields between commas, the last (empty after the trailing comma) dropped.
+std::vector<std::string> csv_fields(const std::string& row) {
+  std::vector<std::string> f;
+  std::string cur;
+  for (char ch : row) {
+    if (ch == ',') {
+      f.push_back(trim(cur));
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (!trim(cur).empty()) f.push_back(trim(cur));
+  return f;
+}
+
+}  // namespace
+
+Model parse_topology(const std::string& text, const std::string& origin) {
+  std::istringstream in(text);
+  std::string row;
+  std::vector<std::pair<std::size_t, std::vector<std::string>>> rows;
+  std::vector<std::string> header;
+  for (std::size_t line = 1; std::getline(in, row); ++line) {
+    if (trim(row).empty()) continue;
+    if (header.empty())
+      header = csv_fields(row);
+    else
+      rows.emplace_back(line, csv_fields(row));
+  }
+  // SCALE-Sim v2 topology_utils.py: convolution rows "name, IFMAP height, IFMAP width, filter
+  // height, filter width, channels, num filter, stride height[, stride width]," (one stride means
+  // both); GEMM rows "name, M, N, K," read as an M x K input times a K x N matrix.
+  const bool gemm = header.size() >= 4 && lower(header[1]) == "m" && lower(header[2]) == "n" &&
+                    lower(header[3]) == "k";
+  const bool conv = header.size() >= 8 && lower(header[1]).rfind("ifmap", 0) == 0;
+  if (!gemm && !conv)
+    throw InputError(fmt::format(
+        "{}: line 1: not a SCALE-Sim topology header (expected \"Layer name, IFMAP Height, IFMAP "
+        "Width, Filter Height, Filter Width, Channels, Num Filter, Strides,\" or \"Layer, M, N, "
+        "K,\")",
+        origin));
+  if (rows.empty()) throw InputError(fmt::format("{}: no layer rows after the header", origin));
+  Model m;
+  m.file = origin;
+  {
+    std::string stem = origin.substr(origin.find_last_of('/') + 1);
+    stem = stem.substr(0, stem.find('.'));
+    m.name = stem.empty() ? "topology" : stem;
+  }
+  std::set<std::string> names;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto& [line, f] = rows[r];
+    const std::size_t want = gemm ? 4 : 8;
+    if (f.size() < want || f.size() > (gemm ? 4u : 9u))
+      throw InputError(fmt::format("{}: line {}: {} fields (a {} row has {}{})", origin, line,
+                                   f.size(), gemm ? "GEMM" : "convolution", want,
+                                   gemm ? "" : " or 9"));
+    const std::string& name = f[0];
+    if (name.empty() || name.size() > kMaxNameBytes || name.find('/') != std::string::npos ||
+        !names.insert(name).second)
+      throw InputError(
+          fmt::format("{}: line {}: layer name \"{}\" (must be unique, 1 to {} bytes, without '/')",
+                      origin, line, name, kMaxNameBytes));
+    if (name.find("DP") != std::string::npos && !gemm)
+      throw InputError(fmt::format(
+          "{}: line {}: layer {} is a depthwise convolution (\"DP\" in its name, as SCALE-Sim "
+          "marks them), which tpusim's compiler does not lower",
+          origin, line, name));
+    std::vector<std::uint32_t> v;
+    for (std::size_t k = 1; k < f.size(); ++k) {
+      std::uint64_t x = 0;
+      const bool digits =
+          !f[k].empty() && f[k].size() <= 6 &&
+          std::all_of(f[k].begin(), f[k].end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      if (digits) x = std::stoull(f[k]);
+      if (!digits || x < 1 || x > kMaxDim)
+        throw InputError(fmt::format(
+            "{}: line {}: layer {}: {} = \"{}\" (must be an integer in "
+            "[1, {}])",
+            origin, line, name, header.size() > k ? header[k] : "field", f[k], kMaxDim));
+      v.push_back(static_cast<std::uint32_t>(x));
+    }
+    Layer l;
+    l.name = name;
+    l.kind = LayerKind::Conv2D;
+    l.use_bias = false;
+    if (gemm) {
+      l.in = Shape{v[0], 1, v[2]};
+      l.filters = v[1];
+    } else {
+      l.in = Shape{v[0], v[1], v[4]};
+      l.kernel_h = v[2], l.kernel_w = v[3];
+      l.filters = v[5];
+      l.stride_h = v[6];
+      l.stride_w = v.size() > 7 ? v[7] : v[6];
+      if (l.kernel_h > l.in.h || l.kernel_w > l.in.w)
+        throw InputError(
+            fmt::format("{}: line {}: layer {}: the {}x{} filter is larger than the "
+                        "{}x{} IFMAP",
+                        origin, line, name, l.kernel_h, l.kernel_w, l.in.h, l.in.w));
+    }
+    l.out = Shape{(l.in.h - l.kernel_h) / l.stride_h + 1, (l.in.w - l.kernel_w) / l.stride_w + 1,
+                  l.filters};
+    const std::uint64_t fan_in = std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
+    if (l.in.size() > kMaxTensorElements || l.out.size() > kMaxTensorElements ||
+        fan_in * l.filters > kMaxTensorElements)
+      throw InputError(fmt::format("{}: line {}: layer {}: tensors of more than {} elements",
+                                   origin, line, name, kMaxTensorElements));
+    // Each row reads its own input, as SCALE-Sim simulates each row alone: the first row the
+    // images the host streams in, the others a seeded tensor held in off-chip memory.
+    if (r == 0) {
+      m.input = l.in;
+      l.inputs = {kModelInput};
+    } else {
+      Layer c;
+      c.name = name + "_ifmap";
+      c.kind = LayerKind::Constant;
+      c.seed = r;
+      c.out = l.in;
+      c.in = l.in;
+      if (!names.insert(c.name).second)
+        throw InputError(fmt::format("{}: line {}: layer name {} is taken by another row", origin,
+                                     line, c.name));
+      m.layers.push_back(std::move(c));
+      l.inputs = {m.layers.size() - 1};
+    }
+    m.layers.push_back(std::move(l));
+  }
+  return m;
+}
 
 Model load_model(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -518,13 +1010,17 @@ Model load_model(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] != '{' && text[first] != '[')
+    return parse_topology(text, path);
   if (const int depth = json_depth(text); depth > kMaxJsonDepth)
     throw InputError(fmt::format("{}: JSON nested {} levels deep (at most {} allowed)", path, depth,
                                  kMaxJsonDepth));
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, or out_of_range for a number past a double's range (1e400).
     std::string what = e.what();
     const auto pos = what.find("parse error");
     throw InputError(fmt::format("{}: not valid JSON: {}", path,

@@ -1,9 +1,12 @@
 // Networks as tpusim reads them: Keras's layer names and arguments ("class_name" + "config"),
 // NHWC activations per image (channels last, as Keras), weights in Keras's layouts
-// (Conv2D kernel [kh][kw][cin][cout], Dense kernel [in][out]).
+// (Conv2D kernel [kh][kw][cin][cout], Dense kernel [in][out]). A model is a graph: each layer
+// names the layers it reads (Keras's functional inbound_nodes), listed in an order where every
+// input comes first; a Sequential list is the chain through it (docs/models.md).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,7 +21,24 @@ struct Shape {
   }
 };
 
-enum class LayerKind { Conv2D, MaxPooling2D, AveragePooling2D, Activation, Flatten, Dense };
+enum class LayerKind {
+  Conv2D,
+  MaxPooling2D,
+  AveragePooling2D,
+  Activation,
+  Flatten,
+  Dense,
+  BatchNormalization,
+  ZeroPadding2D,
+  GlobalAveragePooling2D,
+  Add,
+  // A tensor the chip holds in off-chip memory, the same for every image, with seeded random
+  // values: the input of a SCALE-Sim topology row, which does not read the previous row's output.
+  Constant,
+};
+
+// Layer::inputs entry for the model's input (the images the host streams in).
+inline constexpr std::size_t kModelInput = std::numeric_limits<std::size_t>::max();
 enum class Act { Linear, Relu, Relu6, Sigmoid, Tanh, Softmax };
 enum class Padding { Valid, Same };
 
@@ -34,10 +54,25 @@ struct Layer {
   Padding padding = Padding::Valid;
   bool use_bias = true;
   Act activation = Act::Linear;
-  Shape in, out;  // resolved by the loader
+  // ZeroPadding2D: rows and columns of zeros added on each side.
+  std::uint32_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  // BatchNormalization: y = gamma * (x - moving_mean) / sqrt(moving_variance + epsilon) + beta;
+  // use_bias is Keras's `center` (beta), scale its `scale` (gamma).
+  float epsilon = 1e-3f;
+  bool scale = true;
+  // Constant: the seed of its values (uniform in [-1, 1)).
+  std::uint64_t seed = 0;
+  // Producing layers, in order (indices into Model::layers, or kModelInput); Add has two or
+  // more, Constant none, every other class one.
+  std::vector<std::size_t> inputs;
+  Shape in, out;  // resolved by the loader; `in` is the first input's shape
 
   [[nodiscard]] bool has_weights() const {
     return kind == LayerKind::Conv2D || kind == LayerKind::Dense;
+  }
+  // Whether the weights file holds tensors for this layer (weights.h).
+  [[nodiscard]] bool has_parameters() const {
+    return has_weights() || kind == LayerKind::BatchNormalization;
   }
   // Multiply-accumulates per image.
   [[nodiscard]] std::uint64_t macs() const;
@@ -52,10 +87,18 @@ struct Model {
   [[nodiscard]] std::uint64_t macs_per_image() const;
 };
 
-// Reads a model file; throws InputError naming the file, the JSON pointer, the value and what is
-// allowed (unknown layer class or argument, bad shape, shapes that do not chain).
+// Reads a model file of any form it recognises: tpusim's JSON (docs/models.md), the JSON Keras's
+// model.to_json() writes (Sequential or Functional), or a SCALE-Sim topology CSV (convolution or
+// GEMM). Throws InputError naming the file, the place, the value and what is allowed (unknown
+// layer class or argument, bad shape, shapes that do not chain).
 Model load_model(const std::string& path);
 Model parse_model(const nlohmann::json& doc, const std::string& origin);
+// SCALE-Sim topology CSV text (docs/models.md): every row an independent layer.
+Model parse_topology(const std::string& text, const std::string& origin);
+
+// For each layer, the layers that read its output (in order), and whether the model's output is
+// it (the last layer).
+std::vector<std::vector<std::size_t>> consumers(const Model& m);
 
 std::string_view name_of(LayerKind k);
 std::string_view name_of(Act a);

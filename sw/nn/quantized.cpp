@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "hw/common/bf16.h"
 #include "hw/common/error.h"
@@ -69,19 +70,49 @@ void resize(Tensor& t, std::size_t n) {
     t.f32.assign(n, 0.0f);
 }
 
-// The float value the calibration measures for layer i: the float model up to and including
-// layer i, with the activation fused into it applied.
-std::vector<float> float_prefix(const Model& m, const Weights& w, std::size_t i, Act fused,
-                                const float* images, std::size_t n) {
-  Model prefix = m;
-  prefix.layers.resize(i + 1);
-  prefix.layers[i].activation = fused;
-  Weights pw;
-  pw.layers.assign(w.layers.begin(), w.layers.begin() + static_cast<std::ptrdiff_t>(i + 1));
-  return forward_float(prefix, pw, images, n);
+// Union-find over tensor scales: int8 operands of an Add must share one scale (the vector
+// unit's eltwise add works on the integers), so each class of tensors an Add joins gets one.
+struct ScaleClasses {
+  std::vector<std::size_t> parent;
+  std::size_t find(std::size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  }
+};
+
+float range_of(float lo, float hi, Act f) {
+  switch (f) {
+    case Act::Relu: return std::max(hi, 0.0f);
+    case Act::Relu6: return std::clamp(hi, 0.0f, 6.0f);
+    default: return std::max(std::fabs(lo), std::fabs(hi));
+  }
 }
 
 }  // namespace
+
+std::size_t calibration_images(const Model& m) {
+  const std::uint64_t macs = std::max<std::uint64_t>(m.macs_per_image(), 1);
+  return static_cast<std::size_t>(
+      std::clamp<std::uint64_t>(kCalibrationMacs / macs, 1, kCalibrationImages));
+}
+
+ConvInput QuantizedModel::conv_input(std::size_t layer) const {
+  const Layer& l = model->layers[layer];
+  ConvInput c;
+  std::size_t p = l.inputs[0];
+  std::uint32_t extra_top = 0, extra_left = 0;
+  c.shape = l.in;
+  if (p != kModelInput && layers[p].folded_padding) {
+    const Layer& zp = model->layers[p];
+    extra_top = zp.pad_top, extra_left = zp.pad_left;
+    c.shape = zp.in;
+    p = zp.inputs[0];
+  }
+  c.tensor = tensor_of(p);
+  c.pad_top = extra_top + pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
+  c.pad_left = extra_left + pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
+  return c;
+}
 
 QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std::uint32_t tile_rows,
                         const float* calibration, std::size_t n_cal) {
@@ -93,54 +124,87 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
   q.tile_rows = tile_rows;
   const std::size_t L = m.layers.size();
   q.layers.resize(L);
+  const auto readers = consumers(m);
+  // Whether layer p's only reader is c (so an operation fused into p changes nothing else).
+  auto only_reader = [&](std::size_t p, std::size_t c) {
+    return p != kModelInput && readers[p].size() == 1 && readers[p][0] == c;
+  };
+  auto refuse = [&](const Layer& l, const std::string& why) {
+    throw InputError(fmt::format("{}: layer {} ({}): {}", m.file, l.name, name_of(l.kind), why));
+  };
 
-  // 1. Activations the vector unit applies in the producing layer's Activate. Through a max
-  //    pool only monotonic ones (max commutes with them, bit for bit, also after rounding).
+  // 1. What the producing layer's Activate applies. BatchNormalization folds into the Conv2D or
+  //    Dense before it; an Activation fuses into the weighted layer before it, also through
+  //    folded normalisations, flattens and max pools (for monotonic functions only: max commutes
+  //    with them, bit for bit, also after rounding).
+  std::vector<std::size_t> value_layer(L);  // the float layer whose output a weighted layer's is
+  std::vector<std::size_t> bn_of(L, L);     // the BatchNormalization folded into layer i
   for (std::size_t i = 0; i < L; ++i) {
     const Layer& l = m.layers[i];
+    value_layer[i] = i;
     if (l.has_weights()) q.layers[i].fused_activation = l.activation;
-    if (l.kind != LayerKind::Activation) continue;
-    std::size_t j = i;
-    bool through_pool = false;
-    while (j > 0) {
-      const LayerKind k = m.layers[j - 1].kind;
-      if (k == LayerKind::Flatten)
-        --j;
-      else if (k == LayerKind::MaxPooling2D)
-        --j, through_pool = true;
-      else
-        break;
+    if (l.kind == LayerKind::BatchNormalization) {
+      const std::size_t p = l.inputs[0];
+      if (p == kModelInput || !m.layers[p].has_weights() || !only_reader(p, i) ||
+          q.layers[p].fused_activation != Act::Linear || bn_of[p] != L)
+        refuse(l,
+               "the chip applies a BatchNormalization only folded into the Conv2D or Dense "
+               "(linear, read by nothing else) that produces its input");
+      q.layers[i].fused_into_previous = true;
+      bn_of[p] = i;
+      value_layer[p] = i;
     }
-    if (j == 0 || !m.layers[j - 1].has_weights()) continue;
-    QuantizedLayer& producer = q.layers[j - 1];
+    if (l.kind != LayerKind::Activation || l.activation == Act::Linear) continue;
+    std::size_t j = l.inputs[0], reader = i;
+    bool through_pool = false;
+    while (j != kModelInput && only_reader(j, reader)) {
+      const Layer& k = m.layers[j];
+      if (k.kind == LayerKind::Flatten || q.layers[j].fused_into_previous ||
+          k.kind == LayerKind::MaxPooling2D) {
+        through_pool = through_pool || k.kind == LayerKind::MaxPooling2D;
+        reader = j;
+        j = k.inputs[0];
+        continue;
+      }
+      break;
+    }
+    if (j == kModelInput || !only_reader(j, reader) || !m.layers[j].has_weights()) continue;
+    QuantizedLayer& producer = q.layers[j];
     if (producer.fused_activation != Act::Linear) continue;
     if (through_pool && !monotonic(l.activation)) continue;
     producer.fused_activation = l.activation;
     q.layers[i].fused_into_previous = true;
   }
+  for (std::size_t i = 0; i < L; ++i) {
+    const Layer& l = m.layers[i];
+    if (l.kind != LayerKind::ZeroPadding2D || readers[i].empty()) continue;
+    q.layers[i].folded_padding = std::all_of(readers[i].begin(), readers[i].end(), [&](auto r) {
+      return m.layers[r].kind == LayerKind::Conv2D;
+    });
+  }
+  q.tensor.resize(L);
+  for (std::size_t i = 0; i < L; ++i) {
+    const Layer& l = m.layers[i];
+    const QuantizedLayer& ql = q.layers[i];
+    const bool passes_on = l.kind == LayerKind::Flatten || ql.fused_into_previous ||
+                           ql.folded_padding ||
+                           (l.kind == LayerKind::Activation && l.activation == Act::Linear);
+    q.tensor[i] = passes_on ? q.tensor_of(l.inputs[0]) : i;
+  }
 
-  // 2. Output types: the last weighted layer gives fp32 when only fused activations and
-  //    flattens follow it; every other tensor keeps the chip's activation type.
+  // 2. Output types: the last weighted layer gives fp32 when only layers that compute nothing
+  //    follow it; every other tensor keeps the chip's activation type.
   std::size_t last_weighted = L;
   for (std::size_t i = 0; i < L; ++i)
     if (m.layers[i].has_weights()) last_weighted = i;
   bool final_float = last_weighted < L;
   for (std::size_t i = last_weighted + 1; i < L && final_float; ++i)
-    final_float = m.layers[i].kind == LayerKind::Flatten || q.layers[i].fused_into_previous;
+    final_float = q.tensor[i] == last_weighted;
 
-  // 3. Scales and parameters, layer by layer.
-  float in_scale = 1.0f;
-  if (input_type == DType::Int8) {
-    float mx = 0.0f;
-    for (std::size_t i = 0; i < n_cal * m.input.size(); ++i)
-      mx = std::max(mx, std::fabs(calibration[i]));
-    in_scale = mx > 0 ? mx / kInt8Max : 1.0f;
-  }
-  q.input_scale = in_scale;
-  DType in_type = input_type;
+  // 3. What the chip cannot run, named before anything is built.
   for (std::size_t i = 0; i < L; ++i) {
     const Layer& l = m.layers[i];
-    QuantizedLayer& ql = q.layers[i];
+    const QuantizedLayer& ql = q.layers[i];
     if (l.kind == LayerKind::Activation && !ql.fused_into_previous &&
         !(l.activation == Act::Relu || l.activation == Act::Linear))
       throw InputError(
@@ -153,15 +217,113 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
           fmt::format("{}: layer {} ({}): the vector unit pools with padding "
                       "\"valid\" only",
                       m.file, l.name, name_of(l.kind)));
-    if (!l.has_weights()) {
-      ql.out_type = in_type;
-      ql.out_scale = in_scale;
-      continue;
+    if (!q.computes(i) || l.has_weights()) continue;
+    for (std::size_t p : l.inputs)
+      if (final_float && q.tensor_of(p) == last_weighted)
+        refuse(l, fmt::format("it reads the fp32 output of {}, the last weighted layer; the "
+                              "vector unit works on {} tensors",
+                              m.layers[last_weighted].name, name_of(input_type)));
+  }
+
+  // 4. int8 ranges: one float pass over the calibration images records each layer's range.
+  std::vector<float> lo(L, 0.0f), hi(L, 0.0f);
+  float in_range = 0.0f;
+  if (input_type == DType::Int8) {
+    const std::size_t n_use = std::min(n_cal, calibration_images(m));
+    for (std::size_t i = 0; i < n_use * m.input.size(); ++i)
+      in_range = std::max(in_range, std::fabs(calibration[i]));
+    std::vector<bool> seen(L, false);
+    forward_float(m, w, calibration, n_use, [&](std::size_t i, const float* v, std::size_t n) {
+      if (n == 0) return;
+      const auto [a, b] = std::minmax_element(v, v + n);
+      lo[i] = seen[i] ? std::min(lo[i], *a) : *a;
+      hi[i] = seen[i] ? std::max(hi[i], *b) : *b;
+      seen[i] = true;
+    });
+  }
+  auto scale_for = [](float range) { return range > 0 ? range / kInt8Max : 1.0f; };
+
+  // 5. Scale classes (int8): a weighted layer's output and an Add's inputs and output; pooling,
+  //    padding and standalone ReLU keep their input's scale. Source 0 is the model input.
+  ScaleClasses sc;
+  sc.parent.resize(L + 1);
+  for (std::size_t k = 0; k <= L; ++k) sc.parent[k] = k;
+  std::vector<std::size_t> source(L + 1, 0);
+  auto source_of = [&](std::size_t tensor) {
+    return sc.find(tensor == kModelInput ? 0 : source[tensor + 1]);
+  };
+  for (std::size_t i = 0; i < L; ++i) {
+    if (!q.computes(i)) continue;
+    const Layer& l = m.layers[i];
+    if (l.has_weights() || l.kind == LayerKind::Constant) {
+      source[i + 1] = i + 1;
+    } else if (l.kind == LayerKind::Add) {
+      const std::size_t root = source_of(q.tensor_of(l.inputs[0]));
+      for (std::size_t k = 1; k < l.inputs.size(); ++k) {
+        const std::size_t other = source_of(q.tensor_of(l.inputs[k]));
+        if (other != root) sc.parent[other] = root;
+      }
+      source[i + 1] = root;
+    } else {
+      source[i + 1] = source_of(q.tensor_of(l.inputs[0]));
     }
-    const bool out_float = final_float && i == last_weighted;
+  }
+  // A class with a fixed member (the input, a constant) takes its scale; others cover the
+  // largest range of their members, Add outputs included, so the sums do not saturate.
+  std::vector<float> class_range(L + 1, 0.0f);
+  std::vector<std::optional<float>> class_fixed(L + 1);
+  std::vector<std::size_t> fixed_by(L + 1, L);
+  class_fixed[sc.find(0)] = scale_for(in_range);
+  for (std::size_t i = 0; i < L; ++i) {
+    if (!q.computes(i) || input_type != DType::Int8) continue;
+    const Layer& l = m.layers[i];
+    const std::size_t root = sc.find(source[i + 1]);
+    if (l.kind == LayerKind::Constant) {
+      const auto v = constant_values(l);
+      float r = 0.0f;
+      for (float x : v) r = std::max(r, std::fabs(x));
+      if (class_fixed[root] && *class_fixed[root] != scale_for(r))
+        refuse(l,
+               "an Add joins it with the model input or another constant, whose int8 scales "
+               "differ");
+      class_fixed[root] = scale_for(r);
+      fixed_by[root] = i;
+    } else if (l.has_weights() && !(final_float && i == last_weighted)) {
+      const std::size_t v = value_layer[i];
+      class_range[root] =
+          std::max(class_range[root], range_of(lo[v], hi[v], q.layers[i].fused_activation));
+    } else if (l.kind == LayerKind::Add) {
+      class_range[root] = std::max(class_range[root], range_of(lo[i], hi[i], Act::Linear));
+    }
+  }
+  auto scale_of_tensor = [&](std::size_t tensor) {
+    const std::size_t root = source_of(tensor);
+    return class_fixed[root] ? *class_fixed[root] : scale_for(class_range[root]);
+  };
+
+  // 6. Parameters, layer by layer.
+  q.input_scale = input_type == DType::Int8 ? scale_of_tensor(kModelInput) : 1.0f;
+  for (std::size_t i = 0; i < L; ++i) {
+    const Layer& l = m.layers[i];
+    QuantizedLayer& ql = q.layers[i];
+    const std::size_t own = q.tensor[i];
+    const bool out_float = final_float && own == last_weighted;
     ql.out_type = out_float ? DType::Fp32 : input_type;
+    ql.out_scale = input_type == DType::Int8 && !out_float ? scale_of_tensor(own) : 1.0f;
+    if (l.kind == LayerKind::Constant) {
+      const auto v = constant_values(l);
+      for (float x : v) {
+        if (input_type == DType::Int8) {
+          ql.constant.push_back(static_cast<std::uint8_t>(quantize_value(x, ql.out_scale)));
+        } else {
+          const std::uint16_t b = to_bf16(x).bits;
+          ql.constant.push_back(static_cast<std::uint8_t>(b & 0xff));
+          ql.constant.push_back(static_cast<std::uint8_t>(b >> 8));
+        }
+      }
+    }
+    if (!l.has_weights()) continue;
     const std::uint32_t cout = l.out.c;
-    const std::size_t k_total = w.layers[i].kernel.size() / cout;
     if (ql.fused_activation == Act::Softmax && !out_float)
       throw InputError(
           fmt::format("{}: layer {}: softmax must end the network (it needs an fp32 "
@@ -173,52 +335,58 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
           fmt::format("{}: layer {}: activation {} on an int8 chip needs an fp32 "
                       "output; only the last layer gives one",
                       m.file, l.name, name_of(ql.fused_activation)));
-    if (input_type == DType::Bf16) {
-      ql.kernel_bf16.resize(w.layers[i].kernel.size());
-      for (std::size_t k = 0; k < ql.kernel_bf16.size(); ++k)
-        ql.kernel_bf16[k] = to_bf16(w.layers[i].kernel[k]).bits;
-      ql.bias_f32 = w.layers[i].bias;
-      ql.scale_f32.assign(cout, 1.0f);
-      ql.out_scale = 1.0f;
-    } else {
-      ql.weight_scale.assign(cout, 0.0f);
-      for (std::size_t k = 0; k < k_total; ++k)
-        for (std::uint32_t c = 0; c < cout; ++c)
-          ql.weight_scale[c] =
-              std::max(ql.weight_scale[c], std::fabs(w.layers[i].kernel[k * cout + c]));
-      for (auto& s : ql.weight_scale) s = s > 0 ? s / kInt8Max : 1.0f;
-      ql.kernel_i8.resize(w.layers[i].kernel.size());
-      for (std::size_t k = 0; k < k_total; ++k)
-        for (std::uint32_t c = 0; c < cout; ++c)
-          ql.kernel_i8[k * cout + c] =
-              quantize_value(w.layers[i].kernel[k * cout + c], ql.weight_scale[c]);
-      ql.bias_i32.assign(cout, 0);
+    // The kernel and bias the chip uses: with a folded BatchNormalization, per output channel
+    // w' = w * inv and b' = b * inv + (beta - mean * inv), inv = gamma / sqrt(var + epsilon).
+    std::vector<float> kernel = w.layers[i].kernel;
+    std::vector<float> bias = w.layers[i].bias;
+    bias.resize(cout, 0.0f);
+    if (bn_of[i] != L) {
+      const Layer& bn = m.layers[bn_of[i]];
+      const LayerWeights& bw = w.layers[bn_of[i]];
       for (std::uint32_t c = 0; c < cout; ++c) {
-        const double b =
-            std::round(double{w.layers[i].bias[c]} / (double{in_scale} * ql.weight_scale[c]));
-        ql.bias_i32[c] =
-            static_cast<std::int32_t>(std::clamp<double>(b, -2147483647.0, 2147483647.0));
-      }
-      if (out_float) {
-        ql.scale_f32.resize(cout);
-        for (std::uint32_t c = 0; c < cout; ++c) ql.scale_f32[c] = in_scale * ql.weight_scale[c];
-        ql.out_scale = 1.0f;
-      } else {
-        const auto y = float_prefix(m, w, i, ql.fused_activation, calibration, n_cal);
-        float mx = 0.0f;
-        for (float v : y) mx = std::max(mx, std::fabs(v));
-        ql.out_scale = mx > 0 ? mx / kInt8Max : 1.0f;
-        ql.multiplier.resize(cout);
-        ql.shift.resize(cout);
-        for (std::uint32_t c = 0; c < cout; ++c) {
-          const auto qm = quantize_multiplier(double{in_scale} * ql.weight_scale[c] / ql.out_scale);
-          ql.multiplier[c] = qm.multiplier_q31;
-          ql.shift[c] = qm.shift;
-        }
+        const float inv = bw.gamma[c] / std::sqrt(bw.moving_variance[c] + bn.epsilon);
+        bias[c] = bias[c] * inv + (bw.beta[c] - bw.moving_mean[c] * inv);
+        for (std::size_t k = c; k < kernel.size(); k += cout) kernel[k] *= inv;
       }
     }
-    in_type = ql.out_type;
-    in_scale = ql.out_scale;
+    const std::size_t k_total = kernel.size() / cout;
+    if (input_type == DType::Bf16) {
+      ql.kernel_bf16.resize(kernel.size());
+      for (std::size_t k = 0; k < ql.kernel_bf16.size(); ++k)
+        ql.kernel_bf16[k] = to_bf16(kernel[k]).bits;
+      ql.bias_f32 = bias;
+      ql.scale_f32.assign(cout, 1.0f);
+      continue;
+    }
+    const float in_scale = scale_of_tensor(l.kind == LayerKind::Conv2D ? q.conv_input(i).tensor
+                                                                       : q.tensor_of(l.inputs[0]));
+    ql.weight_scale.assign(cout, 0.0f);
+    for (std::size_t k = 0; k < k_total; ++k)
+      for (std::uint32_t c = 0; c < cout; ++c)
+        ql.weight_scale[c] = std::max(ql.weight_scale[c], std::fabs(kernel[k * cout + c]));
+    for (auto& s : ql.weight_scale) s = s > 0 ? s / kInt8Max : 1.0f;
+    ql.kernel_i8.resize(kernel.size());
+    for (std::size_t k = 0; k < k_total; ++k)
+      for (std::uint32_t c = 0; c < cout; ++c)
+        ql.kernel_i8[k * cout + c] = quantize_value(kernel[k * cout + c], ql.weight_scale[c]);
+    ql.bias_i32.assign(cout, 0);
+    for (std::uint32_t c = 0; c < cout; ++c) {
+      const double b = std::round(double{bias[c]} / (double{in_scale} * ql.weight_scale[c]));
+      ql.bias_i32[c] =
+          static_cast<std::int32_t>(std::clamp<double>(b, -2147483647.0, 2147483647.0));
+    }
+    if (out_float) {
+      ql.scale_f32.resize(cout);
+      for (std::uint32_t c = 0; c < cout; ++c) ql.scale_f32[c] = in_scale * ql.weight_scale[c];
+      continue;
+    }
+    ql.multiplier.resize(cout);
+    ql.shift.resize(cout);
+    for (std::uint32_t c = 0; c < cout; ++c) {
+      const auto qm = quantize_multiplier(double{in_scale} * ql.weight_scale[c] / ql.out_scale);
+      ql.multiplier[c] = qm.multiplier_q31;
+      ql.shift[c] = qm.shift;
+    }
   }
   return q;
 }
@@ -244,15 +412,15 @@ namespace {
 // Conv2D and Dense in the chip's arithmetic. A Dense layer is a 1x1 "convolution" of a 1x1
 // image whose channels are the flattened input: the same loop covers both.
 void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLayer& ql,
-                    const Tensor& in, Tensor& out, std::size_t n) {
+                    const ConvInput& geometry, const Tensor& in, Tensor& out, std::size_t n) {
   const bool dense = l.kind == LayerKind::Dense;
-  const std::uint32_t ih = dense ? 1 : l.in.h, iw = dense ? 1 : l.in.w;
-  const std::uint32_t ic = dense ? static_cast<std::uint32_t>(l.in.size()) : l.in.c;
+  const std::uint32_t ih = dense ? 1 : geometry.shape.h, iw = dense ? 1 : geometry.shape.w;
+  const std::uint32_t ic = dense ? static_cast<std::uint32_t>(l.in.size()) : geometry.shape.c;
   const std::uint32_t kh = dense ? 1 : l.kernel_h, kw = dense ? 1 : l.kernel_w;
   const std::uint32_t sh = dense ? 1 : l.stride_h, sw = dense ? 1 : l.stride_w;
   const std::uint32_t oh = dense ? 1 : l.out.h, ow = dense ? 1 : l.out.w, oc = l.out.c;
-  const std::uint32_t pt = dense ? 0 : pad_before(ih, oh, kh, sh, l.padding);
-  const std::uint32_t pl = dense ? 0 : pad_before(iw, ow, kw, sw, l.padding);
+  const std::uint32_t pt = dense ? 0 : geometry.pad_top;
+  const std::uint32_t pl = dense ? 0 : geometry.pad_left;
   const std::uint64_t K = std::uint64_t{kh} * kw * ic;
   const std::uint64_t tile = q.tile_rows;
 
@@ -309,7 +477,10 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
           for (std::uint64_t k0 = 0; k0 < K; k0 += tile) {
             std::fill(psum.begin(), psum.end(), 0.0f);
             for (std::uint64_t k = k0; k < std::min(K, k0 + tile); ++k) {
+              // A zero input adds +-0 to a partial sum that is never -0 (it starts at +0 and
+              // finite sums round to +0), so skipping it leaves every bit unchanged.
               const float xk = x[k];
+              if (xk == 0.0f) continue;
               const float* __restrict wk = &wf[k * oc];
               float* __restrict ps = psum.data();
               for (std::uint32_t c = 0; c < oc; ++c) ps[c] += xk * wk[c];
@@ -386,39 +557,106 @@ void pool_layer(const Layer& l, const Tensor& in, Tensor& out, std::size_t n) {
 
 std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n) {
   const Model& m = *q.model;
-  Tensor cur;
-  cur.type = q.act_type;
+  const std::size_t L = m.layers.size();
+  Tensor input;
+  input.type = q.act_type;
   const auto enc = encode_input(q, images, n);
-  resize(cur, n * m.input.size());
+  resize(input, n * m.input.size());
   if (q.act_type == DType::Int8)
-    std::memcpy(cur.i8.data(), enc.data(), enc.size());
+    std::memcpy(input.i8.data(), enc.data(), enc.size());
   else
-    std::memcpy(cur.bf.data(), enc.data(), enc.size());
+    std::memcpy(input.bf.data(), enc.data(), enc.size());
 
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+  // Tensors are dropped after their last reader, so a deep network holds only what is live.
+  const std::size_t out_tensor = L == 0 ? kModelInput : q.tensor[L - 1];
+  std::vector<std::size_t> last_read(L, 0);
+  for (std::size_t i = 0; i < L; ++i)
+    if (q.computes(i))
+      for (std::size_t p : m.layers[i].inputs) {
+        const std::size_t t =
+            m.layers[i].kind == LayerKind::Conv2D ? q.conv_input(i).tensor : q.tensor_of(p);
+        if (t != kModelInput) last_read[t] = i;
+      }
+  std::vector<Tensor> t(L);
+  auto get = [&](std::size_t k) -> const Tensor& { return k == kModelInput ? input : t[k]; };
+  for (std::size_t i = 0; i < L; ++i) {
+    if (!q.computes(i)) continue;
     const Layer& l = m.layers[i];
     const QuantizedLayer& ql = q.layers[i];
-    Tensor next;
+    Tensor& next = t[i];
+    const Tensor& in0 = get(q.tensor_of(l.inputs.empty() ? kModelInput : l.inputs[0]));
     switch (l.kind) {
-      case LayerKind::Conv2D:
-      case LayerKind::Dense: weighted_layer(q, l, ql, cur, next, n); break;
+      case LayerKind::Conv2D: {
+        const ConvInput ci = q.conv_input(i);
+        weighted_layer(q, l, ql, ci, get(ci.tensor), next, n);
+        break;
+      }
+      case LayerKind::Dense: weighted_layer(q, l, ql, ConvInput{}, in0, next, n); break;
       case LayerKind::MaxPooling2D:
-      case LayerKind::AveragePooling2D: pool_layer(l, cur, next, n); break;
-      case LayerKind::Flatten: continue;
+      case LayerKind::AveragePooling2D: pool_layer(l, in0, next, n); break;
+      case LayerKind::GlobalAveragePooling2D: {
+        Layer g = l;
+        g.kind = LayerKind::AveragePooling2D;
+        g.kernel_h = l.in.h, g.kernel_w = l.in.w, g.stride_h = 1, g.stride_w = 1;
+        pool_layer(g, in0, next, n);
+        break;
+      }
       case LayerKind::Activation:
-        if (ql.fused_into_previous || l.activation == Act::Linear) continue;
         // A standalone ReLU: the chip's elementwise max(x, +0).
-        next = cur;
+        next = in0;
         for (auto& v : next.i8) v = relu(v);
         for (auto& v : next.bf) v = max_bf16(Bf16{v}, Bf16{0}).bits;
-        for (auto& v : next.f32) v = max_float(v, 0.0f);
         break;
+      case LayerKind::ZeroPadding2D: {
+        // Zeros, then each row copied as the chip copies it: max(x, x).
+        next.type = in0.type;
+        resize(next, n * l.out.size());
+        const std::size_t row = std::size_t{l.in.w} * l.in.c;
+        for (std::size_t b = 0; b < n; ++b)
+          for (std::uint32_t y = 0; y < l.in.h; ++y) {
+            const std::size_t s = (b * l.in.h + y) * row;
+            const std::size_t d =
+                ((b * l.out.h + y + l.pad_top) * l.out.w + l.pad_left) * std::size_t{l.in.c};
+            for (std::size_t k = 0; k < row; ++k) {
+              if (next.type == DType::Int8)
+                next.i8[d + k] = std::max(in0.i8[s + k], in0.i8[s + k]);
+              else
+                next.bf[d + k] = max_bf16(Bf16{in0.bf[s + k]}, Bf16{in0.bf[s + k]}).bits;
+            }
+          }
+        break;
+      }
+      case LayerKind::Add:
+        // The chip's eltwise add, operand after operand (int8: equal scales, saturating).
+        next = in0;
+        for (std::size_t k = 1; k < l.inputs.size(); ++k) {
+          const Tensor& o = get(q.tensor_of(l.inputs[k]));
+          for (std::size_t e = 0; e < next.i8.size(); ++e)
+            next.i8[e] = add_int8(next.i8[e], o.i8[e]);
+          for (std::size_t e = 0; e < next.bf.size(); ++e)
+            next.bf[e] = add_bf16(Bf16{next.bf[e]}, Bf16{o.bf[e]}).bits;
+        }
+        break;
+      case LayerKind::Constant:
+        next.type = q.act_type;
+        resize(next, n * l.out.size());
+        for (std::size_t b = 0; b < n; ++b) {
+          if (q.act_type == DType::Int8)
+            std::memcpy(next.i8.data() + b * l.out.size(), ql.constant.data(), ql.constant.size());
+          else
+            std::memcpy(next.bf.data() + b * l.out.size(), ql.constant.data(), ql.constant.size());
+        }
+        break;
+      case LayerKind::Flatten:
+      case LayerKind::BatchNormalization: break;  // never computed: they pass a tensor on
     }
-    cur = std::move(next);
+    for (std::size_t k = 0; k < i; ++k)
+      if (q.computes(k) && last_read[k] == i && k != out_tensor) t[k] = Tensor{};
   }
+  const Tensor& cur = get(out_tensor);
   const std::size_t count = n * m.output().size();
   std::vector<float> out(count);
-  const float scale = q.layers.empty() ? q.input_scale : q.layers.back().out_scale;
+  const float scale = out_tensor == kModelInput ? q.input_scale : q.layers[out_tensor].out_scale;
   for (std::size_t i = 0; i < count; ++i)
     out[i] = cur.type == DType::Int8 ? static_cast<float>(cur.i8[i]) * scale : value_at(cur, i);
   return out;

@@ -20,8 +20,12 @@ namespace tpu::nn {
 
 // Images whose activation ranges set the int8 scales: the first 256 of the run's input set
 // (docs/quantization.md), whatever the number of images run, so runs of different lengths
-// quantize identically.
+// quantize identically; fewer for large models (calibration_images).
 inline constexpr std::size_t kCalibrationImages = 256;
+// Float multiply-accumulates the calibration may spend: a model of more than
+// kCalibrationMacs / kCalibrationImages MACs per image calibrates on fewer images (at least one).
+inline constexpr std::uint64_t kCalibrationMacs = std::uint64_t{1} << 32;
+std::size_t calibration_images(const Model& m);
 
 struct QuantizedLayer {
   // Tensor of this layer's output as it sits in the unified buffer.
@@ -39,7 +43,22 @@ struct QuantizedLayer {
   std::vector<float> bias_f32;         // bf16 chips
   std::vector<float> scale_f32;        // fp32 out: dequantization scale (int) or 1.0 (float)
   Act fused_activation = Act::Linear;  // applied by the Activate instruction
-  bool fused_into_previous = false;    // an Activation layer folded into the layer before
+  // An Activation or BatchNormalization applied by the Conv2D or Dense that produces its input
+  // (BatchNormalization folded into its weights and bias).
+  bool fused_into_previous = false;
+  // A ZeroPadding2D that only Conv2D layers read: they add its zeros as window padding.
+  bool folded_padding = false;
+  // Constant: one image's values in the chip's encoding (int8 or bf16 little-endian bytes).
+  std::vector<std::uint8_t> constant;
+};
+
+// Where a Conv2D reads its input: the tensor (a layer index or kModelInput) and its shape, and
+// the zeros before the first row and column (SAME padding plus a folded ZeroPadding2D); rows and
+// columns past the end are zeros too.
+struct ConvInput {
+  std::size_t tensor = kModelInput;
+  Shape shape;
+  std::uint32_t pad_top = 0, pad_left = 0;
 };
 
 struct QuantizedModel {
@@ -48,10 +67,22 @@ struct QuantizedModel {
   std::uint32_t tile_rows = 0;         // K per weight tile (mxu.rows): the bf16 summation order
   float input_scale = 1.0f;            // int8: q = round(x / input_scale)
   std::vector<QuantizedLayer> layers;  // one per model layer
+  // Per layer, the layer whose computed tensor holds its output: itself, or for layers that
+  // compute nothing of their own (Flatten, fused layers, linear activations, folded padding) the
+  // tensor they pass on; kModelInput for the input. Only layers with tensor[i] == i run.
+  std::vector<std::size_t> tensor;
+
+  [[nodiscard]] bool computes(std::size_t i) const { return tensor[i] == i; }
+  // The tensor that holds producer p's output (p a layer index or kModelInput).
+  [[nodiscard]] std::size_t tensor_of(std::size_t p) const {
+    return p == kModelInput ? kModelInput : tensor[p];
+  }
+  [[nodiscard]] ConvInput conv_input(std::size_t layer) const;
 };
 
 // Builds the quantized model for a chip whose MXU takes `input_type` in tiles of `tile_rows`.
-// `calibration` holds n_cal images (floats, NHWC) used for int8 activation ranges.
+// `calibration` holds n_cal images (floats, NHWC) used for int8 activation ranges (the first
+// calibration_images(m) of them). Throws InputError naming the layer the chip cannot run.
 QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std::uint32_t tile_rows,
                         const float* calibration, std::size_t n_cal);
 

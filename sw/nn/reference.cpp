@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <type_traits>
 
@@ -230,11 +231,20 @@ void check_weights(const Model& m, const Weights& w) {
                                  w.layers.size(), m.layers.size()));
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
     const Layer& l = m.layers[i];
+    const LayerWeights& lw = w.layers[i];
+    if (l.kind == LayerKind::BatchNormalization) {
+      for (const auto* v : {&lw.gamma, &lw.beta, &lw.moving_mean, &lw.moving_variance})
+        if (v->size() != l.out.c)
+          throw InputError(
+              fmt::format("{}: layer {} (BatchNormalization) needs {} values per "
+                          "parameter, the weights hold {}",
+                          m.file, l.name, l.out.c, v->size()));
+      continue;
+    }
     if (!l.has_weights()) continue;
     const std::uint64_t kernel = l.kind == LayerKind::Dense
                                      ? l.in.size() * l.out.c
                                      : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c * l.out.c;
-    const LayerWeights& lw = w.layers[i];
     if (lw.kernel.size() != kernel || (l.use_bias && lw.bias.size() != l.out.c))
       throw InputError(
           fmt::format("{}: layer {} ({}) needs {} kernel and {} bias values, the "
@@ -244,54 +254,111 @@ void check_weights(const Model& m, const Weights& w) {
   }
 }
 
+// Keras's batch_normalization at inference: inv = gamma / sqrt(variance + epsilon),
+// y = x * inv + (beta - mean * inv), per channel.
+void batch_norm(const Layer& l, const LayerWeights& w, const float* in, float* out) {
+  const std::uint32_t c = l.out.c;
+  std::vector<float> inv(c), off(c);
+  for (std::uint32_t k = 0; k < c; ++k) {
+    inv[k] = w.gamma[k] / std::sqrt(w.moving_variance[k] + l.epsilon);
+    off[k] = w.beta[k] - w.moving_mean[k] * inv[k];
+  }
+  const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
+  for (std::size_t p = 0; p < pixels; ++p)
+    for (std::uint32_t k = 0; k < c; ++k) out[p * c + k] = in[p * c + k] * inv[k] + off[k];
+}
+
+void zero_pad(const Layer& l, const float* in, float* out) {
+  std::fill(out, out + l.out.size(), 0.0f);
+  const std::size_t row = std::size_t{l.in.w} * l.in.c;
+  for (std::uint32_t y = 0; y < l.in.h; ++y)
+    std::copy_n(in + y * row, row,
+                out + ((std::size_t{y} + l.pad_top) * l.out.w + l.pad_left) * l.in.c);
+}
+
 }  // namespace
+
+std::vector<float> constant_values(const Layer& l) {
+  std::mt19937_64 rng(l.seed);
+  std::vector<float> v(l.out.size());
+  for (auto& x : v) x = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-52 - 1.0);
+  return v;
+}
 
 std::vector<float> forward_float(const Model& m, const Weights& w, const float* input,
                                  std::size_t n) {
+  return forward_float(m, w, input, n, nullptr);
+}
+
+std::vector<float> forward_float(const Model& m, const Weights& w, const float* input,
+                                 std::size_t n, const LayerObserver& observe) {
   check_weights(m, w);
-  std::vector<Packed> packed(m.layers.size());
-  std::size_t largest = m.input.size();
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+  const std::size_t L = m.layers.size();
+  std::vector<Packed> packed(L);
+  std::vector<std::vector<float>> out(L);
+  std::vector<std::vector<float>> constants(L);
+  for (std::size_t i = 0; i < L; ++i) {
     const Layer& l = m.layers[i];
     if (l.has_weights()) packed[i] = pack(l, w.layers[i]);
     const std::size_t c = l.has_weights() ? packed[i].cout_padded : l.out.c;
-    largest = std::max<std::size_t>(largest, std::size_t{l.out.h} * l.out.w * c);
+    out[i].resize(std::size_t{l.out.h} * l.out.w * c);
+    if (l.kind == LayerKind::Constant) constants[i] = constant_values(l);
   }
   const Shape out_shape = m.output();
   std::vector<float> result(n * out_shape.size());
-  std::vector<float> a(largest), b(largest);
   for (std::size_t img = 0; img < n; ++img) {
-    std::copy_n(input + img * m.input.size(), m.input.size(), a.data());
-    for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const float* image = input + img * m.input.size();
+    auto src = [&](const Layer& l, std::size_t k) {
+      const std::size_t p = l.inputs[k];
+      return p == kModelInput ? image : out[p].data();
+    };
+    for (std::size_t i = 0; i < L; ++i) {
       const Layer& l = m.layers[i];
       const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
+      float* o = out[i].data();
       switch (l.kind) {
         case LayerKind::Conv2D:
         case LayerKind::Dense: {
           const Packed& p = packed[i];
           if (l.kind == LayerKind::Conv2D)
-            conv2d(l, p, a.data(), b.data());
+            conv2d(l, p, src(l, 0), o);
           else
-            dense(l, p, a.data(), b.data());
+            dense(l, p, src(l, 0), o);
           // Drop the padding channels.
           if (p.cout_padded != p.cout)
             for (std::size_t px = 0; px < pixels; ++px)
-              std::copy_n(b.data() + px * p.cout_padded, p.cout, b.data() + px * p.cout);
-          activate(l.activation, pixels, l.out.c, b.data());
-          std::swap(a, b);
+              std::copy_n(o + px * p.cout_padded, p.cout, o + px * p.cout);
+          activate(l.activation, pixels, l.out.c, o);
           break;
         }
         case LayerKind::MaxPooling2D:
-        case LayerKind::AveragePooling2D:
-          pool(l, a.data(), b.data());
-          std::swap(a, b);
+        case LayerKind::AveragePooling2D: pool(l, src(l, 0), o); break;
+        case LayerKind::GlobalAveragePooling2D: {
+          Layer g = l;
+          g.kind = LayerKind::AveragePooling2D;
+          g.kernel_h = l.in.h, g.kernel_w = l.in.w, g.padding = Padding::Valid;
+          pool(g, src(l, 0), o);
           break;
-        case LayerKind::Activation: activate(l.activation, pixels, l.out.c, a.data()); break;
+        }
+        case LayerKind::Activation:
+          std::copy_n(src(l, 0), l.out.size(), o);
+          activate(l.activation, pixels, l.out.c, o);
+          break;
         // NHWC is already (h, w, c) order in memory: Flatten changes only the shape.
-        case LayerKind::Flatten: break;
+        case LayerKind::Flatten: std::copy_n(src(l, 0), l.out.size(), o); break;
+        case LayerKind::BatchNormalization: batch_norm(l, w.layers[i], src(l, 0), o); break;
+        case LayerKind::ZeroPadding2D: zero_pad(l, src(l, 0), o); break;
+        case LayerKind::Add:
+          std::copy_n(src(l, 0), l.out.size(), o);
+          for (std::size_t k = 1; k < l.inputs.size(); ++k)
+            combine(l.out.size(), o, src(l, k), [](auto p, auto q) { return p + q; });
+          break;
+        case LayerKind::Constant: std::copy(constants[i].begin(), constants[i].end(), o); break;
       }
+      if (observe) observe(i, o, l.out.size());
     }
-    std::copy_n(a.data(), out_shape.size(), result.data() + img * out_shape.size());
+    const float* last = L == 0 ? image : out[L - 1].data();
+    std::copy_n(last, out_shape.size(), result.data() + img * out_shape.size());
   }
   return result;
 }

@@ -28,10 +28,12 @@ constexpr std::uint32_t kVersion = 1;
 constexpr std::uint32_t kMaxNameBytes = 256;
 constexpr std::uint32_t kMaxRank = 4;
 
+enum class Role { Kernel, Bias, Gamma, Beta, MovingMean, MovingVariance };
+
 // What the model expects of one tensor.
 struct Expected {
   std::size_t layer = 0;
-  bool bias = false;
+  Role role = Role::Kernel;
   std::vector<std::uint32_t> dims;
   [[nodiscard]] std::uint64_t elements() const {
     std::uint64_t n = 1;
@@ -46,16 +48,64 @@ std::vector<std::uint32_t> kernel_dims(const Layer& l) {
   return {static_cast<std::uint32_t>(l.in.size()), l.out.c};
 }
 
-// Tensors in the order save_weights writes them: model order, kernel before bias.
+// Tensors in the order save_weights writes them: model order, kernel before bias; Keras's
+// BatchNormalization order gamma, beta, moving_mean, moving_variance.
 std::vector<std::pair<std::string, Expected>> expected_tensors(const Model& m) {
   std::vector<std::pair<std::string, Expected>> out;
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
     const Layer& l = m.layers[i];
+    if (l.kind == LayerKind::BatchNormalization) {
+      const std::vector<std::uint32_t> c = {l.out.c};
+      if (l.scale) out.push_back({l.name + "/gamma", Expected{i, Role::Gamma, c}});
+      if (l.use_bias) out.push_back({l.name + "/beta", Expected{i, Role::Beta, c}});
+      out.push_back({l.name + "/moving_mean", Expected{i, Role::MovingMean, c}});
+      out.push_back({l.name + "/moving_variance", Expected{i, Role::MovingVariance, c}});
+      continue;
+    }
     if (!l.has_weights()) continue;
-    out.push_back({l.name + "/kernel", Expected{i, false, kernel_dims(l)}});
-    if (l.use_bias) out.push_back({l.name + "/bias", Expected{i, true, {l.out.c}}});
+    out.push_back({l.name + "/kernel", Expected{i, Role::Kernel, kernel_dims(l)}});
+    if (l.use_bias) out.push_back({l.name + "/bias", Expected{i, Role::Bias, {l.out.c}}});
   }
   return out;
+}
+
+// LW is LayerWeights or const LayerWeights.
+template <class LW>
+auto& tensor_of(LW& w, Role r) {
+  switch (r) {
+    case Role::Kernel: return w.kernel;
+    case Role::Bias: return w.bias;
+    case Role::Gamma: return w.gamma;
+    case Role::Beta: return w.beta;
+    case Role::MovingMean: return w.moving_mean;
+    case Role::MovingVariance: return w.moving_variance;
+  }
+  return w.kernel;
+}
+
+// Keras's defaults for the BatchNormalization tensors a layer without scale or center omits.
+void fill_bn_defaults(const Model& m, Weights& w) {
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const Layer& l = m.layers[i];
+    if (l.kind != LayerKind::BatchNormalization) continue;
+    if (!l.scale) w.layers[i].gamma.assign(l.out.c, 1.0f);
+    if (!l.use_bias) w.layers[i].beta.assign(l.out.c, 0.0f);
+  }
+}
+
+// A name read from the file, quoted for a one-line message: control and non-ASCII bytes escaped.
+std::string printable(const std::string& name) {
+  std::string s = "\"";
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\')
+      s += fmt::format("\\{}", ch);
+    else if (c < 0x20 || c > 0x7e)
+      s += fmt::format("\\x{:02x}", c);
+    else
+      s += ch;
+  }
+  return s + "\"";
 }
 
 std::string show_dims(const std::vector<std::uint32_t>& d) {
@@ -129,8 +179,17 @@ void check_matches(const Model& m, const Weights& w) {
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
     const Layer& l = m.layers[i];
     const LayerWeights& lw = w.layers[i];
+    if (l.kind == LayerKind::BatchNormalization) {
+      for (const auto* v : {&lw.gamma, &lw.beta, &lw.moving_mean, &lw.moving_variance})
+        if (v->size() != l.out.c)
+          throw InputError(
+              fmt::format("{}: layer {} (BatchNormalization) needs {} values per "
+                          "parameter, the weights hold {}",
+                          m.file, l.name, l.out.c, v->size()));
+      continue;
+    }
     const std::uint64_t kernel =
-        l.has_weights() ? Expected{i, false, kernel_dims(l)}.elements() : 0;
+        l.has_weights() ? Expected{i, Role::Kernel, kernel_dims(l)}.elements() : 0;
     const std::uint64_t bias = l.has_weights() ? l.out.c : 0;
     // A layer without bias may carry no bias or its zeros (LayerWeights).
     const bool bias_ok = lw.bias.size() == bias || (!l.use_bias && lw.bias.empty());
@@ -150,6 +209,14 @@ Weights random_weights(const Model& m, std::uint64_t seed) {
   w.layers.resize(m.layers.size());
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
     const Layer& l = m.layers[i];
+    if (l.kind == LayerKind::BatchNormalization) {
+      LayerWeights& bn = w.layers[i];
+      bn.gamma.assign(l.out.c, 1.0f);
+      bn.beta.assign(l.out.c, 0.0f);
+      bn.moving_mean.assign(l.out.c, 0.0f);
+      bn.moving_variance.assign(l.out.c, 1.0f);
+      continue;
+    }
     if (!l.has_weights()) continue;
     // Glorot & Bengio 2010 (Keras's glorot_uniform): U(-limit, limit) with
     // limit = sqrt(6 / (fan_in + fan_out)); a convolution's fans count its receptive field.
@@ -159,7 +226,8 @@ Weights random_weights(const Model& m, std::uint64_t seed) {
     const double fan_out = receptive * l.out.c;
     const double limit = std::sqrt(6.0 / (fan_in + fan_out));
     LayerWeights& lw = w.layers[i];
-    lw.kernel.resize(static_cast<std::size_t>(Expected{i, false, kernel_dims(l)}.elements()));
+    lw.kernel.resize(
+        static_cast<std::size_t>(Expected{i, Role::Kernel, kernel_dims(l)}.elements()));
     for (float& x : lw.kernel) {
       // The top 53 bits as a double in [0, 1): the same numbers on every platform, unlike
       // std::uniform_real_distribution whose algorithm the standard leaves open.
@@ -211,8 +279,8 @@ Weights load_weights(const std::string& path, const Model& m) {
     in.read(name.data(), name_len, where + "'s name");
     auto it = by_name.find(name);
     if (it == by_name.end())
-      throw InputError(fmt::format("{}: {} \"{}\" is not a tensor of model {} ({}); it needs: {}",
-                                   path, where, name, m.name, m.file, needed));
+      throw InputError(fmt::format("{}: {} {} is not a tensor of model {} ({}); it needs: {}", path,
+                                   where, printable(name), m.name, m.file, needed));
     if (seen[name]) throw InputError(fmt::format("{}: tensor \"{}\" appears twice", path, name));
     seen[name] = true;
     const Expected& e = *it->second;
@@ -239,14 +307,18 @@ Weights load_weights(const std::string& path, const Model& m) {
     in.require(n * 4, data_what);
     std::vector<std::uint8_t> raw(static_cast<std::size_t>(n * 4));
     in.read(raw.data(), raw.size(), data_what);
-    std::vector<float>& dst = e.bias ? w.layers[e.layer].bias : w.layers[e.layer].kernel;
+    std::vector<float>& dst = tensor_of(w.layers[e.layer], e.role);
     dst.resize(static_cast<std::size_t>(n));
     for (std::size_t k = 0; k < dst.size(); ++k) {
       const std::uint32_t bits = get_u32(raw.data() + 4 * k);
       std::memcpy(&dst[k], &bits, sizeof bits);
-      // Inference and quantization scales assume finite weights.
+      // Inference and quantization scales assume finite weights, and normalisation a variance
+      // that is not negative.
       if (!std::isfinite(dst[k]))
         throw InputError(fmt::format("{}: tensor \"{}\": value {} is {} (weights must be finite)",
+                                     path, name, k, dst[k]));
+      if (e.role == Role::MovingVariance && dst[k] < 0)
+        throw InputError(fmt::format("{}: tensor \"{}\": value {} is {} (a variance must be >= 0)",
                                      path, name, k, dst[k]));
     }
   }
@@ -256,6 +328,7 @@ Weights load_weights(const std::string& path, const Model& m) {
   for (std::size_t i = 0; i < m.layers.size(); ++i)
     if (m.layers[i].has_weights() && !m.layers[i].use_bias)
       w.layers[i].bias.assign(m.layers[i].out.c, 0.0f);
+  fill_bn_defaults(m, w);
   return w;
 }
 
@@ -270,7 +343,7 @@ void save_weights(const std::string& path, const Model& m, const Weights& w) {
     bytes.insert(bytes.end(), name.begin(), name.end());
     put_u32(bytes, static_cast<std::uint32_t>(e.dims.size()));
     for (std::uint32_t d : e.dims) put_u32(bytes, d);
-    const std::vector<float>& src = e.bias ? w.layers[e.layer].bias : w.layers[e.layer].kernel;
+    const std::vector<float>& src = tensor_of(w.layers[e.layer], e.role);
     for (float f : src) put_u32(bytes, float_bits(f));
   }
 

@@ -14,6 +14,8 @@ namespace tpu::nn {
 struct LayerWeights {
   std::vector<float> kernel;  // Conv2D [kh][kw][cin][cout]; Dense [in][out]
   std::vector<float> bias;    // [cout]; zeros when the layer has no bias
+  // BatchNormalization, [channels] each; gamma ones without `scale`, beta zeros without `center`.
+  std::vector<float> gamma, beta, moving_mean, moving_variance;
 };
 
 // One entry per model layer (empty for layers without weights).
@@ -21,8 +23,9 @@ struct Weights {
   std::vector<LayerWeights> layers;
 };
 
-// Seeded random weights (Glorot-uniform kernels, zero biases, as Keras initialises), for
-// performance studies of models without trained weights.
+// Seeded random weights (Glorot-uniform kernels, zero biases; BatchNormalization gamma 1, beta 0,
+// moving mean 0, moving variance 1, as Keras initialises), for performance studies of models
+// without trained weights.
 Weights random_weights(const Model& m, std::uint64_t seed);
 // Throws InputError naming the file and what is wrong (bad magic, truncated, a tensor whose
 // name or shape does not match the model's layer).

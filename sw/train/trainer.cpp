@@ -346,6 +346,7 @@ class Network {
         case LayerKind::AveragePooling2D: avg_pool_forward(s, in, out); break;
         case LayerKind::Activation: std::copy_n(in, l.out.size(), out); break;
         case LayerKind::Flatten: std::copy_n(in, l.out.size(), out); break;
+        default: break;  // refused by check_weights
       }
       if (l.kind == LayerKind::Conv2D || l.kind == LayerKind::Dense ||
           l.kind == LayerKind::Activation)
@@ -411,6 +412,7 @@ class Network {
         case LayerKind::Flatten:
           if (din) std::copy_n(d, l.out.size(), din);
           break;
+        default: break;  // refused by check_weights
       }
     }
   }
@@ -660,6 +662,23 @@ class Network {
   }
 
   static void check_weights(const nn::Model& m, const nn::Weights& w) {
+    // The trainer runs chains of the classes below; graphs and the other classes are inference
+    // only (docs/models.md).
+    for (std::size_t i = 0; i < m.layers.size(); ++i) {
+      const Layer& l = m.layers[i];
+      const bool chained =
+          l.inputs.size() == 1 && l.inputs[0] == (i == 0 ? nn::kModelInput : i - 1);
+      const bool trainable = l.kind == LayerKind::Conv2D || l.kind == LayerKind::Dense ||
+                             l.kind == LayerKind::MaxPooling2D ||
+                             l.kind == LayerKind::AveragePooling2D ||
+                             l.kind == LayerKind::Activation || l.kind == LayerKind::Flatten;
+      if (!chained || !trainable)
+        throw InputError(
+            fmt::format("{}: layer {} ({}): the trainer takes a Sequential chain of "
+                        "Conv2D, MaxPooling2D, AveragePooling2D, Activation, Flatten "
+                        "and Dense layers",
+                        m.file, l.name, nn::name_of(l.kind)));
+    }
     bool ok = w.layers.size() == m.layers.size();
     for (std::size_t i = 0; ok && i < m.layers.size(); ++i) {
       const Layer& l = m.layers[i];

@@ -1,0 +1,142 @@
+// Workloads beyond the Fashion-MNIST CNN, end to end (sw/report/session): a ResNet-50
+// bottleneck block on an int8 and a bf16 chip, with its activations in the unified buffer and
+// spilled to off-chip memory; a Keras model.to_json() document; SCALE-Sim topology CSVs; and a
+// layer the chip cannot run, refused by name before simulating. One chip per test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "hw/common/error.h"
+#include "hw/config/chip_config.h"
+#include "sw/nn/model.h"
+#include "sw/report/session.h"
+
+namespace tpu {
+namespace {
+
+using nlohmann::ordered_json;
+using ::testing::HasSubstr;
+
+ChipConfig shipped(const std::string& name) {
+  return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
+}
+std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
+
+report::RunOptions options(const std::string& model, std::uint64_t images) {
+  report::RunOptions o;
+  o.model = source(model);
+  o.random_weights = true;
+  o.images = images;
+  o.batch = static_cast<std::uint32_t>(images);
+  return o;
+}
+
+// Bit-exact with the quantized reference; one row per model layer (after setup) in model order,
+// the rows adding up to the totals.
+void expect_exact_with_rows(const ordered_json& r, const nn::Model& m) {
+  ASSERT_TRUE(r.contains("accuracy"));
+  EXPECT_TRUE(r["accuracy"]["bit_exact"].get<bool>());
+  const auto& rows = r["layers"];
+  ASSERT_EQ(rows.size(), m.layers.size() + 1);
+  double cycles = 0;
+  std::uint64_t macs = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i > 0) {
+      EXPECT_EQ(rows[i]["name"].get<std::string>(), m.layers[i - 1].name);
+      EXPECT_EQ(rows[i]["macs"].get<std::uint64_t>(),
+                m.layers[i - 1].macs() * r["workload"]["images"].get<std::uint64_t>());
+    }
+    cycles += rows[i]["cycles"].get<double>();
+    macs += rows[i]["macs"].get<std::uint64_t>();
+  }
+  const auto total = r["totals"]["cycles"].get<std::uint64_t>();
+  EXPECT_NEAR(cycles, static_cast<double>(total), 1e-6 * static_cast<double>(total));
+  EXPECT_EQ(macs, r["totals"]["macs"].get<std::uint64_t>());
+}
+
+const ordered_json& row(const ordered_json& r, const std::string& name) {
+  for (const auto& l : r["layers"])
+    if (l["name"] == name) return l;
+  ADD_FAILURE() << "no row " << name;
+  return r["layers"][0];
+}
+
+ordered_json run_block(const ChipConfig& cfg) {
+  const report::RunOptions o = options("configs/models/resnet50_block.json", 4);
+  const ordered_json r = report::run_workload(cfg, o);
+  expect_exact_with_rows(r, nn::load_model(o.model));
+  EXPECT_EQ(row(r, "conv2_block1_2_bn")["macs"].get<std::uint64_t>(), 0u)
+      << "a folded normalisation does no work of its own";
+  return r;
+}
+
+TEST(ResNetBlock, V1RunsTheBottleneckBlockBitExactlyInInt8) { run_block(shipped("v1")); }
+TEST(ResNetBlock, V3RunsTheBottleneckBlockBitExactlyInBf16) { run_block(shipped("v3")); }
+
+// A unified buffer smaller than one image's tensors: every layer reads its inputs from off-chip
+// memory and writes its output back, and still matches the reference bit for bit.
+TEST(ResNetBlock, ActivationsSpillToOffChipMemoryWhenTheUnifiedBufferIsTooSmall) {
+  ChipConfig cfg = shipped("v3");
+  cfg.unified_buffer.bytes = 6 * 1024 * 1024;
+  const ordered_json r = run_block(cfg);
+  EXPECT_GT(row(r, "conv2_block1_add")["bytes_off_chip"].get<std::uint64_t>(), 0u)
+      << "the Add reads both operands from off-chip memory";
+  EXPECT_LE(r["workload"]["unified_buffer_bytes_used"].get<std::uint64_t>(),
+            cfg.unified_buffer.bytes);
+}
+
+TEST(KerasToJsonRun, FunctionalModelIsBitExactOnInt8) {
+  const report::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
+  expect_exact_with_rows(report::run_workload(shipped("v1"), o), nn::load_model(o.model));
+}
+TEST(KerasToJsonRun, FunctionalModelIsBitExactOnBf16) {
+  const report::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
+  expect_exact_with_rows(report::run_workload(shipped("v4"), o), nn::load_model(o.model));
+}
+
+ordered_json run_topology(const std::string& chip, const std::string& csv) {
+  report::RunOptions o = options("configs/models/fashion_mnist_cnn.json", 4);
+  o.random_weights = false;
+  o.topology = source("tb/system/run/data/" + csv);
+  const ordered_json r = report::run_workload(shipped(chip), o);
+  expect_exact_with_rows(r, nn::load_model(o.topology));
+  EXPECT_EQ(r["workload"]["model_file"].get<std::string>(), o.topology);
+  return r;
+}
+
+TEST(TopologyRun, ScaleSimConvolutionRowsEachReadTheirOwnInputFromOffChipMemory) {
+  const ordered_json r = run_topology("v1", "scalesim_conv.csv");
+  EXPECT_GT(row(r, "Conv2")["bytes_off_chip"].get<std::uint64_t>(), 0u);
+  EXPECT_GT(row(r, "CB2a_1")["macs"].get<std::uint64_t>(), 0u);
+}
+TEST(TopologyRun, ScaleSimGemmRowsRunOnBf16) { run_topology("v3", "scalesim_gemm.csv"); }
+
+TEST(Refusals, ALayerTheChipCannotRunStopsTheRunWithItsName) {
+  report::RunOptions o = options("tb/system/run/data/keras_functional.json", 2);
+  const std::string path = std::string(TPUSIM_BINARY_DIR) + "/sigmoid_mid_network.json";
+  {
+    nlohmann::json doc = nlohmann::json::parse(R"({"name": "s", "input": [4, 4, 1], "layers": [
+        {"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 1}},
+        {"class_name": "BatchNormalization", "config": {"name": "bn"}},
+        {"class_name": "Activation", "config": {"name": "squash", "activation": "sigmoid"}},
+        {"class_name": "Flatten", "config": {"name": "f"}},
+        {"class_name": "Dense", "config": {"name": "d", "units": 2}}]})");
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    const std::string text = doc.dump();
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  o.model = path;
+  try {
+    report::run_workload(shipped("v1"), o);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("layer c"));
+    EXPECT_THAT(e.what(), HasSubstr("sigmoid"));
+  }
+}
+
+}  // namespace
+}  // namespace tpu

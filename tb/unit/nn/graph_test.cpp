@@ -1,0 +1,420 @@
+// Graph models (sw/nn/model): layers that name their inputs, Keras's model.to_json() in its
+// Sequential and Functional forms, SCALE-Sim topology CSVs; and the new layers in the float and
+// quantized references (BatchNormalization folding, Add on a shared int8 scale, ZeroPadding2D,
+// GlobalAveragePooling2D), checked against definitions written here.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "hw/common/error.h"
+#include "sw/nn/model.h"
+#include "sw/nn/quantized.h"
+#include "sw/nn/reference.h"
+#include "sw/nn/weights.h"
+
+namespace tpu::nn {
+namespace {
+
+using nlohmann::json;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+const std::string kSource = TPUSIM_SOURCE_DIR;
+
+json layer(const std::string& cls, json config, std::vector<std::string> inputs = {}) {
+  json l{{"class_name", cls}, {"config", std::move(config)}};
+  if (!inputs.empty()) {
+    json node = json::array();
+    for (const auto& n : inputs) node.push_back(json::array({n, 0, 0, json::object()}));
+    l["inbound_nodes"] = json::array({node});
+  }
+  return l;
+}
+
+std::string error_of(const json& doc) {
+  try {
+    parse_model(doc, "test.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+std::string error_of_topology(const std::string& text) {
+  try {
+    parse_topology(text, "t.csv");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+std::size_t index_of(const Model& m, const std::string& name) {
+  for (std::size_t i = 0; i < m.layers.size(); ++i)
+    if (m.layers[i].name == name) return i;
+  ADD_FAILURE() << "no layer " << name;
+  return 0;
+}
+
+// A residual pair in tpusim's own form: two convolutions of the input joined by an Add.
+json residual_doc() {
+  return json{
+      {"name", "res"},
+      {"input", {6, 6, 2}},
+      {"layers",
+       {layer("InputLayer", {{"name", "in"}, {"batch_input_shape", {nullptr, 6, 6, 2}}}),
+        layer("Conv2D", {{"name", "a"}, {"filters", 3}, {"kernel_size", 3}, {"padding", "same"}},
+              {"in"}),
+        layer("Conv2D", {{"name", "b"}, {"filters", 3}, {"kernel_size", 1}}, {"in"}),
+        layer("Add", {{"name", "sum"}}, {"a", "b"}),
+        layer("Activation", {{"name", "out"}, {"activation", "relu"}}, {"sum"})}}};
+}
+
+TEST(GraphModel, InboundNodesNameEachLayersInputs) {
+  const Model m = parse_model(residual_doc(), "t");
+  ASSERT_EQ(m.layers.size(), 4u);
+  EXPECT_EQ(m.layers[0].inputs, std::vector<std::size_t>{kModelInput});
+  EXPECT_EQ(m.layers[1].inputs, std::vector<std::size_t>{kModelInput});
+  EXPECT_EQ(m.layers[2].inputs, (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(m.layers[2].out, (Shape{6, 6, 3}));
+  EXPECT_EQ(m.layers[3].inputs, std::vector<std::size_t>{2});
+  const auto readers = consumers(m);
+  EXPECT_EQ(readers[0], std::vector<std::size_t>{2});
+}
+
+TEST(GraphModel, LayersWithoutInboundNodesChainLikeSequential) {
+  const Model m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
+  for (std::size_t i = 0; i < m.layers.size(); ++i)
+    EXPECT_EQ(m.layers[i].inputs, std::vector<std::size_t>{i == 0 ? kModelInput : i - 1});
+}
+
+TEST(GraphModel, AddOfUnequalShapesAndUnknownInputsAreRefusedByName) {
+  json doc = residual_doc();
+  doc["layers"][2]["config"]["filters"] = 4;
+  EXPECT_THAT(error_of(doc),
+              AllOf(HasSubstr("layer sum (Add)"), HasSubstr("6x6x4"), HasSubstr("equal shapes")));
+  doc = residual_doc();
+  doc["layers"][3]["inbound_nodes"][0][1][0] = "later";
+  EXPECT_THAT(error_of(doc), AllOf(HasSubstr("/layers/3/inbound_nodes"), HasSubstr("layer sum"),
+                                   HasSubstr("listed before")));
+}
+
+TEST(GraphModel, ZeroPaddingAndGlobalPoolingShapesFollowKeras) {
+  const Model m =
+      parse_model(json{{"name", "p"},
+                       {"input", {5, 7, 3}},
+                       {"layers",
+                        {layer("ZeroPadding2D", {{"name", "z"}, {"padding", {{1, 2}, {3, 0}}}}),
+                         layer("ZeroPadding2D", {{"name", "z2"}, {"padding", 2}}),
+                         layer("GlobalAveragePooling2D", {{"name", "g"}})}}},
+                  "t");
+  EXPECT_EQ(m.layers[0].out, (Shape{5 + 1 + 2, 7 + 3 + 0, 3}));
+  EXPECT_EQ(m.layers[1].out, (Shape{8 + 4, 10 + 4, 3}));
+  EXPECT_EQ(m.layers[2].out, (Shape{1, 1, 3}));
+}
+
+TEST(KerasJson, FunctionalToJsonFixtureLoadsWithKerasShapes) {
+  const Model m = load_model(kSource + "/tb/system/run/data/keras_functional.json");
+  EXPECT_EQ(m.name, "tiny_resnet");
+  EXPECT_EQ(m.input, (Shape{20, 20, 3}));
+  EXPECT_EQ(m.layers.size(), 20u) << "the InputLayer is the model's input, not a layer";
+  const Layer& pad = m.layers[index_of(m, "conv1_pad")];
+  EXPECT_EQ(pad.out, (Shape{22, 22, 3}));
+  const Layer& pool = m.layers[index_of(m, "pool1_pool")];
+  EXPECT_EQ(pool.out, (Shape{(22 - 3) / 2 + 1, (22 - 3) / 2 + 1, 16}));
+  const Layer& add = m.layers[index_of(m, "block_add")];
+  EXPECT_EQ(add.inputs,
+            (std::vector<std::size_t>{index_of(m, "block_0_bn"), index_of(m, "block_3_bn")}));
+  const Layer& bn = m.layers[index_of(m, "conv1_bn")];
+  EXPECT_EQ(bn.kind, LayerKind::BatchNormalization);
+  EXPECT_FLOAT_EQ(bn.epsilon, 1.001e-5f);
+  EXPECT_EQ(m.output(), (Shape{1, 1, 10}));
+}
+
+TEST(KerasJson, SequentialToJsonReadsTheInputFromItsInputLayerOrFirstLayer) {
+  const json seq{{"class_name", "Sequential"},
+                 {"config",
+                  {{"name", "sequential"},
+                   {"layers",
+                    {layer("InputLayer", {{"batch_input_shape", {nullptr, 28, 28, 1}},
+                                          {"dtype", "float32"},
+                                          {"sparse", false},
+                                          {"ragged", false},
+                                          {"name", "input_1"}}),
+                     layer("Flatten", {{"name", "flatten"}}),
+                     layer("Dense", {{"name", "dense"}, {"units", 10}})}}}},
+                 {"keras_version", "2.13.1"},
+                 {"backend", "tensorflow"}};
+  Model m = parse_model(seq, "t");
+  EXPECT_EQ(m.input, (Shape{28, 28, 1}));
+  EXPECT_EQ(m.layers.size(), 2u);
+  EXPECT_EQ(m.layers[1].out, (Shape{1, 1, 10}));
+  // Older Keras records the input on the first layer instead of an InputLayer.
+  const json old{
+      {"class_name", "Sequential"},
+      {"config",
+       {{"name", "sequential"},
+        {"layers",
+         {layer("Flatten", {{"name", "flatten"}, {"batch_input_shape", {nullptr, 4, 4, 2}}}),
+          layer("Dense", {{"name", "dense"}, {"units", 3}})}}}}};
+  m = parse_model(old, "t");
+  EXPECT_EQ(m.input, (Shape{4, 4, 2}));
+}
+
+TEST(KerasJson, Keras3InboundNodesAndTuplesAreRead) {
+  auto tensor = [](const std::string& name) {
+    return json{{"class_name", "__keras_tensor__"},
+                {"config", {{"shape", {nullptr, 4, 4, 2}}, {"keras_history", {name, 0, 0}}}}};
+  };
+  json add = layer("Add", {{"name", "sum"}});
+  add["inbound_nodes"] =
+      json::array({json{{"args", json::array({json::array({tensor("in"), tensor("c")})})},
+                        {"kwargs", json::object()}}});
+  json c = layer("Conv2D", {{"name", "c"},
+                            {"filters", 2},
+                            {"kernel_size", {{"class_name", "__tuple__"}, {"items", {1, 1}}}}});
+  c["inbound_nodes"] =
+      json::array({json{{"args", json::array({tensor("in")})}, {"kwargs", json::object()}}});
+  const json doc{
+      {"class_name", "Functional"},
+      {"config",
+       {{"name", "k3"},
+        {"layers",
+         {layer("InputLayer", {{"name", "in"}, {"batch_shape", {nullptr, 4, 4, 2}}}), c, add}},
+        {"input_layers", {"in", 0, 0}},
+        {"output_layers", {"sum", 0, 0}}}}};
+  const Model m = parse_model(doc, "t");
+  ASSERT_EQ(m.layers.size(), 2u);
+  EXPECT_EQ(m.layers[0].kernel_h, 1u);
+  EXPECT_EQ(m.layers[1].inputs, (std::vector<std::size_t>{kModelInput, 0}));
+}
+
+TEST(KerasJson, UnsupportedLayersAndGraphsAreRefusedByName) {
+  json doc = json::parse(R"({"class_name": "Functional", "config": {"name": "m", "layers": [
+      {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 8]}},
+      {"class_name": "Dropout", "config": {"name": "drop", "rate": 0.5},
+       "inbound_nodes": [[["in", 0, 0, {}]]]}],
+      "input_layers": [["in", 0, 0]], "output_layers": [["drop", 0, 0]]}})");
+  EXPECT_THAT(error_of(doc), AllOf(HasSubstr("layer drop cannot run"), HasSubstr("\"Dropout\""),
+                                   HasSubstr("BatchNormalization")));
+  doc = json::parse(R"({"class_name": "Functional", "config": {"name": "m", "layers": [
+      {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 8]}},
+      {"class_name": "Dense", "config": {"name": "d", "units": 2},
+       "inbound_nodes": [[["in", 0, 0, {}]], [["in", 0, 0, {}]]]}]}})");
+  EXPECT_THAT(error_of(doc), AllOf(HasSubstr("layer d"), HasSubstr("exactly one node")));
+  doc = json::parse(R"({"class_name": "Functional", "config": {"name": "m", "layers": [
+      {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 8]}},
+      {"class_name": "Dense", "config": {"name": "d", "units": 2}, "inbound_nodes": [[["in", 0, 0, {}]]]},
+      {"class_name": "Dense", "config": {"name": "e", "units": 2}, "inbound_nodes": [[["in", 0, 0, {}]]]}],
+      "output_layers": [["d", 0, 0], ["e", 0, 0]]}})");
+  EXPECT_THAT(error_of(doc), AllOf(HasSubstr("/config/output_layers"), HasSubstr("one output")));
+  doc = json::parse(R"({"class_name": "Subclassed", "config": {}})");
+  EXPECT_THAT(error_of(doc), AllOf(HasSubstr("/class_name"), HasSubstr("Functional")));
+}
+
+TEST(Topology, ConvolutionRowsAreIndependentValidConvolutions) {
+  const Model m = load_model(kSource + "/tb/system/run/data/scalesim_conv.csv");
+  EXPECT_EQ(m.name, "scalesim_conv");
+  // Rows: Conv1 30x30x3, 3x3, 16 filters, stride 2; Conv2 14x14x16 3x3 40; CB2a_1 12x12x40 1x1 24.
+  ASSERT_EQ(m.layers.size(), 5u) << "rows after the first read a constant of their own";
+  EXPECT_EQ(m.input, (Shape{30, 30, 3}));
+  const Layer& c1 = m.layers[0];
+  EXPECT_EQ(c1.out, (Shape{(30 - 3) / 2 + 1, (30 - 3) / 2 + 1, 16}));
+  EXPECT_FALSE(c1.use_bias);
+  const Layer& c2 = m.layers[index_of(m, "Conv2")];
+  ASSERT_EQ(c2.inputs.size(), 1u);
+  const Layer& src = m.layers[c2.inputs[0]];
+  EXPECT_EQ(src.kind, LayerKind::Constant);
+  EXPECT_EQ(src.out, (Shape{14, 14, 16}));
+  EXPECT_EQ(c2.out, (Shape{12, 12, 40}));
+  EXPECT_NE(m.layers[c2.inputs[0]].seed, m.layers[m.layers[4].inputs[0]].seed);
+}
+
+TEST(Topology, GemmRowsAreMByKTimesKByN) {
+  const Model m = parse_topology("Layer, M, N, K,\nfc, 64, 200, 300,\n", "g.csv");
+  ASSERT_EQ(m.layers.size(), 1u);
+  EXPECT_EQ(m.input, (Shape{64, 1, 300}));
+  EXPECT_EQ(m.layers[0].out, (Shape{64, 1, 200}));
+  EXPECT_EQ(m.layers[0].macs(), std::uint64_t{64} * 200 * 300);
+}
+
+TEST(Topology, MalformedFilesNameTheLineAndTheLayer) {
+  EXPECT_THAT(error_of_topology("a, b, c\n1, 2, 3\n"), HasSubstr("line 1"));
+  EXPECT_THAT(error_of_topology("Layer, M, N, K,\nfc, 64, 0, 3,\n"),
+              AllOf(HasSubstr("line 2"), HasSubstr("layer fc"), HasSubstr("N")));
+  EXPECT_THAT(error_of_topology("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter "
+                                "Width, Channels, Num Filter, Strides,\nc, 4, 4, 5, 5, 1, 1, 1,\n"),
+              AllOf(HasSubstr("layer c"), HasSubstr("larger than")));
+  EXPECT_THAT(
+      error_of_topology("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter "
+                        "Width, Channels, Num Filter, Strides,\nDP1, 8, 8, 3, 3, 4, 1, 1,\n"),
+      AllOf(HasSubstr("layer DP1"), HasSubstr("depthwise")));
+}
+
+// --- References ----------------------------------------------------------------------------
+
+Model conv_bn_model() {
+  return parse_model(
+      json{{"name", "cb"},
+           {"input", {5, 5, 3}},
+           {"layers",
+            {layer("Conv2D",
+                   {{"name", "c"}, {"filters", 4}, {"kernel_size", 3}, {"padding", "same"}}),
+             layer("BatchNormalization", {{"name", "bn"}, {"epsilon", 0.01}}),
+             layer("Activation", {{"name", "r"}, {"activation", "relu"}}),
+             layer("GlobalAveragePooling2D", {{"name", "g"}})}}},
+      "t");
+}
+
+Weights conv_bn_weights(const Model& m) {
+  Weights w = random_weights(m, 3);
+  LayerWeights& bn = w.layers[1];
+  for (std::uint32_t c = 0; c < 4; ++c) {
+    bn.gamma[c] = 0.5f + 0.25f * static_cast<float>(c);
+    bn.beta[c] = 0.1f * static_cast<float>(c) - 0.2f;
+    bn.moving_mean[c] = 0.05f * static_cast<float>(c);
+    bn.moving_variance[c] = 0.3f + static_cast<float>(c);
+  }
+  for (std::uint32_t c = 0; c < 4; ++c) w.layers[0].bias[c] = 0.01f * static_cast<float>(c);
+  return w;
+}
+
+std::vector<float> ramp(std::size_t n, float scale) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.37f * static_cast<float>(i));
+  return v;
+}
+
+TEST(FloatReference, BatchNormalizationZeroPaddingAndGlobalPoolingMatchTheirDefinitions) {
+  const Model m = conv_bn_model();
+  const Weights w = conv_bn_weights(m);
+  const auto x = ramp(m.input.size(), 1.0f);
+  std::vector<std::vector<float>> outs(m.layers.size());
+  forward_float(m, w, x.data(), 1,
+                [&](std::size_t i, const float* v, std::size_t n) { outs[i].assign(v, v + n); });
+  for (std::size_t k = 0; k < outs[0].size(); ++k) {
+    const std::size_t c = k % 4;
+    const LayerWeights& bn = w.layers[1];
+    const double want = (outs[0][k] - bn.moving_mean[c]) /
+                            std::sqrt(double{bn.moving_variance[c]} + 0.01) * bn.gamma[c] +
+                        bn.beta[c];
+    EXPECT_NEAR(outs[1][k], want, 1e-5);
+  }
+  for (std::size_t c = 0; c < 4; ++c) {
+    double sum = 0;
+    for (std::size_t p = 0; p < 25; ++p) sum += std::max(0.0f, outs[1][p * 4 + c]);
+    EXPECT_NEAR(outs[3][c], sum / 25, 1e-5);
+  }
+  const Model zp =
+      parse_model(json{{"name", "z"},
+                       {"input", {2, 2, 1}},
+                       {"layers", {layer("ZeroPadding2D", {{"padding", {{1, 0}, {0, 2}}}})}}},
+                  "t");
+  const std::vector<float> in = {1, 2, 3, 4};
+  const auto out = forward_float(zp, random_weights(zp, 1), in.data(), 1);
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0, 0}));
+}
+
+TEST(QuantizedReference, BatchNormalizationFoldsIntoTheConvolutionBeforeIt) {
+  const Model m = conv_bn_model();
+  const Weights w = conv_bn_weights(m);
+  const auto x = ramp(m.input.size(), 1.0f);
+  const QuantizedModel q = quantize(m, w, DType::Bf16, 128, x.data(), 1);
+  EXPECT_TRUE(q.layers[1].fused_into_previous);
+  EXPECT_TRUE(q.layers[2].fused_into_previous) << "the ReLU after the folded BN fuses too";
+  EXPECT_EQ(q.layers[0].fused_activation, Act::Relu);
+  const LayerWeights& bn = w.layers[1];
+  for (std::uint32_t c = 0; c < 4; ++c) {
+    const float inv = bn.gamma[c] / std::sqrt(bn.moving_variance[c] + 0.01f);
+    EXPECT_FLOAT_EQ(q.layers[0].bias_f32[c],
+                    w.layers[0].bias[c] * inv + (bn.beta[c] - bn.moving_mean[c] * inv));
+  }
+  const auto fq = forward_quantized(q, x.data(), 1);
+  const auto ff = forward_float(m, w, x.data(), 1);
+  for (std::size_t c = 0; c < 4; ++c) EXPECT_NEAR(fq[c], ff[c], 0.02 * (std::fabs(ff[c]) + 0.05));
+}
+
+TEST(QuantizedReference, BatchNormalizationWithoutAConvolutionIsRefusedByName) {
+  const Model m =
+      parse_model(json{{"name", "b"},
+                       {"input", {2, 2, 3}},
+                       {"layers", {layer("BatchNormalization", {{"name", "lonely_bn"}})}}},
+                  "t");
+  const auto x = ramp(m.input.size(), 1.0f);
+  try {
+    quantize(m, random_weights(m, 1), DType::Int8, 256, x.data(), 1);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("lonely_bn"), HasSubstr("folded")));
+  }
+}
+
+TEST(QuantizedReference, Int8AddOperandsShareOneScaleThatCoversTheSum) {
+  const Model m = parse_model(residual_doc(), "t");
+  const Weights w = random_weights(m, 5);
+  const auto cal = ramp(16 * m.input.size(), 2.0f);
+  const QuantizedModel q = quantize(m, w, DType::Int8, 256, cal.data(), 16);
+  EXPECT_EQ(q.layers[0].out_scale, q.layers[1].out_scale);
+  EXPECT_EQ(q.layers[2].out_scale, q.layers[0].out_scale);
+  float sum_range = 0;
+  Model upto_add = m;
+  upto_add.layers.resize(3);
+  Weights wa = w;
+  wa.layers.resize(3);
+  const auto fsum = forward_float(upto_add, wa, cal.data(), 16);
+  for (float v : fsum) sum_range = std::max(sum_range, std::fabs(v));
+  EXPECT_GE(q.layers[2].out_scale * 127.0f, sum_range * (1 - 1e-6f));
+  // The quantized network tracks the float one within a few int8 steps.
+  const auto fq = forward_quantized(q, cal.data(), 16);
+  const auto ff = forward_float(m, w, cal.data(), 16);
+  for (std::size_t k = 0; k < ff.size(); ++k) EXPECT_NEAR(fq[k], ff[k], 4 * q.layers[2].out_scale);
+}
+
+TEST(QuantizedReference, KerasFixtureTracksTheFloatModelInBf16) {
+  const Model m = load_model(kSource + "/tb/system/run/data/keras_functional.json");
+  const Weights w = random_weights(m, 9);
+  const auto x = ramp(2 * m.input.size(), 1.0f);
+  const QuantizedModel q = quantize(m, w, DType::Bf16, 128, x.data(), 2);
+  EXPECT_FALSE(q.layers[index_of(m, "pool1_pad")].folded_padding)
+      << "a padding a pool reads is materialised";
+  EXPECT_TRUE(q.layers[index_of(m, "conv1_pad")].folded_padding)
+      << "a padding only convolutions read becomes their window padding";
+  const auto fq = forward_quantized(q, x.data(), 2);
+  const auto ff = forward_float(m, w, x.data(), 2);
+  ASSERT_EQ(fq.size(), ff.size());
+  for (std::size_t k = 0; k < ff.size(); ++k) EXPECT_NEAR(fq[k], ff[k], 0.02);
+}
+
+TEST(Calibration, LargeModelsCalibrateOnFewerImagesWithinTheMacBudget) {
+  const Model big = load_model(kSource + "/configs/models/resnet50.json");
+  EXPECT_EQ(calibration_images(big),
+            std::max<std::size_t>(1, kCalibrationMacs / big.macs_per_image()));
+  const Model small = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
+  EXPECT_EQ(calibration_images(small), kCalibrationImages);
+}
+
+TEST(ResNet50, HasKerasApplicationsStructureAndMacs) {
+  const Model m = load_model(kSource + "/configs/models/resnet50.json");
+  EXPECT_EQ(m.input, (Shape{224, 224, 3}));
+  std::size_t convs = 0, adds = 0, bns = 0;
+  for (const Layer& l : m.layers) {
+    convs += l.kind == LayerKind::Conv2D;
+    adds += l.kind == LayerKind::Add;
+    bns += l.kind == LayerKind::BatchNormalization;
+  }
+  // 1 stem convolution, 16 bottleneck blocks of 3, 4 projection shortcuts (He et al. Table 1).
+  EXPECT_EQ(convs, 1u + 16 * 3 + 4);
+  EXPECT_EQ(adds, 16u);
+  EXPECT_EQ(bns, convs);
+  EXPECT_EQ(m.output(), (Shape{1, 1, 1000}));
+  // He et al. Table 1: 3.8e9 FLOPs (multiply-adds); Keras's variant strides the 1x1 conv.
+  EXPECT_NEAR(static_cast<double>(m.macs_per_image()), 3.9e9, 0.3e9);
+}
+
+}  // namespace
+}  // namespace tpu::nn
