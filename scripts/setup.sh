@@ -16,6 +16,8 @@ packages=(
   dataset-fashion-mnist   # the real data set, /usr/share/datasets/fashion-mnist
   python3 python3-matplotlib  # scripts/report.py
   slurm-wlm munge         # the Slurm executor of `tpusim sweep` and its test (tb/system/sweep)
+  clang libclang-rt-14-dev  # tb/fuzz: clang++ and libFuzzer (scripts/test.sh's fuzz stage)
+  llvm                    # llvm-symbolizer: source lines in sanitizer and fuzzer reports
   chromium                # renders the HTML report in its test (tb/system/report_html_test.py)
 )
 

@@ -1,0 +1,237 @@
+// Bad-input rows for binary programs streamed into a chip: instructions that address outside the
+// unified buffer, the accumulators, off-chip or host memory, or ask for units that do not exist.
+// The CLI has no command that streams a raw program, so the harness is the testbench's host
+// (tb/common/test_host.h) in a forked child, which prints the message the run stopped with,
+// prefixed by the program's file name as a command would.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "bad_input.h"
+#include "common/test_host.h"
+#include "hw/chip/chip.h"
+#include "hw/common/error.h"
+#include "hw/config/chip_config.h"
+#include "hw/isa/assembler.h"
+
+namespace tpu::test::bad_input {
+namespace {
+
+using namespace isa;
+
+// Host memory the test host serves to read_host / write_host.
+constexpr std::size_t kHostBytes = 1 << 20;
+
+ChipConfig shipped(const std::string& name) {
+  return load_chip_config(source_path("configs/chips/" + name + ".json"));
+}
+
+// Streams the program in `p.input` into core 0 of the chip and runs to the end.
+int run_program(const Paths& p, const std::string& chip_name) {
+  const std::string text = read_bytes(p.input);
+  const std::vector<std::uint8_t> bytes(text.begin(), text.end());
+  try {
+    Chip chip("chip", shipped(chip_name));
+    TestHost host("host", chip, kHostBytes);
+    host.raw[0] = bytes;
+    sc_core::sc_start();
+    if (chip.halts(0) == 1) return 0;
+    std::cerr << p.input.string() << ": core 0 did not halt\n";
+  } catch (const sc_core::sc_report& r) {
+    std::cerr << p.input.string() << ": " << r.get_msg() << "\n";
+  } catch (const InputError& e) {
+    std::cerr << p.input.string() << ": " << e.what() << "\n";
+  }
+  return 2;
+}
+
+const EntryPoint kOnV1{"binary program on v1", "", [](const Paths& p) {
+                         return run_forked([&] { return run_program(p, "v1"); }, kTimeLimitSeconds);
+                       }};
+const EntryPoint kOnV3{"binary program on v3", "", [](const Paths& p) {
+                         return run_forked([&] { return run_program(p, "v3"); }, kTimeLimitSeconds);
+                       }};
+
+// The program ends in halt; `bad` is the index of the instruction the run must stop on.
+Case on(const EntryPoint& chip, std::string name, std::vector<Instruction> program, std::size_t bad,
+        std::vector<std::string> expect) {
+  const auto op = mnemonic(opcode_of(program.at(bad)));
+  program.push_back(Halt{});
+  const auto b = to_binary(program);
+  expect.insert(expect.begin(), fmt::format("core 0 instruction {} ({})", bad, op));
+  return Case{&chip, std::move(name), file("p.bin", std::string(b.begin(), b.end())),
+              std::move(expect)};
+}
+std::string hex(std::uint64_t v) { return fmt::format("{:#x}", v); }
+
+std::vector<Case> cases() {
+  const ChipConfig v1 = shipped("v1");
+  const std::uint64_t ub = v1.unified_buffer.bytes;
+  const std::uint64_t mem = v1.off_chip_memory.bytes;
+  const std::uint32_t acc = v1.accumulators.entries;
+  const auto rows = static_cast<std::uint16_t>(v1.mxu.rows);
+  const auto cols = static_cast<std::uint16_t>(v1.mxu.cols);
+  const std::uint32_t row_bytes = v1.mxu.rows;  // int8 inputs
+  const auto v3_mxus = static_cast<std::uint8_t>(shipped("v3").mxu.count);
+  const auto near_ub_end = static_cast<std::uint32_t>(ub - 16);
+  // A resident weight tile, shifted in from the unified buffer's first bytes.
+  const std::vector<Instruction> weights = {
+      ReadWeights{0, WeightSource::UnifiedBuffer, 0, rows, cols}};
+  auto with_weights = [&](Instruction i) {
+    std::vector<Instruction> p = weights;
+    p.push_back(i);
+    return p;
+  };
+  MatMul mm;
+  mm.swap_weights = true;
+  mm.rows = 4;
+  mm.src_stride = row_bytes;
+  auto matmul = [&](auto edit) {
+    MatMul m = mm;
+    edit(m);
+    return m;
+  };
+  Activate act;
+  act.rows = 1;
+  act.cols = cols;
+  act.dst_stride = cols;
+  act.dst = UbAddr(0x10000);
+  act.params = UbAddr(0x20000);
+  auto activate = [&](auto edit) {
+    Activate a = act;
+    edit(a);
+    return a;
+  };
+  Pool pool;
+  pool.in_h = pool.in_w = 4;
+  pool.channels = 8;
+  pool.kernel_h = pool.kernel_w = pool.stride_h = pool.stride_w = 2;
+  pool.images = 1;
+  pool.dst = UbAddr(0x1000);
+  auto pooled = [&](auto edit) {
+    Pool q = pool;
+    edit(q);
+    return q;
+  };
+  Eltwise elt;
+  elt.b = UbAddr(0x1000);
+  elt.dst = UbAddr(0x2000);
+  elt.count = 64;
+  auto eltwise = [&](auto edit) {
+    Eltwise e = elt;
+    edit(e);
+    return e;
+  };
+
+  const Case illegal_opcode = [] {
+    std::vector<std::uint8_t> b = to_binary({Nop{}, Nop{}, Nop{}, Halt{}});
+    b[2 * kInstructionBytes] = 0x7e;
+    return Case{&kOnV1,
+                "illegal_opcode",
+                file("p.bin", std::string(b.begin(), b.end())),
+                {"core 0 instruction 2", "illegal opcode 0x7e"}};
+  }();
+  const Case reserved_bits = [] {
+    std::vector<std::uint8_t> b = to_binary({Nop{}, Halt{}});
+    b[kInstructionBytes - 1] = 0x01;
+    return Case{&kOnV1,
+                "reserved_bits_set",
+                file("p.bin", std::string(b.begin(), b.end())),
+                {"core 0 instruction 0", "reserved bits"}};
+  }();
+
+  return {
+      illegal_opcode,
+      reserved_bits,
+      // Unified buffer.
+      on(kOnV1, "read_host_past_the_unified_buffer",
+         {Nop{}, ReadHost{HostAddr(0), UbAddr(near_ub_end), 64}}, 1, {hex(near_ub_end)}),
+      on(kOnV1, "read_host_of_4_gib", {ReadHost{HostAddr(0), UbAddr(0), 0xffffffffu}}, 0,
+         {"4294967295"}),
+      on(kOnV1, "write_host_from_past_the_unified_buffer",
+         {WriteHost{UbAddr(0xffffff00u), HostAddr(0), 16}}, 0, {hex(0xffffff00u)}),
+      on(kOnV1, "read_mem_into_past_the_unified_buffer",
+         {ReadMem{MemAddr(0), UbAddr(near_ub_end), 64}}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "write_mem_from_past_the_unified_buffer",
+         {WriteMem{UbAddr(near_ub_end), MemAddr(0), 64}}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "read_weights_from_past_the_unified_buffer",
+         {ReadWeights{0, WeightSource::UnifiedBuffer, ub - 100, rows, cols}}, 0, {hex(ub - 100)}),
+      on(kOnV1, "matmul_input_past_the_unified_buffer",
+         with_weights(matmul([&](MatMul& m) { m.src = UbAddr(near_ub_end); })), 1,
+         {hex(near_ub_end)}),
+      on(kOnV1, "matmul_rows_times_stride_past_32_bits", with_weights(matmul([&](MatMul& m) {
+           m.rows = 0xffffffffu;
+           m.src_stride = 0xffffffffu;
+         })),
+         1, {"outside"}),
+      on(kOnV1, "activate_output_past_the_unified_buffer",
+         {activate([&](Activate& a) { a.dst = UbAddr(near_ub_end); })}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "activate_parameters_past_the_unified_buffer",
+         {activate([&](Activate& a) { a.params = UbAddr(near_ub_end); })}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "pool_input_past_the_unified_buffer",
+         {pooled([&](Pool& q) { q.src = UbAddr(near_ub_end); })}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "pool_output_past_the_unified_buffer",
+         {pooled([&](Pool& q) { q.dst = UbAddr(near_ub_end); })}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "eltwise_operand_past_the_unified_buffer",
+         {eltwise([&](Eltwise& e) { e.b = UbAddr(near_ub_end); })}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "eltwise_count_of_4_g_bf16", {eltwise([&](Eltwise& e) {
+           e.count = 0xffffffffu;
+           e.type = DType::Bf16;
+         })},
+         0, {"outside"}),
+      // Accumulators.
+      on(kOnV1, "matmul_output_past_the_accumulators",
+         with_weights(matmul([&](MatMul& m) { m.dst = AccAddr(acc); })), 1, {std::to_string(acc)}),
+      on(kOnV1, "matmul_rows_running_past_the_accumulators", with_weights(matmul([&](MatMul& m) {
+           m.dst = AccAddr(acc - 2);
+           m.rows = 8;
+         })),
+         1, {std::to_string(acc - 2)}),
+      on(kOnV1, "activate_input_past_the_accumulators",
+         {activate([&](Activate& a) { a.src = AccAddr(acc + 5); })}, 0, {std::to_string(acc + 5)}),
+      on(kOnV1, "activate_wider_than_an_accumulator_entry",
+         {activate([&](Activate& a) { a.cols = static_cast<std::uint16_t>(cols + 1); })}, 0,
+         {std::to_string(cols + 1)}),
+      // Off-chip memory: the memory answers with a TLM error response.
+      on(kOnV1, "read_mem_past_off_chip_memory", {ReadMem{MemAddr(mem - 8), UbAddr(0), 64}}, 0,
+         {hex(mem - 8), "address error"}),
+      on(kOnV1, "read_mem_at_the_top_of_the_48_bit_space",
+         {ReadMem{MemAddr((std::uint64_t{1} << 48) - 1), UbAddr(0), 64}}, 0,
+         {hex((std::uint64_t{1} << 48) - 1)}),
+      on(kOnV1, "write_mem_past_off_chip_memory", {WriteMem{UbAddr(0), MemAddr(mem), 1}}, 0,
+         {hex(mem), "address error"}),
+      on(kOnV1, "read_weights_past_off_chip_memory",
+         {ReadWeights{0, WeightSource::OffChip, mem - 4, rows, cols}}, 0,
+         {hex(mem - 4), "address error"}),
+      // Host memory: the test host answers with a TLM error response.
+      on(kOnV1, "read_host_past_host_memory", {ReadHost{HostAddr(kHostBytes - 8), UbAddr(0), 64}},
+         0, {hex(kHostBytes - 8)}),
+      on(kOnV1, "write_host_past_host_memory",
+         {WriteHost{UbAddr(0), HostAddr(0xffffffffffffull), 64}}, 0, {hex(0xffffffffffffull)}),
+      // Units and shapes the chip does not have.
+      on(kOnV1, "read_weights_into_a_second_mxu",
+         {ReadWeights{1, WeightSource::UnifiedBuffer, 0, rows, cols}}, 0, {"mxu 1"}),
+      on(kOnV1, "weight_tile_taller_than_the_array",
+         {ReadWeights{0, WeightSource::UnifiedBuffer, 0, static_cast<std::uint16_t>(rows + 1),
+                      cols}},
+         0, {std::to_string(rows + 1)}),
+      on(kOnV1, "matmul_without_weights", {matmul([](MatMul& m) { m.swap_weights = false; })}, 0,
+         {"no resident weights"}),
+      on(kOnV1, "swap_without_a_weight_load", {matmul([](MatMul&) {})}, 0,
+         {"no read_weights is pending"}),
+      on(kOnV1, "windowed_matmul_without_a_window",
+         with_weights(matmul([](MatMul& m) { m.window = true; })), 1, {"window"}),
+      on(kOnV1, "set_window_of_zero_size", {SetWindow{}}, 0, {"must all be >= 1"}),
+      on(kOnV1, "pool_with_a_zero_kernel", {pooled([](Pool& q) { q.kernel_h = 0; })}, 0,
+         {"kernel_h"}),
+      on(kOnV1, "pool_kernel_larger_than_the_image", {pooled([](Pool& q) { q.kernel_w = 9; })}, 0,
+         {"kernel_w"}),
+      on(kOnV3, "matmul_on_a_third_mxu", {matmul([&](MatMul& m) { m.mxu = v3_mxus; })}, 0,
+         {fmt::format("mxu {}", v3_mxus)}),
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(ChipProgram, BadInput, ::testing::ValuesIn(cases()), case_name);
+
+}  // namespace
+}  // namespace tpu::test::bad_input
