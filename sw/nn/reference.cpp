@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "hw/common/error.h"
+#include "sw/nn/weights.h"
 
 namespace tpu::nn {
 namespace {
@@ -222,35 +223,6 @@ void activate(Act a, std::size_t pixels, std::uint32_t c, float* v) {
         for (std::uint32_t i = 0; i < c; ++i) x[i] /= sum;
       }
       return;
-  }
-}
-
-void check_weights(const Model& m, const Weights& w) {
-  if (w.layers.size() != m.layers.size())
-    throw InputError(fmt::format("{}: weights for {} layers, the model has {}", m.file,
-                                 w.layers.size(), m.layers.size()));
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const Layer& l = m.layers[i];
-    const LayerWeights& lw = w.layers[i];
-    if (l.kind == LayerKind::BatchNormalization) {
-      for (const auto* v : {&lw.gamma, &lw.beta, &lw.moving_mean, &lw.moving_variance})
-        if (v->size() != l.out.c)
-          throw InputError(
-              fmt::format("{}: layer {} (BatchNormalization) needs {} values per "
-                          "parameter, the weights hold {}",
-                          m.file, l.name, l.out.c, v->size()));
-      continue;
-    }
-    if (!l.has_weights()) continue;
-    const std::uint64_t kernel = l.kind == LayerKind::Dense
-                                     ? l.in.size() * l.out.c
-                                     : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c * l.out.c;
-    if (lw.kernel.size() != kernel || (l.use_bias && lw.bias.size() != l.out.c))
-      throw InputError(
-          fmt::format("{}: layer {} ({}) needs {} kernel and {} bias values, the "
-                      "weights hold {} and {}",
-                      m.file, l.name, name_of(l.kind), kernel, l.use_bias ? l.out.c : 0,
-                      lw.kernel.size(), lw.bias.size()));
   }
 }
 

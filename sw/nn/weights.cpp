@@ -172,7 +172,9 @@ class Reader {
   std::uint64_t size_ = 0, pos_ = 0;
 };
 
-void check_matches(const Model& m, const Weights& w) {
+}  // namespace
+
+void check_weights(const Model& m, const Weights& w) {
   if (w.layers.size() != m.layers.size())
     throw InputError(fmt::format("{}: weights for {} layers, the model has {}", m.file,
                                  w.layers.size(), m.layers.size()));
@@ -200,8 +202,6 @@ void check_matches(const Model& m, const Weights& w) {
           m.file, l.name, name_of(l.kind), kernel, bias, lw.kernel.size(), lw.bias.size()));
   }
 }
-
-}  // namespace
 
 Weights random_weights(const Model& m, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -333,7 +333,7 @@ Weights load_weights(const std::string& path, const Model& m) {
 }
 
 void save_weights(const std::string& path, const Model& m, const Weights& w) {
-  check_matches(m, w);
+  check_weights(m, w);
   std::vector<std::uint8_t> bytes(kMagic.begin(), kMagic.end());
   put_u32(bytes, kVersion);
   const auto expected = expected_tensors(m);

@@ -30,6 +30,9 @@ Weights random_weights(const Model& m, std::uint64_t seed);
 // Throws InputError naming the file and what is wrong (bad magic, truncated, a tensor whose
 // name or shape does not match the model's layer).
 Weights load_weights(const std::string& path, const Model& m);
+// Throws InputError naming the model file and the layer when `w` does not hold exactly the
+// tensors `m`'s layers need (count, kernel and bias sizes, BatchNormalization parameters).
+void check_weights(const Model& m, const Weights& w);
 // Writes atomically (temporary file, then rename).
 void save_weights(const std::string& path, const Model& m, const Weights& w);
 

@@ -1,11 +1,11 @@
 // `tpusim compare` and `tpusim run`'s output files, as a user runs them.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "common/cli.h"
+#include "common/temp_dir.h"
 #include "sw/report/files.h"
 
 namespace tpu {
@@ -13,25 +13,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("tpusim-cli-" + std::to_string(::getpid()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
 std::string chip(const std::string& name) {
   return std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json";
 }
 
 TEST(CompareCli, RunsEachChipAndPutsThemSideBySide) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-cli");
   const auto r = test::run_tpusim(
       "compare --chip " + chip("v1") + " --chip " + chip("edge") + " --images 64 -j 2 --json " +
       (tmp / "cmp.json") + " --markdown " + (tmp / "cmp.md") + " --csv " + (tmp / "cmp.csv"));
@@ -56,7 +43,7 @@ TEST(CompareCli, RunsEachChipAndPutsThemSideBySide) {
 }
 
 TEST(CompareCli, ABadChipConfigStopsBeforeAnythingRuns) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-cli");
   const std::string bad = tmp / "bad.json";
   report::write_atomically(bad, "{\"name\": 3}");
   const auto r = test::run_tpusim("compare --chip " + chip("v1") + " --chip " + bad +
@@ -68,7 +55,7 @@ TEST(CompareCli, ABadChipConfigStopsBeforeAnythingRuns) {
 }
 
 TEST(CompareCli, AChipThatCannotRunTheWorkloadIsReportedAndTheOthersStillRun) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-cli");
   // A valid chip whose unified buffer cannot hold one image's tensors: the compiler refuses.
   const std::string small = tmp / "small.json";
   report::write_atomically(small, "{\"include\": \"" + chip("v1") +
@@ -86,7 +73,7 @@ TEST(CompareCli, AChipThatCannotRunTheWorkloadIsReportedAndTheOthersStillRun) {
 }
 
 TEST(RunCli, WritesCsvMarkdownAndTraceBesideTheJson) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-cli");
   const auto r =
       test::run_tpusim("run --chip " + chip("v1") + " --images 32 --csv " + (tmp / "csv") +
                        " --markdown " + (tmp / "run.md") + " --trace " + (tmp / "run.trace.json"));

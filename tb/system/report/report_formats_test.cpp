@@ -4,12 +4,12 @@
 // instruction (docs/trace.md).
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "common/temp_dir.h"
 #include "hw/common/trace.h"
 #include "hw/config/chip_config.h"
 #include "sw/report/files.h"
@@ -20,17 +20,9 @@ namespace tpu {
 namespace {
 
 using nlohmann::ordered_json;
-namespace fs = std::filesystem;
 
 ChipConfig shipped(const std::string& name) {
   return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
-}
-
-std::string temp_path(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("tpusim-report-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
 }
 
 ordered_json run_cnn(const ChipConfig& cfg, std::uint64_t images, const std::string& trace = "") {
@@ -171,7 +163,8 @@ TEST(RunReport, MarkdownHasOneRowPerLayer) {
 
 TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
   const ChipConfig cfg = shipped("v3");
-  const std::string path = temp_path("v3.trace.json");
+  const test::TempDir tmp("tpusim-report-test");
+  const std::string path = tmp / "v3.trace.json";
   const ordered_json r = run_cnn(cfg, 300, path);
   const auto trace = nlohmann::json::parse(report::read_text_file(path));
   std::set<std::pair<int, std::string>> named;

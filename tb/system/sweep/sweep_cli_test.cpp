@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/cli.h"
+#include "common/temp_dir.h"
 #include "hw/config/chip_config.h"
 #include "sw/report/files.h"
 
@@ -25,26 +26,13 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("tpusim-sweep-" + std::to_string(::getpid()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
 const std::string kSpecDir = std::string(TPUSIM_SOURCE_DIR) + "/tb/system/sweep/data";
 const std::string kSpec = kSpecDir + "/small.json";
 
 json read_json(const std::string& f) { return json::parse(report::read_text_file(f)); }
 
 // A variant of the test spec, written under `tmp` with its relative paths made absolute.
-std::string variant(const TempDir& tmp, const std::string& name, json spec) {
+std::string variant(const test::TempDir& tmp, const std::string& name, json spec) {
   auto absolute = [](json& v) {
     v = (fs::path(kSpecDir) / v.get<std::string>()).lexically_normal().string();
   };
@@ -79,7 +67,7 @@ std::map<std::string, std::string> point_reports(const fs::path& dir) {
 }
 
 TEST(SweepCli, EveryDesignPointGetsItsRowWithTheMetricsOfItsOwnRunReport) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-sweep");
   const auto r = test::run_tpusim("sweep " + kSpec + " -j 2 --out " + (tmp / "out"));
   ASSERT_EQ(r.status, 0) << r.out;
   const json spec = read_json(kSpec);
@@ -117,7 +105,7 @@ TEST(SweepCli, EveryDesignPointGetsItsRowWithTheMetricsOfItsOwnRunReport) {
 }
 
 TEST(SweepCli, APointRunsByHandFromItsChipConfigWithTheSameResult) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-sweep");
   const json spec = read_json(kSpec);
   json one = spec;
   one["axes"][0]["values"] = {64};
@@ -138,7 +126,7 @@ TEST(SweepCli, APointRunsByHandFromItsChipConfigWithTheSameResult) {
 }
 
 TEST(SweepCli, ABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-sweep");
   const json spec = read_json(kSpec);
   struct Case {
     std::string name;
@@ -170,7 +158,7 @@ TEST(SweepCli, ABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
 }
 
 TEST(SweepCli, AFailingPointIsRecordedWithItsErrorAndTheSweepGoesOn) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-sweep");
   json spec = read_json(kSpec);
   // A unified buffer too small for one image's tensors is a valid chip the compiler refuses.
   spec["axes"] = {
@@ -192,7 +180,7 @@ TEST(SweepCli, AFailingPointIsRecordedWithItsErrorAndTheSweepGoesOn) {
 }
 
 TEST(SweepCli, AnOutputDirectoryHoldingAnotherSweepIsRefused) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-sweep");
   json one = read_json(kSpec);
   one["axes"][0]["values"] = {64};
   one["axes"][1]["range"]["to"] = 700;
@@ -208,7 +196,7 @@ TEST(SweepCli, AnOutputDirectoryHoldingAnotherSweepIsRefused) {
 }
 
 TEST(SweepCli, ResultsAreByteIdenticalWhateverTheParallelismAndTheOrder) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-sweep");
   ASSERT_EQ(test::run_tpusim("sweep " + kSpec + " -j 1 --out " + (tmp / "serial")).status, 0);
   ASSERT_EQ(
       test::run_tpusim("sweep " + kSpec + " -j 2 --shuffle 7 --out " + (tmp / "shuffled")).status,
@@ -242,7 +230,7 @@ pid_t start_tpusim(const std::vector<std::string>& args, const std::string& log)
 }
 
 TEST(SweepCli, ASweepKilledHalfWayResumesRunningOnlyTheUnfinishedPoints) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-sweep");
   const std::string out = tmp / "out";
   const pid_t pid = start_tpusim({"sweep", kSpec, "-j", "1", "--out", out}, tmp / "first.log");
   // Half of the 8 runs finished, then SIGKILL: no chance to clean up.
@@ -291,7 +279,7 @@ TEST(SweepCli, ASweepKilledHalfWayResumesRunningOnlyTheUnfinishedPoints) {
 }
 
 TEST(SweepCli, SlurmEmitOnlyWritesAJobArrayOfTheUnfinishedRuns) {
-  TempDir tmp;
+  test::TempDir tmp("tpusim-sweep");
   const auto r =
       test::run_tpusim("sweep " + kSpec + " --executor slurm --emit-only --out " + (tmp / "out"));
   ASSERT_EQ(r.status, 0) << r.out;

@@ -3,13 +3,12 @@
 // approaches 100% on every shipped chip; a batch-1 dense layer lands on the weight-streaming
 // roof.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/temp_dir.h"
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
 #include "hw/common/trace.h"
@@ -18,8 +17,6 @@
 
 namespace tpu {
 namespace {
-
-namespace fs = std::filesystem;
 
 ChipConfig shipped(const std::string& name) {
   return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
@@ -92,9 +89,8 @@ class MatrixVector : public ::testing::TestWithParam<const char*> {};
 TEST_P(MatrixVector, BatchOneDenseLandsOnTheWeightStreamingRoof) {
   const ChipConfig cfg = shipped(GetParam());
   const std::uint32_t k = 4096, n = 4096;
-  const fs::path dir = fs::temp_directory_path() / ("tpusim-mv-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string model = (dir / "matvec.json").string();
+  const test::TempDir dir("tpusim-mv");
+  const std::string model = dir / "matvec.json";
   std::ofstream(model) << nlohmann::json{
       {"name", "matvec"},
       {"input", {1, 1, k}},
@@ -106,7 +102,7 @@ TEST_P(MatrixVector, BatchOneDenseLandsOnTheWeightStreamingRoof) {
   o.model = model;
   o.images = cfg.tensor_cores;
   o.batch = cfg.tensor_cores;
-  o.trace = (dir / "trace.json").string();
+  o.trace = dir / "trace.json";
   const auto r = report::run_workload(cfg, o);
   ASSERT_TRUE(r["accuracy"]["bit_exact"].get<bool>());
   const auto trace = nlohmann::json::parse(report::read_text_file(o.trace));
@@ -116,7 +112,6 @@ TEST_P(MatrixVector, BatchOneDenseLandsOnTheWeightStreamingRoof) {
       begin = std::min(begin, e["args"]["begin_cycle"].get<double>());
       end = std::max(end, e["args"]["end_cycle"].get<double>());
     }
-  fs::remove_all(dir);
   const double span = end - begin;
 
   const double e = size_of(cfg.mxu.input_type);
