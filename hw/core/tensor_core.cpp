@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "hw/mxu/mxu_factory.h"
+
 namespace tpu {
 
 CoreStorage TensorCore::storage_of(UnifiedBuffer& ub, Accumulators& acc) {
@@ -27,9 +29,8 @@ TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, cons
   q.dma = &dma.queue;
   q.vector = &vector_unit.queue;
   for (std::uint32_t m = 0; m < cfg.mxu.count; ++m) {
-    mxus.push_back(std::make_unique<Mxu>(fmt::format("mxu{}", m).c_str(), cfg, clock,
-                                         storage_of(ub, acc), counters_,
-                                         fmt::format("core {}", id)));
+    mxus.push_back(make_mxu(fmt::format("mxu{}", m), cfg, clock, storage_of(ub, acc), counters_,
+                            fmt::format("core {}", id)));
     q.weights.push_back(&mxus.back()->weight_queue);
     q.matmul.push_back(&mxus.back()->matmul_queue);
   }

@@ -29,6 +29,22 @@ Mxu::Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock
   if (cfg_.mxu.weight_buffers == 2) SC_THREAD(shift_weights);
 }
 
+Mxu::Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+         const CoreStorage& storage, LayerCounters& counters, std::string core_name, ArrayElsewhere)
+    : sc_core::sc_module(name),
+      mxu2mem_weights("mxu2mem_weights"),
+      weight_queue("weight_queue", kUnitQueueDepth),
+      matmul_queue("matmul_queue", kUnitQueueDepth),
+      cfg_(cfg),
+      clock_(clock),
+      storage_(storage),
+      counters_(counters),
+      core_name_(std::move(core_name)),
+      array_(cfg.mxu) {
+  SC_HAS_PROCESS(Mxu);
+  SC_THREAD(load_weights);
+}
+
 Cycles Mxu::drain_cycles() const { return Cycles(cfg_.mxu.rows + cfg_.mxu.cols - 1); }
 
 Cycles Mxu::feed_cycles(std::uint32_t rows, std::uint32_t k) const {
@@ -42,6 +58,42 @@ Cycles Mxu::feed_cycles(std::uint32_t rows, std::uint32_t k) const {
 void Mxu::add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer, std::uint64_t cycles) {
   buckets_.*bucket += cycles;
   counters_.at(layer).mxu.*bucket += cycles;
+}
+
+void Mxu::account_feed(InFlight& f, const isa::MatMul& mm, std::uint32_t k, std::uint32_t n,
+                       Cycle start, Cycle end) {
+  const std::uint32_t elem = size_of(cfg_.mxu.input_type);
+  const std::uint32_t acc_bytes = size_of(cfg_.mxu.acc_type);
+  Counters& c = counters_.at(f.layer);
+  add_bucket(&MxuBuckets::active, f.layer, mm.rows);
+  add_bucket(&MxuBuckets::input_stall, f.layer, end - start - mm.rows);
+  c.macs += std::uint64_t{mm.rows} * k * n;
+  c.ub_bytes_read += std::uint64_t{mm.rows} * k * elem;
+  c.mxu_input_bytes += std::uint64_t{mm.rows} * k * elem;
+  c.acc_bytes_written += std::uint64_t{mm.rows} * n * acc_bytes;
+  if (mm.accumulate) c.acc_bytes_read += std::uint64_t{mm.rows} * n * acc_bytes;
+  f.started_at = start;
+  f.busy_until = end;
+  last_feed_end_ = end;
+}
+
+InputSpec Mxu::input_spec(const InFlight& f, const isa::MatMul& mm) {
+  InputSpec in;
+  in.window = mm.window;
+  in.src = mm.src.value();
+  in.rows = mm.rows;
+  in.src_stride = mm.src_stride;
+  in.first_pixel = mm.first_pixel;
+  in.k_first = mm.k_first;
+  in.geom = f.window;
+  return in;
+}
+
+void Mxu::check_acc_range(const InFlight& f, const isa::MatMul& mm) const {
+  if (mm.dst.value() > storage_.acc_entries || mm.rows > storage_.acc_entries - mm.dst.value())
+    report_program_error(core_name_, f,
+                         fmt::format("dst {} + rows {} is outside the {} accumulator entries",
+                                     mm.dst.value(), mm.rows, storage_.acc_entries));
 }
 
 void Mxu::finish(Cycle end) {
@@ -127,6 +179,9 @@ void Mxu::deliver_fetched() {
 void Mxu::shift_weights() {
   while (true) {
     while (fifo_.empty() || shadow_) sc_core::wait(weights_changed_);
+    // The buffer the last swap left is free once that swap's first input row is in the array:
+    // rows still in flight finish with it (docs/timing-model.md, "The MXU cycle formula").
+    clock_.wait_until(shadow_free_at_);
     // J17 §2: a tile shifts in over `rows` cycles into the second buffer while the first computes.
     shadow_ = std::move(fifo_.front());
     fifo_.pop_front();
@@ -154,6 +209,9 @@ void Mxu::take_weights(const InFlight& f) {
     }
     resident_ = std::move(shadow_);
     shadow_.reset();
+    // The swap takes effect with the first input row, which enters once the unified-buffer port
+    // has delivered it.
+    shadow_free_at_ = clock_.now() + feed_cycles(1, resident_->rows).value() - 1;
   } else {
     // One buffer: the tile shifts into the cells the inputs use, so nothing overlaps.
     const Cycle t0 = clock_.now();
@@ -170,12 +228,9 @@ void Mxu::take_weights(const InFlight& f) {
 }
 
 void Mxu::compute() {
-  const std::uint32_t elem = size_of(cfg_.mxu.input_type);
-  const std::uint32_t acc_bytes = size_of(cfg_.mxu.acc_type);
   while (true) {
     std::shared_ptr<InFlight> f = matmul_queue.read();
     const auto& mm = std::get<isa::MatMul>(f->inst);
-    Counters& c = counters_.at(f->layer);
     last_layer_ = f->layer;
 
     // 1. Nothing was queued since the last feed ended: idle (non-matrix work).
@@ -192,22 +247,11 @@ void Mxu::compute() {
                            "no resident weights: the first matmul of an MXU must swap in a tile "
                            "loaded by read_weights");
     const WeightTile& w = *resident_;
-    if (mm.dst.value() > storage_.acc_entries || mm.rows > storage_.acc_entries - mm.dst.value())
-      report_program_error(core_name_, *f,
-                           fmt::format("dst {} + rows {} is outside the {} accumulator entries",
-                                       mm.dst.value(), mm.rows, storage_.acc_entries));
+    check_acc_range(*f, mm);
 
     // 4. The math, at issue: later readers are ordered after us by the scoreboard.
-    InputSpec in;
-    in.window = mm.window;
-    in.src = mm.src.value();
-    in.rows = mm.rows;
-    in.src_stride = mm.src_stride;
-    in.first_pixel = mm.first_pixel;
-    in.k_first = mm.k_first;
-    in.geom = f->window;
     try {
-      array_.multiply(w, in, storage_.ub, storage_.ub_bytes,
+      array_.multiply(w, input_spec(*f, mm), storage_.ub, storage_.ub_bytes,
                       storage_.acc + std::uint64_t{mm.dst.value()} * storage_.acc_words_per_entry,
                       storage_.acc_words_per_entry, mm.accumulate);
     } catch (const InputError& e) {
@@ -215,18 +259,9 @@ void Mxu::compute() {
     }
 
     // 5. Stream the rows: active for B cycles, input_stall for what the UB port adds.
-    f->started_at = clock_.now();
-    const std::uint64_t feed = feed_cycles(mm.rows, w.rows).value();
-    add_bucket(&MxuBuckets::active, f->layer, mm.rows);
-    add_bucket(&MxuBuckets::input_stall, f->layer, feed - mm.rows);
-    c.macs += std::uint64_t{mm.rows} * w.rows * w.cols;
-    c.ub_bytes_read += std::uint64_t{mm.rows} * w.rows * elem;
-    c.mxu_input_bytes += std::uint64_t{mm.rows} * w.rows * elem;
-    c.acc_bytes_written += std::uint64_t{mm.rows} * w.cols * acc_bytes;
-    if (mm.accumulate) c.acc_bytes_read += std::uint64_t{mm.rows} * w.cols * acc_bytes;
-    clock_.wait_for(Cycles(feed));
-    last_feed_end_ = clock_.now();
-    f->busy_until = last_feed_end_;
+    const Cycle start = clock_.now();
+    clock_.wait_for(feed_cycles(mm.rows, w.rows));
+    account_feed(*f, mm, w.rows, w.cols, start, clock_.now());
     f->complete_at(clock_, last_feed_end_ + drain_cycles().value());
   }
 }

@@ -48,12 +48,22 @@ class Mxu : public sc_core::sc_module {
   // When the last MatMul's input rows finished entering the array.
   [[nodiscard]] Cycle last_feed_end() const { return last_feed_end_; }
 
- private:
-  void load_weights();
-  void shift_weights();
-  void compute();
-  void take_weights(const InFlight& f);
+ protected:
+  // For another model of the array (RtlMxu): only load_weights runs here; the subclass takes
+  // tiles from fifo_ (maintaining fifo_reserved_ and weights_changed_) and streams MatMuls.
+  struct ArrayElsewhere {};
+  Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+      const CoreStorage& storage, LayerCounters& counters, std::string core_name, ArrayElsewhere);
+
   void add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer, std::uint64_t cycles);
+  // Accounts a MatMul whose rows of k elements entered the array during [start, end): `active`
+  // for its B rows, `input_stall` for the rest, the traffic counters, and last_feed_end_.
+  void account_feed(InFlight& f, const isa::MatMul& mm, std::uint32_t k, std::uint32_t n,
+                    Cycle start, Cycle end);
+  // Where a MatMul's input rows come from.
+  static InputSpec input_spec(const InFlight& f, const isa::MatMul& mm);
+  // Stops with a ProgramError if the MatMul's rows leave the accumulators.
+  void check_acc_range(const InFlight& f, const isa::MatMul& mm) const;
 
   const ChipConfig& cfg_;
   const Clock& clock_;
@@ -64,6 +74,17 @@ class Mxu : public sc_core::sc_module {
 
   std::deque<WeightTile> fifo_;
   std::size_t fifo_reserved_ = 0;  // tiles in the FIFO plus tiles being fetched into it
+  sc_core::sc_event weights_changed_;
+
+  Cycle last_feed_end_ = 0;
+  std::uint32_t last_layer_ = 0;
+
+ private:
+  void load_weights();
+  void shift_weights();
+  void compute();
+  void take_weights(const InFlight& f);
+
   // Tiles being fetched, in issue order: fetches overlap (each FIFO slot has its own request in
   // flight), and a tile enters the FIFO only after every tile issued before it.
   struct Fetch {
@@ -76,12 +97,10 @@ class Mxu : public sc_core::sc_module {
   void deliver_fetched();
   std::optional<WeightTile> shadow_;
   Cycle shadow_ready_ = 0;
+  Cycle shadow_free_at_ = 0;  // the next tile may start shifting in from this cycle
   std::optional<WeightTile> resident_;
-  sc_core::sc_event weights_changed_;
 
-  Cycle last_feed_end_ = 0;
   Cycle accounted_until_ = 0;  // finish() has charged idle cycles up to here
-  std::uint32_t last_layer_ = 0;
   MxuBuckets buckets_;
 };
 

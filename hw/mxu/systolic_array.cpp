@@ -387,6 +387,78 @@ std::pair<std::uint64_t, std::uint64_t> SystolicArray::input_extent(const InputS
           sat_add(in.src, sat_mul(sat_add(t->second, 1), elem))};
 }
 
+void SystolicArray::check_input(const InputSpec& in, std::uint32_t k,
+                                std::uint64_t ub_bytes) const {
+  const std::uint32_t elem = size_of(cfg_.input_type);
+  if (in.window) {
+    const isa::SetWindow& g = in.geom;
+    if (!window_is_sane(g))
+      throw ProgramError(fmt::format(
+          "matmul window: in {}x{}x{}, kernel {}x{}, stride {}x{}, out {}x{} (every size and "
+          "stride must be >= 1; set_window must precede a windowed matmul)",
+          g.in_h, g.in_w, g.in_c, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.out_h,
+          g.out_w));
+    if (std::uint64_t{in.k_first} + k > window_k_total(g))
+      throw ProgramError(
+          fmt::format("matmul window: k_first {} + tile rows {} exceeds the "
+                      "window's kernel_h*kernel_w*in_c = {}",
+                      in.k_first, k, window_k_total(g)));
+  }
+  const auto [lo, hi] = input_extent(in, k);
+  if (lo != hi && hi > ub_bytes) {
+    if (in.window)
+      throw ProgramError(fmt::format(
+          "matmul window: src {:#x}, first_pixel {}, rows {}, k_first {} reads bytes [{:#x}, "
+          "{:#x}), outside the {}-byte unified buffer",
+          in.src, in.first_pixel, in.rows, in.k_first, lo, hi, ub_bytes));
+    throw ProgramError(
+        fmt::format("matmul: src {:#x} + (rows {} - 1) * stride {} + {} bytes "
+                    "ends at {:#x}, outside the {}-byte unified buffer",
+                    in.src, in.rows, in.src_stride, std::uint64_t{k} * elem, hi, ub_bytes));
+  }
+}
+
+std::vector<std::uint8_t> SystolicArray::gather(const InputSpec& in, std::uint32_t k,
+                                                const std::uint8_t* ub,
+                                                std::uint64_t ub_bytes) const {
+  if (k == 0 || k > cfg_.rows)
+    throw ProgramError(
+        fmt::format("matmul: {} input elements per row (1..{} fit the array)", k, cfg_.rows));
+  check_input(in, k, ub_bytes);
+  const std::uint32_t elem = size_of(cfg_.input_type);
+  const std::size_t row_bytes = std::size_t{k} * elem;
+  std::vector<std::uint8_t> rows(std::size_t{in.rows} * row_bytes, 0);
+  if (!in.window) {
+    for (std::uint32_t r = 0; r < in.rows; ++r)
+      std::memcpy(&rows[r * row_bytes], ub + in.src + std::uint64_t{r} * in.src_stride, row_bytes);
+    return rows;
+  }
+  // The same walk over output pixels as the multiply's (run() above); padding stays zero.
+  const isa::SetWindow& g = in.geom;
+  const std::vector<Segment> segs = window_segments(g, in.k_first, k);
+  const std::uint64_t image_elems = std::uint64_t{g.in_h} * g.in_w * g.in_c;
+  const std::uint64_t per_image = std::uint64_t{g.out_h} * g.out_w;
+  std::uint64_t b = in.first_pixel / per_image;
+  std::uint64_t oy = in.first_pixel % per_image / g.out_w;
+  std::uint64_t ox = in.first_pixel % g.out_w;
+  for (std::uint32_t r = 0; r < in.rows; ++r) {
+    for (const Segment& sg : segs) {
+      const std::int64_t y = input_y(g, oy, sg.ky), x = input_x(g, ox, sg.kx);
+      if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
+      const std::uint64_t first =
+          b * image_elems +
+          (static_cast<std::uint64_t>(y) * g.in_w + static_cast<std::uint64_t>(x)) * g.in_c + sg.c;
+      std::memcpy(&rows[r * row_bytes + std::size_t{sg.k} * elem], ub + in.src + first * elem,
+                  std::size_t{sg.count} * elem);
+    }
+    if (++ox == g.out_w) {
+      ox = 0;
+      if (++oy == g.out_h) oy = 0, ++b;
+    }
+  }
+  return rows;
+}
+
 void SystolicArray::multiply(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub,
                              std::uint64_t ub_bytes, std::uint32_t* acc, std::uint32_t acc_stride,
                              bool accumulate) const {
@@ -400,32 +472,7 @@ void SystolicArray::multiply(const WeightTile& tile, const InputSpec& in, const 
     throw std::invalid_argument(fmt::format("WeightTile of {} x {} holds {} bytes, not {}",
                                             tile.rows, tile.cols, tile.bytes.size(),
                                             std::uint64_t{tile.rows} * tile.cols * elem));
-  if (in.window) {
-    const isa::SetWindow& g = in.geom;
-    if (!window_is_sane(g))
-      throw ProgramError(fmt::format(
-          "matmul window: in {}x{}x{}, kernel {}x{}, stride {}x{}, out {}x{} (every size and "
-          "stride must be >= 1; set_window must precede a windowed matmul)",
-          g.in_h, g.in_w, g.in_c, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.out_h,
-          g.out_w));
-    if (std::uint64_t{in.k_first} + tile.rows > window_k_total(g))
-      throw ProgramError(
-          fmt::format("matmul window: k_first {} + tile rows {} exceeds the "
-                      "window's kernel_h*kernel_w*in_c = {}",
-                      in.k_first, tile.rows, window_k_total(g)));
-  }
-  const auto [lo, hi] = input_extent(in, tile.rows);
-  if (lo != hi && hi > ub_bytes) {
-    if (in.window)
-      throw ProgramError(fmt::format(
-          "matmul window: src {:#x}, first_pixel {}, rows {}, k_first {} reads bytes [{:#x}, "
-          "{:#x}), outside the {}-byte unified buffer",
-          in.src, in.first_pixel, in.rows, in.k_first, lo, hi, ub_bytes));
-    throw ProgramError(
-        fmt::format("matmul: src {:#x} + (rows {} - 1) * stride {} + {} bytes "
-                    "ends at {:#x}, outside the {}-byte unified buffer",
-                    in.src, in.rows, in.src_stride, std::uint64_t{tile.rows} * elem, hi, ub_bytes));
-  }
+  check_input(in, tile.rows, ub_bytes);
   if (cfg_.input_type == DType::Int8)
     run<Int8Type>(tile, in, ub, acc, acc_stride, accumulate);
   else

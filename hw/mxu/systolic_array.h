@@ -55,9 +55,18 @@ class SystolicArray {
                 std::uint64_t ub_bytes, std::uint32_t* acc, std::uint32_t acc_stride,
                 bool accumulate) const;
 
+  // The B rows of k elements that multiply() would read for a k-row tile, as stored in the unified
+  // buffer (input_type elements), row after row; windowed reads outside the image are zero.
+  // Throws ProgramError for the same inputs as multiply().
+  [[nodiscard]] std::vector<std::uint8_t> gather(const InputSpec& in, std::uint32_t k,
+                                                 const std::uint8_t* ub,
+                                                 std::uint64_t ub_bytes) const;
+
   [[nodiscard]] const MxuConfig& config() const { return cfg_; }
 
  private:
+  void check_input(const InputSpec& in, std::uint32_t k, std::uint64_t ub_bytes) const;
+
   MxuConfig cfg_;
 };
 
