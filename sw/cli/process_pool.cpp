@@ -113,11 +113,12 @@ void run_processes(const std::vector<ProcessJob>& jobs, unsigned parallel,
   std::map<pid_t, Running> running;
   std::size_t next = 0;
   bool stopping = false;
+  // Returns how many children it reaped.
   auto reap = [&](int flags) {
-    for (;;) {
+    for (std::size_t reaped = 0;; ++reaped) {
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, flags);
-      if (pid <= 0) return;
+      if (pid <= 0) return reaped;
       const auto it = running.find(pid);
       if (it == running.end()) continue;
       ProcessResult r;
@@ -141,8 +142,9 @@ void run_processes(const std::vector<ProcessJob>& jobs, unsigned parallel,
         ++next;
       }
       if (running.empty()) break;
-      reap(WNOHANG);
-      if (running.empty()) continue;
+      // A freed slot is refilled before waiting again: the SIGCHLD that announced this child
+      // may already have been taken by the previous wait.
+      if (reap(WNOHANG) > 0) continue;
       const timespec wait_for{0, 200'000'000};
       ::sigtimedwait(&chld, nullptr, &wait_for);
     }
