@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The one test command: installs what is missing, then runs three stages and stops at the first
+# The one test command: installs what is missing, then runs its stages and stops at the first
 # failure (docs/robustness.md):
-#   build     configure and build build/, run every ctest test
+#   build     configure and build build/, run every ctest test but the goldens
+#   golden    the golden regressions (ctest label golden): every shipped chip x workload report
+#             against tb/golden/reports/; a moved number prints the fields that moved
 #   asan      the whole project built with ASan + UBSan in build-asan/, its unit and system tests
 #   fuzz      tb/fuzz's libFuzzer targets built with clang in build-fuzz/, each run for
 #             TPUSIM_FUZZ_SECONDS (default 60) on corpora seeded from the shipped files
 # Extra arguments go to the build stage's ctest, e.g. scripts/test.sh -L unit.
-# TPUSIM_TEST_STAGES picks stages (default "build asan fuzz"), e.g. TPUSIM_TEST_STAGES=build.
+# TPUSIM_TEST_STAGES picks stages (default "build golden"), e.g. TPUSIM_TEST_STAGES=build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-stages=${TPUSIM_TEST_STAGES:-build}
+stages=${TPUSIM_TEST_STAGES:-build golden}
 jobs=$(nproc)
 declare -a timings=()
 
@@ -28,7 +30,11 @@ run_stage() {
 
 stage_build() {
   scripts/build.sh
-  ctest --test-dir "${TPUSIM_BUILD_DIR:-build}" --output-on-failure -j "$jobs" "$@"
+  ctest --test-dir "${TPUSIM_BUILD_DIR:-build}" --output-on-failure -j "$jobs" -LE golden "$@"
+}
+
+stage_golden() {
+  ctest --test-dir "${TPUSIM_BUILD_DIR:-build}" --output-on-failure -j "$jobs" -L golden
 }
 
 stage_asan() {
@@ -59,10 +65,11 @@ stage_fuzz() {
 for s in $stages; do
   case $s in
     build) run_stage build stage_build "$@" ;;
+    golden) run_stage golden stage_golden ;;
     asan) run_stage asan stage_asan ;;
     fuzz) run_stage fuzz stage_fuzz ;;
     *)
-      echo "test.sh: unknown stage '$s' (stages: build asan fuzz)" >&2
+      echo "test.sh: unknown stage '$s' (stages: build golden asan fuzz)" >&2
       exit 2
       ;;
   esac
