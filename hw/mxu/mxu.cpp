@@ -13,18 +13,8 @@ namespace tpu {
 
 Mxu::Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
          const CoreStorage& storage, LayerCounters& counters, std::string core_name)
-    : sc_core::sc_module(name),
-      mxu2mem_weights("mxu2mem_weights"),
-      weight_queue("weight_queue", kUnitQueueDepth),
-      matmul_queue("matmul_queue", kUnitQueueDepth),
-      cfg_(cfg),
-      clock_(clock),
-      storage_(storage),
-      counters_(counters),
-      core_name_(std::move(core_name)),
-      array_(cfg.mxu) {
+    : Mxu(name, cfg, clock, storage, counters, std::move(core_name), ArrayElsewhere{}) {
   SC_HAS_PROCESS(Mxu);
-  SC_THREAD(load_weights);
   SC_THREAD(compute);
   if (cfg_.mxu.weight_buffers == 2) SC_THREAD(shift_weights);
 }
@@ -227,19 +217,24 @@ void Mxu::take_weights(const InFlight& f) {
   weights_changed_.notify(sc_core::SC_ZERO_TIME);
 }
 
+void Mxu::wait_for_operands(InFlight& f) {
+  // 1. Nothing was queued since the last feed ended: idle (non-matrix work).
+  if (clock_.now() > last_feed_end_)
+    add_bucket(&MxuBuckets::idle, f.layer, clock_.now() - last_feed_end_);
+  // 2. Operands still being produced or read by another unit.
+  const Cycle t = clock_.now();
+  f.wait_deps(clock_);
+  add_bucket(&MxuBuckets::data_hazard, f.layer, clock_.now() - t);
+}
+
 void Mxu::compute() {
   while (true) {
     std::shared_ptr<InFlight> f = matmul_queue.read();
     const auto& mm = std::get<isa::MatMul>(f->inst);
     last_layer_ = f->layer;
 
-    // 1. Nothing was queued since the last feed ended: idle (non-matrix work).
-    if (clock_.now() > last_feed_end_)
-      add_bucket(&MxuBuckets::idle, f->layer, clock_.now() - last_feed_end_);
-    // 2. Operands still being produced or read by another unit.
-    Cycle t = clock_.now();
-    f->wait_deps(clock_);
-    add_bucket(&MxuBuckets::data_hazard, f->layer, clock_.now() - t);
+    // 1-2. Idle since the last feed, then waiting for operands.
+    wait_for_operands(*f);
     // 3. Weights.
     if (mm.swap_weights) take_weights(*f);
     if (!resident_)

@@ -56,6 +56,9 @@ class Mxu : public sc_core::sc_module {
       const CoreStorage& storage, LayerCounters& counters, std::string core_name, ArrayElsewhere);
 
   void add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer, std::uint64_t cycles);
+  // The first two steps of every MatMul, whichever model computes it: the gap since the last
+  // feed ended is `idle`, the wait for its operands (scoreboard) `data_hazard`.
+  void wait_for_operands(InFlight& f);
   // Accounts a MatMul whose rows of k elements entered the array during [start, end): `active`
   // for its B rows, `input_stall` for the rest, the traffic counters, and last_feed_end_.
   void account_feed(InFlight& f, const isa::MatMul& mm, std::uint32_t k, std::uint32_t n,

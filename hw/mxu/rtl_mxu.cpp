@@ -199,13 +199,8 @@ void RtlMxu::compute() {
     const auto& mm = std::get<isa::MatMul>(f->inst);
     last_layer_ = f->layer;
 
-    // 1. Nothing was queued since the last feed ended: idle (non-matrix work).
-    if (clock_.now() > last_feed_end_)
-      add_bucket(&MxuBuckets::idle, f->layer, clock_.now() - last_feed_end_);
-    // 2. Operands still being produced or read by another unit.
-    const Cycle t = clock_.now();
-    f->wait_deps(clock_);
-    add_bucket(&MxuBuckets::data_hazard, f->layer, clock_.now() - t);
+    // 1-2. Idle since the last feed, then waiting for operands (as the TLM Mxu).
+    wait_for_operands(*f);
     const Cycle ready = clock_.now();
 
     // 3. The tile the rows will meet: the resident one, or for a swap the next one to enter
