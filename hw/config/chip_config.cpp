@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hw/common/error.h"
+#include "hw/common/json_text.h"
 
 namespace tpu {
 namespace fs = std::filesystem;
@@ -63,35 +64,9 @@ json parse_file(const fs::path& file) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw ConfigError(fmt::format("{}: file is empty (expected a JSON object)", file.string()));
   try {
-    // Depth-limited by nlohmann's recursive parser; configs are shallow, so reject deep nesting
-    // before it can exhaust the stack.
-    int depth = 0, max_depth = 0;
-    bool in_str = false, esc = false;
-    for (char c : text) {
-      if (in_str) {
-        if (esc)
-          esc = false;
-        else if (c == '\\')
-          esc = true;
-        else if (c == '"')
-          in_str = false;
-      } else if (c == '"')
-        in_str = true;
-      else if (c == '{' || c == '[')
-        max_depth = std::max(max_depth, ++depth);
-      else if (c == '}' || c == ']')
-        --depth;
-    }
-    if (max_depth > 64)
-      throw ConfigError(fmt::format("{}: JSON nested {} levels deep (at most 64 allowed)",
-                                    file.string(), max_depth));
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    // parse_error, or out_of_range for a number past a double's range (1e400).
-    std::string what = e.what();
-    const auto pos = what.find("parse error");
-    throw ConfigError(fmt::format("{}: not valid JSON: {}", file.string(),
-                                  pos == std::string::npos ? what : what.substr(pos)));
+    return parse_json_text(text, file.string());
+  } catch (const InputError& e) {
+    throw ConfigError(e.what());
   }
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "hw/common/error.h"
+#include "hw/common/json_text.h"
 
 namespace tpu::nn {
 using nlohmann::json;
@@ -85,7 +86,6 @@ namespace {
 constexpr std::uint32_t kMaxDim = 65536;
 constexpr std::uint64_t kMaxTensorElements = std::uint64_t{1} << 31;
 constexpr std::size_t kMaxNameBytes = 128;
-constexpr int kMaxJsonDepth = 64;
 
 // The keys each layer class reads (Keras's argument names), and the Keras keys it accepts but
 // ignores because they only matter for training or serialisation.
@@ -830,29 +830,6 @@ json unwrap_tuples(const json& v) {
   return v;
 }
 
-// nlohmann's parser recurses per nesting level; a hostile file must not exhaust the stack.
-int json_depth(const std::string& text) {
-  int depth = 0, max_depth = 0;
-  bool in_str = false, esc = false;
-  for (char ch : text) {
-    if (in_str) {
-      if (esc)
-        esc = false;
-      else if (ch == '\\')
-        esc = true;
-      else if (ch == '"')
-        in_str = false;
-    } else if (ch == '"') {
-      in_str = true;
-    } else if (ch == '{' || ch == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (ch == '}' || ch == ']') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
 }  // namespace
 
 Model parse_model(const json& doc, const std::string& origin) {
@@ -1013,19 +990,7 @@ Model load_model(const std::string& path) {
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] != '{' && text[first] != '[')
     return parse_topology(text, path);
-  if (const int depth = json_depth(text); depth > kMaxJsonDepth)
-    throw InputError(fmt::format("{}: JSON nested {} levels deep (at most {} allowed)", path, depth,
-                                 kMaxJsonDepth));
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    // parse_error, or out_of_range for a number past a double's range (1e400).
-    std::string what = e.what();
-    const auto pos = what.find("parse error");
-    throw InputError(fmt::format("{}: not valid JSON: {}", path,
-                                 pos == std::string::npos ? what : what.substr(pos)));
-  }
+  const json doc = parse_json_text(text, path);
   return parse_model(doc, path);
 }
 

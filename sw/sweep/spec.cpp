@@ -7,6 +7,7 @@
 #include <set>
 
 #include "hw/common/error.h"
+#include "hw/common/json_text.h"
 #include "hw/config/chip_config.h"
 #include "sw/report/files.h"
 
@@ -306,12 +307,7 @@ std::string describe_point(const Spec& spec, const Point& point) {
 
 Spec load_spec(const std::string& path) {
   const std::string text = report::read_text_file(path);
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
+  const json doc = parse_json_text(text, path);
   Fields f(doc, "", path);
   Spec s;
   s.file = path;
@@ -322,6 +318,7 @@ Spec load_spec(const std::string& path) {
       f.fail("name", fmt::format("= \"{}\" (letters, digits, '_' and '-' only)", s.name));
   s.description = f.string("description", "");
   s.base = relative_to(dir, f.string("base"));
+  if (!fs::exists(s.base)) f.fail("base", fmt::format("= \"{}\" (no such file)", s.base));
   const std::string combine = f.string("combine", "product");
   if (combine != "product" && combine != "zip")
     f.fail("combine", fmt::format("= \"{}\" (must be \"product\" or \"zip\")", combine));

@@ -38,6 +38,8 @@ std::vector<Case> cases() {
       text("binary_garbage", garbage(4096, 1), "not valid JSON"),
       text("nul_bytes", std::string(64, '\0'), "not valid JSON"),
       text("truncated_in_the_middle", whole.substr(0, whole.size() / 2), "not valid JSON"),
+      text("key_given_twice", whole.substr(0, whole.rfind('}')) + ", \"name\": \"tpu-v9\"}\n",
+           "/name appears twice"),
       text("truncated_by_one_byte", whole.substr(0, whole.size() - 2), "not valid JSON"),
       text("top_level_array", "[1, 2, 3]", "must be a JSON object"),
       text("top_level_string", "\"tpu-v1\"", "must be a JSON object"),

@@ -41,6 +41,8 @@ std::vector<Case> cases() {
       text("empty_file", "", "not valid JSON"),
       text("brace_then_binary_garbage", "{" + garbage(4096, 3), "not valid JSON"),
       text("truncated", whole.substr(0, whole.size() / 3), "not valid JSON"),
+      text("key_given_twice", whole.substr(0, whole.rfind('}')) + ", \"name\": \"other\"}\n",
+           "/name appears twice"),
       text("nested_a_million_deep", nested_arrays(1000000), "nested"),
       text("top_level_array", "[1, 2]", "must be a JSON object"),
       Case{&kModel,

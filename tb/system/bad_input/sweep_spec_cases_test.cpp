@@ -1,0 +1,82 @@
+// Bad-input rows for sweep specs (sw/sweep), fed to `tpusim sweep SPEC --out DIR` as a user would:
+// every row must stop before the output directory exists (docs/sweeps.md: validation before
+// anything runs).
+#include "bad_input.h"
+
+namespace tpu::test::bad_input {
+namespace {
+
+using nlohmann::json;
+
+const EntryPoint kSweepSpec{
+    "sweep spec", "results", [](const Paths& p) {
+      return run_tpusim({"sweep", p.input.string(), "--out", p.out.string(), "-j", "1"});
+    }};
+
+// A small valid spec with absolute paths, so it can be written anywhere.
+json spec() {
+  return json{{"name", "bad"},
+              {"base", source_path("configs/chips/v1.json")},
+              {"axes", json::array({json{{"name", "array"},
+                                         {"pointer", "/mxu/rows"},
+                                         {"tied", json::array({"/mxu/cols"})},
+                                         {"values", json::array({64, 128})}}})},
+              {"workloads",
+               json::array({json{{"name", "cnn"},
+                                 {"model", source_path("configs/models/fashion_mnist_cnn.json")},
+                                 {"images", 8}}})}};
+}
+
+Case text(std::string name, std::string bytes, std::string expect) {
+  return Case{
+      &kSweepSpec, std::move(name), file("spec.json", std::move(bytes)), {std::move(expect)}};
+}
+Case set(std::string name, const std::string& pointer, const json& value, std::string expect) {
+  return text(std::move(name), with_value(spec(), pointer, value), std::move(expect));
+}
+Case raw(std::string name, const std::string& pointer, const std::string& value,
+         std::string expect) {
+  return text(std::move(name), with_raw(spec(), pointer, value), std::move(expect));
+}
+
+std::vector<Case> cases() {
+  const std::string whole = spec().dump(2);
+  return {
+      text("sweep_empty_file", "", "not valid JSON"),
+      text("sweep_binary_garbage", garbage(4096, 21), "not valid JSON"),
+      text("sweep_truncated", whole.substr(0, whole.size() / 2), "not valid JSON"),
+      text("sweep_nested_100000_deep", nested_arrays(100000), "nested 100000 levels"),
+      text("sweep_not_an_object", "[1, 2, 3]", "spec.json"),
+      text("sweep_duplicate_key", whole.substr(0, whole.rfind('}')) + ", \"name\": \"other\"}",
+           "/name appears twice"),
+      raw("sweep_value_past_a_double", "/axes/0/values/0", "1e400", "not valid JSON"),
+      raw("sweep_value_nan", "/axes/0/values/0", "NaN", "not valid JSON"),
+      set("sweep_base_missing_file", "/base", "no/such/chip.json", "no/such/chip.json"),
+      set("sweep_axes_not_an_array", "/axes", "rows", "/axes"),
+      set("sweep_axis_empty", "/axes/0/values", json::array(), "/axes/0/values"),
+      set("sweep_pointer_naming_no_key", "/axes/0/pointer", "/mxu/rowz", "/mxu/rowz"),
+      set("sweep_tied_pointer_naming_no_key", "/axes/0/tied/0", "/mxu/colz", "/mxu/colz"),
+      set("sweep_axis_value_the_config_rejects", "/axes/0/values/0", 0, "/mxu/rows = 0"),
+      set("sweep_axis_value_of_the_wrong_type", "/axes/0/values/1", "wide", "/mxu/rows"),
+      set("sweep_axis_value_past_64_bits", "/axes/0/values/0", 1e30, "/mxu/rows"),
+      set("sweep_range_step_zero", "/axes/0",
+          json{{"pointer", "/mxu/rows"}, {"range", {{"from", 32}, {"to", 64}, {"step", 0}}}},
+          "/axes/0/range"),
+      set("sweep_range_of_a_billion_values", "/axes/0",
+          json{{"pointer", "/mxu/rows"}, {"range", {{"from", 1}, {"to", 1000000000}, {"step", 1}}}},
+          "/axes/0"),
+      set("sweep_combine_unknown", "/combine", "cartesian", "/combine"),
+      set("sweep_unknown_key", "/axis", json::array(), "/axis"),
+      set("sweep_name_with_a_slash", "/name", "../escape", "/name"),
+      set("sweep_workloads_empty", "/workloads", json::array(), "/workloads"),
+      set("sweep_workload_model_missing_file", "/workloads/0/model", "no/such/model.json",
+          "no/such/model.json"),
+      set("sweep_workload_zero_images", "/workloads/0/images", 0, "/workloads/0/images"),
+      set("sweep_workload_negative_batch", "/workloads/0/batch", -4, "/workloads/0/batch"),
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(SweepSpec, BadInput, ::testing::ValuesIn(cases()), case_name);
+
+}  // namespace
+}  // namespace tpu::test::bad_input
