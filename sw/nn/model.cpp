@@ -988,6 +988,9 @@ Model load_model(const std::string& path) {
   ss << in.rdbuf();
   const std::string text = ss.str();
   const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos)
+    throw InputError(
+        fmt::format("{}: file is empty (expected a model JSON or a SCALE-Sim topology CSV)", path));
   if (first != std::string::npos && text[first] != '{' && text[first] != '[')
     return parse_topology(text, path);
   const json doc = parse_json_text(text, path);

@@ -60,6 +60,7 @@ std::vector<Case> cases() {
            "keras_config_missing",
            file("model.json", without(functional(), "/config")),
            {"/config is missing"}},
+      csv("topology_empty_file", "", "file is empty"),
       csv("topology_header_only", kConvHeader, "no layer rows"),
       csv("topology_not_a_header", "Conv1, 30, 30, 3, 3, 3, 16, 2,\n", "line 1"),
       csv("topology_binary_garbage", "\x01" + garbage(2048, 8), "line 1"),

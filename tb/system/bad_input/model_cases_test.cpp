@@ -38,7 +38,7 @@ std::vector<Case> cases() {
   const std::string whole = read_bytes(source_path("configs/models/fashion_mnist_cnn.json"));
   const json flatten = layer("Flatten", json::object());
   return {
-      text("empty_file", "", "not valid JSON"),
+      text("empty_file", "", "file is empty"),
       text("brace_then_binary_garbage", "{" + garbage(4096, 3), "not valid JSON"),
       text("truncated", whole.substr(0, whole.size() / 3), "not valid JSON"),
       text("key_given_twice", whole.substr(0, whole.rfind('}')) + ", \"name\": \"other\"}\n",
