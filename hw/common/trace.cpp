@@ -20,7 +20,7 @@ std::uint32_t track_of(const isa::Instruction& inst) {
         else if constexpr (std::is_same_v<T, isa::MatMul>)
           return mxu_track(i.mxu);
         else if constexpr (std::is_same_v<T, isa::Activate> || std::is_same_v<T, isa::Pool> ||
-                           std::is_same_v<T, isa::Eltwise>)
+                           std::is_same_v<T, isa::Eltwise> || std::is_same_v<T, isa::Softmax>)
           return static_cast<std::uint32_t>(TrackKind::Vector);
         else
           return static_cast<std::uint32_t>(TrackKind::Sequencer);

@@ -234,6 +234,13 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
           ub_read("b", i.b.value(), n);
           ub_write("dst", i.dst.value(), n);
           f->unit = kUnitVector, target = queues_.vector;
+        } else if constexpr (std::is_same_v<T, isa::Softmax>) {
+          if (i.rows > 0) {
+            const std::uint64_t row = std::uint64_t{i.cols} * 4;
+            ub_read("src", i.src.value(), std::uint64_t{i.rows - 1} * i.src_stride + row);
+            ub_write("dst", i.dst.value(), std::uint64_t{i.rows - 1} * i.dst_stride + row);
+          }  // otherwise the vector unit rejects rows = 0
+          f->unit = kUnitVector, target = queues_.vector;
         }
       },
       inst);

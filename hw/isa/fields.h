@@ -117,6 +117,15 @@ void visit_fields(Eltwise& i, F&& f) {
   f("type", i.type);
 }
 template <class F>
+void visit_fields(Softmax& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("rows", i.rows);
+  f("cols", i.cols);
+  f("src_stride", i.src_stride);
+  f("dst_stride", i.dst_stride);
+}
+template <class F>
 void visit_fields(Sync& i, F&& f) {
   f("all_cores", i.all_cores);
 }

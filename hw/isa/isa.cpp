@@ -57,6 +57,10 @@ struct OpcodeOf<Eltwise> {
   static constexpr Opcode value = Opcode::Eltwise;
 };
 template <>
+struct OpcodeOf<Softmax> {
+  static constexpr Opcode value = Opcode::Softmax;
+};
+template <>
 struct OpcodeOf<Sync> {
   static constexpr Opcode value = Opcode::Sync;
 };
@@ -200,6 +204,14 @@ struct Codec {
     field(16, i.count);
     field(20, i.shift);
   }
+  void operands(Softmax& i) {
+    field(4, i.src);
+    field(8, i.dst);
+    field(12, i.rows);
+    field(16, i.cols);
+    field(20, i.src_stride);
+    field(24, i.dst_stride);
+  }
   void operands(Sync& i) { flag(0, i.all_cores); }
   void operands(Tag& i) { field(4, i.id); }
 };
@@ -244,6 +256,7 @@ std::string mnemonic(Opcode op) {
     case Opcode::Activate: return "activate";
     case Opcode::Pool: return "pool";
     case Opcode::Eltwise: return "eltwise";
+    case Opcode::Softmax: return "softmax";
     case Opcode::Sync: return "sync";
     case Opcode::Tag: return "tag";
     case Opcode::Halt: return "halt";
@@ -278,6 +291,7 @@ Instruction decode(const Word& word) {
     case Opcode::Activate: inst = decode_as<Activate>(word); break;
     case Opcode::Pool: inst = decode_as<Pool>(word); break;
     case Opcode::Eltwise: inst = decode_as<Eltwise>(word); break;
+    case Opcode::Softmax: inst = decode_as<Softmax>(word); break;
     case Opcode::Sync: inst = decode_as<Sync>(word); break;
     case Opcode::Tag: inst = decode_as<Tag>(word); break;
     case Opcode::Halt: inst = decode_as<Halt>(word); break;

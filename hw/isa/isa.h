@@ -32,6 +32,7 @@ enum class Opcode : std::uint8_t {
   Eltwise = 0x0a,      // unified buffer (a, b) -> elementwise op -> unified buffer
   Sync = 0x0b,         // wait until every earlier instruction of this core (or all cores) is done
   Tag = 0x0c,          // debug tag: attributes following work to a layer id in the counters
+  Softmax = 0x0d,      // unified buffer fp32 rows -> softmax across each row -> unified buffer
   Halt = 0x0f,         // end of this core's program
 };
 
@@ -139,6 +140,18 @@ struct Eltwise {
   EltOp op = EltOp::Add;
   DType type = DType::Int8;
 };
+// For r < rows: the `cols` fp32 values at src + r*src_stride, softmax across them (as Activate's
+// softmax), written as fp32 at dst + r*dst_stride. For rows wider than an accumulator entry,
+// which Activate's per-entry softmax cannot span: the compiler activates each column tile to
+// fp32 logits, then normalizes the whole row.
+struct Softmax {
+  UbAddr src;
+  UbAddr dst;
+  std::uint32_t rows = 0;
+  std::uint16_t cols = 0;
+  std::uint32_t src_stride = 0;
+  std::uint32_t dst_stride = 0;
+};
 struct Sync {
   bool all_cores = false;
 };
@@ -147,8 +160,9 @@ struct Tag {
 };
 struct Halt {};
 
-using Instruction = std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights,
-                                 SetWindow, MatMul, Activate, Pool, Eltwise, Sync, Tag, Halt>;
+using Instruction =
+    std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul,
+                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt>;
 
 Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);

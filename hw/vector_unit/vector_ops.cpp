@@ -902,6 +902,42 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
   }
 }
 
+void VectorOps::softmax(const isa::Softmax& s, UbView ub) const {
+  constexpr std::string_view op = "softmax";
+  check_at_least_1(op, "rows", s.rows);
+  check_at_least_1(op, "cols", s.cols);
+  const std::uint64_t row_bytes = std::uint64_t{s.cols} * 4;
+  for (const auto& [name, stride] :
+       {std::pair{"src_stride", s.src_stride}, std::pair{"dst_stride", s.dst_stride}})
+    if (stride < row_bytes)
+      throw ProgramError(
+          fmt::format("{}: {} = {} bytes (must be >= cols {} x 4 bytes of fp32 = {})", op, name,
+                      stride, s.cols, row_bytes));
+  const std::uint64_t src = s.src.value(), dst = s.dst.value();
+  const std::uint64_t src_len = std::uint64_t{s.rows - 1} * s.src_stride + row_bytes;
+  const std::uint64_t dst_len = std::uint64_t{s.rows - 1} * s.dst_stride + row_bytes;
+  const auto what = [&](std::uint32_t stride) {
+    return fmt::format("rows {} at stride {}, {} bytes each", s.rows, stride, row_bytes);
+  };
+  check_ub(op, "src", src, src_len, what(s.src_stride), ub);
+  check_ub(op, "dst", dst, dst_len, what(s.dst_stride), ub);
+  const bool in_place = dst == src && s.dst_stride == s.src_stride;
+  if (!in_place && overlaps(dst, dst_len, src, src_len))
+    throw ProgramError(fmt::format(
+        "{}: dst = {:#x} + {} bytes overlaps src = {:#x} + {} bytes (in place needs dst = src "
+        "and dst_stride = src_stride)",
+        op, dst, dst_len, src, src_len));
+
+  std::vector<float> row(s.cols);
+  for (std::uint64_t r = 0; r < s.rows; ++r) {
+    const std::uint8_t* in = ub.data + src + r * s.src_stride;
+    for (std::uint32_t c = 0; c < s.cols; ++c) row[c] = bits_to_float(load_u32(in + 4 * c));
+    softmax_row(row.data(), row.data(), s.cols);
+    std::uint8_t* out = ub.data + dst + r * s.dst_stride;
+    for (std::uint32_t c = 0; c < s.cols; ++c) store_u32(out + 4 * c, float_to_bits(row[c]));
+  }
+}
+
 namespace {
 
 void finish(VectorCost& c, const ChipConfig& cfg) {
@@ -932,6 +968,18 @@ VectorCost VectorOps::cost(const isa::Pool& p) const {
   c.element_ops = mul_sat(s.out_elems, std::uint64_t{p.kernel_h} * p.kernel_w);
   c.ub_bytes_read = mul_sat(s.in_elems, esize);
   c.ub_bytes_written = mul_sat(s.out_elems, esize);
+  finish(c, cfg_);
+  return c;
+}
+
+// As Activate's softmax: 3 element operations per value (the row maximum, the exponentials and
+// their sum, the division).
+VectorCost VectorOps::cost(const isa::Softmax& s) const {
+  VectorCost c;
+  const std::uint64_t elems = std::uint64_t{s.rows} * s.cols;
+  c.element_ops = 3 * elems;
+  c.ub_bytes_read = 4 * elems;
+  c.ub_bytes_written = 4 * elems;
   finish(c, cfg_);
   return c;
 }

@@ -40,10 +40,12 @@ class VectorOps {
   void activate(const isa::Activate& a, const AccView& acc, UbView ub) const;
   void pool(const isa::Pool& p, UbView ub) const;
   void eltwise(const isa::Eltwise& e, UbView ub) const;
+  void softmax(const isa::Softmax& s, UbView ub) const;
 
   [[nodiscard]] VectorCost cost(const isa::Activate& a) const;
   [[nodiscard]] VectorCost cost(const isa::Pool& p) const;
   [[nodiscard]] VectorCost cost(const isa::Eltwise& e) const;
+  [[nodiscard]] VectorCost cost(const isa::Softmax& s) const;
 
  private:
   const ChipConfig& cfg_;

@@ -41,6 +41,9 @@ void VectorUnit::run() {
             } else if constexpr (std::is_same_v<T, isa::Eltwise>) {
               ops_.eltwise(i, ub);
               cost = ops_.cost(i);
+            } else if constexpr (std::is_same_v<T, isa::Softmax>) {
+              ops_.softmax(i, ub);
+              cost = ops_.cost(i);
             } else {
               throw ProgramError("not a vector-unit instruction");
             }

@@ -655,6 +655,10 @@ class Compiler {
     const std::size_t pool =
         conv && may_fuse_pool && p.n_tiles == 1 ? pool_after(i) : m_.layers.size();
     const bool fuse_pool = pool < m_.layers.size() && chunk >= pixels;
+    // A softmax across more columns than one MXU tile: each tile is activated to fp32 logits and
+    // the whole rows are normalized once every tile is in (Activate sees one tile's columns).
+    const bool row_softmax = ql.fused_activation == nn::Act::Softmax && p.n_tiles > 1;
+    if (row_softmax && p.N > 65535) fail(l, "a softmax across more than 65535 values");
     if (fuse_pool) {
       chunk = chunk / pixels * pixels;
       pooled_[pool] = true;
@@ -706,7 +710,7 @@ class Compiler {
         a.rows = rows;
         a.cols = static_cast<std::uint16_t>(nc);
         a.dst_stride = p.N * e_out;
-        a.func = act_func(ql.fused_activation);
+        a.func = row_softmax ? isa::ActFunc::None : act_func(ql.fused_activation);
         a.out_type = ql.out_type;
         out.push_back(a);
         if (fuse_pool) {
@@ -717,6 +721,14 @@ class Compiler {
           tag(out, static_cast<std::uint32_t>(i + 1));
         }
       }
+    }
+    if (row_softmax) {
+      isa::Softmax s;
+      s.src = s.dst = ub(dst);
+      s.rows = static_cast<std::uint32_t>(rows_total);
+      s.cols = static_cast<std::uint16_t>(p.N);
+      s.src_stride = s.dst_stride = p.N * e_out;
+      out.push_back(s);
     }
   }
 

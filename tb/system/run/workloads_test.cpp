@@ -95,6 +95,21 @@ TEST(KerasToJsonRun, FunctionalModelIsBitExactOnBf16) {
   expect_exact_with_rows(report::run_workload(shipped("v4"), o), nn::load_model(o.model));
 }
 
+// A softmax across more outputs than an MXU has columns: Activate normalizes one column tile,
+// so the compiler activates each tile to fp32 logits and adds one softmax over the whole rows.
+// Bit-exact with the reference's row-wide softmax, on an int8 chip (256 columns, 4 tiles) and a
+// bf16 chip (128 columns, 8 tiles).
+void run_wide_softmax(const std::string& chip) {
+  const ChipConfig cfg = shipped(chip);
+  const report::RunOptions o = options("tb/system/run/data/wide_softmax.json", 16);
+  const nn::Model m = nn::load_model(o.model);
+  ASSERT_GT(m.layers.back().out.c, cfg.mxu.cols) << "the test needs logits wider than a tile";
+  const ordered_json r = report::run_workload(cfg, o);
+  expect_exact_with_rows(r, m);
+}
+TEST(WideSoftmax, AcrossColumnTilesIsBitExactOnInt8) { run_wide_softmax("v1"); }
+TEST(WideSoftmax, AcrossColumnTilesIsBitExactOnBf16) { run_wide_softmax("v2"); }
+
 ordered_json run_topology(const std::string& chip, const std::string& csv) {
   report::RunOptions o = options("configs/models/fashion_mnist_cnn.json", 4);
   o.random_weights = false;

@@ -107,6 +107,11 @@ const std::vector<DocLayout>& doc_layouts() {
         integer("shift", 20, 1)}},
       {0x0b, "sync", Sync{}, {flag("all_cores", 0)}},
       {0x0c, "tag", Tag{}, {integer("id", 4, 4)}},
+      {0x0d,
+       "softmax",
+       Softmax{},
+       {integer("src", 4, 4), integer("dst", 8, 4), integer("rows", 12, 4), integer("cols", 16, 2),
+        integer("src_stride", 20, 4), integer("dst_stride", 24, 4)}},
       {0x0f, "halt", Halt{}, {}},
   };
   return layouts;
@@ -283,7 +288,7 @@ TEST(IsaDecodeAll, RejectsAPartialWord) {
 TEST(IsaDecodeAll, NamesTheIndexOfTheBadWord) {
   const std::size_t bad = 3;
   std::vector<std::uint8_t> bytes = encode_all({Nop{}, Tag{7}, Sync{}, Halt{}, Halt{}});
-  bytes[bad * kInstructionBytes] = 0x0d;  // §2: 0x0d is illegal
+  bytes[bad * kInstructionBytes] = 0x0e;  // §2: 0x0e is illegal
   try {
     (void)decode_all(bytes.data(), bytes.size());
     ADD_FAILURE() << "an illegal opcode decoded";

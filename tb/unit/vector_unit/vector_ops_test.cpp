@@ -773,6 +773,101 @@ TEST(VectorPool, RejectsBadGeometryRangesAndOverlapNamingTheField) {
   }
 }
 
+// ---- softmax (rows wider than an accumulator entry) ----
+
+// Softmax of fp32 rows in the documented order: row maximum, exp(x - max), sum in index order,
+// divide — each step one fp32 operation.
+std::vector<float> ref_softmax(const std::vector<float>& x) {
+  const float m = *std::max_element(x.begin(), x.end());
+  std::vector<float> y(x.size());
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < x.size(); ++i) sum += (y[i] = std::exp(x[i] - m));
+  for (float& v : y) v /= sum;
+  return y;
+}
+
+TEST(VectorSoftmax, NormalizesEachRowAcrossAllItsColumnsInPlaceOrNot) {
+  Core core;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> v(-20.0f, 20.0f);
+  isa::Softmax s;
+  s.src = UbAddr(0x100);
+  s.rows = 3;
+  s.cols = 1000;  // wider than any accumulator entry (256 values)
+  s.src_stride = 4000 + 16;
+  std::vector<std::vector<float>> x(s.rows, std::vector<float>(s.cols));
+  auto fill = [&] {
+    for (std::uint32_t r = 0; r < s.rows; ++r)
+      for (std::uint32_t c = 0; c < s.cols; ++c)
+        core.put32(s.src.value() + r * s.src_stride + 4 * c, bits_of(x[r][c]));
+  };
+  for (auto& row : x)
+    for (float& f : row) f = v(rng);
+  for (const bool in_place : {false, true}) {
+    fill();
+    s.dst = in_place ? s.src : UbAddr(0x8000);
+    s.dst_stride = in_place ? s.src_stride : 4000;
+    ops.softmax(s, core.ub_view());
+    for (std::uint32_t r = 0; r < s.rows; ++r) {
+      const std::vector<float> y = ref_softmax(x[r]);
+      double total = 0.0;
+      for (std::uint32_t c = 0; c < s.cols; ++c) {
+        const float got = float_of(core.get32(s.dst.value() + r * s.dst_stride + 4 * c));
+        ASSERT_EQ(bits_of(got), bits_of(y[c])) << "row " << r << " col " << c;
+        total += got;
+      }
+      EXPECT_NEAR(total, 1.0, 1e-4);
+    }
+  }
+}
+
+TEST(VectorSoftmax, RejectsEmptyRowsShortStridesOverlapsAndRangesPastTheBuffer) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Softmax ok;
+  ok.src = UbAddr(0x100);
+  ok.dst = UbAddr(0x4000);
+  ok.rows = 2;
+  ok.cols = 10;
+  ok.src_stride = ok.dst_stride = 40;
+  ops.softmax(ok, core.ub_view());
+  const std::uint64_t ub = core.ub_view().bytes;
+  const struct {
+    const char* name;
+    void (*edit)(isa::Softmax&, std::uint64_t);
+    const char* expect;
+  } cases[] = {
+      {"rows 0", [](isa::Softmax& s, std::uint64_t) { s.rows = 0; }, "softmax: rows = 0"},
+      {"cols 0", [](isa::Softmax& s, std::uint64_t) { s.cols = 0; }, "softmax: cols = 0"},
+      {"short src stride", [](isa::Softmax& s, std::uint64_t) { s.src_stride = 36; },
+       "softmax: src_stride = 36 bytes (must be >= cols 10 x 4"},
+      {"short dst stride", [](isa::Softmax& s, std::uint64_t) { s.dst_stride = 4; },
+       "softmax: dst_stride = 4 bytes"},
+      {"src past the end",
+       [](isa::Softmax& s, std::uint64_t u) { s.src = UbAddr(static_cast<std::uint32_t>(u - 60)); },
+       "softmax: src = "},
+      {"dst past the end",
+       [](isa::Softmax& s, std::uint64_t u) { s.dst = UbAddr(static_cast<std::uint32_t>(u - 4)); },
+       "softmax: dst = "},
+      {"overlap", [](isa::Softmax& s, std::uint64_t) { s.dst = UbAddr(0x104); }, "overlaps src"},
+      {"in place with another stride",
+       [](isa::Softmax& s, std::uint64_t) { s.dst = s.src, s.dst_stride = 44; },
+       "in place needs dst = src and dst_stride = src_stride"},
+  };
+  for (const auto& c : cases) {
+    isa::Softmax s = ok;
+    c.edit(s, ub);
+    try {
+      ops.softmax(s, core.ub_view());
+      ADD_FAILURE() << c.name << ": accepted";
+    } catch (const ProgramError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos)
+          << c.name << ": " << e.what();
+    }
+  }
+}
+
 // ---- eltwise ----
 
 TEST(VectorEltwise, Int8OpsSaturateAndMulRoundsHalfAwayAfterShift) {
@@ -1324,6 +1419,22 @@ TEST(VectorCost, ActivateCountsOneOpPerOutputAndThreeForSoftmax) {
     EXPECT_EQ(c.ub_bytes_written, elems * size_of(a.out_type));
     EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
   }
+}
+
+TEST(VectorCost, SoftmaxCountsThreeOpsPerValueAndReadsAndWritesEachOnce) {
+  const ChipConfig cfg = test_config();
+  VectorOps ops(cfg);
+  isa::Softmax s;
+  s.rows = 32;
+  s.cols = 1000;
+  s.src_stride = s.dst_stride = 4000;
+  const VectorCost c = ops.cost(s);
+  const std::uint64_t elems = std::uint64_t{s.rows} * s.cols;
+  EXPECT_EQ(c.element_ops, 3 * elems);
+  EXPECT_EQ(c.ub_bytes_read, 4 * elems);
+  EXPECT_EQ(c.ub_bytes_written, 4 * elems);
+  EXPECT_EQ(c.acc_bytes_read, 0u);
+  EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
 }
 
 TEST(VectorCost, DoublingLanesHalvesTheThroughputPartWhenComputeBound) {
