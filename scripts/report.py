@@ -27,7 +27,9 @@ import math
 import os
 import re
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_plots  # noqa: E402  (the sweep page, and the one atomic writer)
 
 PROG = "report.py"
 
@@ -818,21 +820,6 @@ def build_page(docs, sources):
 """
 
 
-def write_atomically(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".report.", suffix=".html.tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(prog="report.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -842,8 +829,6 @@ def main(argv=None):
     a = p.parse_args(argv)
     # A sweep directory (tpusim sweep --out DIR) has its own page: scripts/sweep_plots.py.
     if len(a.inputs) == 1 and os.path.isdir(a.inputs[0]):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import sweep_plots
         return sweep_plots.main([a.inputs[0], "--html", a.html])
     try:
         docs = []
@@ -854,7 +839,7 @@ def main(argv=None):
         sys.stderr.write(f"{PROG}: {e}\n")
         return 2
     try:
-        write_atomically(a.html, page)
+        sweep_plots.write_atomically(a.html, page)
     except OSError as e:
         sys.stderr.write(f"{PROG}: {a.html}: cannot write ({e.strerror})\n")
         return 2

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 
 PROG = "sweep_plots.py"
 DEFAULT_METRICS = ["ops_per_s", "utilization", "ops_per_j", "avg_power_w"]
@@ -223,10 +224,20 @@ Source: {html.escape(source)}.</p>
 
 
 def write_atomically(path, data):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    """Writes bytes or text to a temporary file beside `path`, then renames it over `path`: a
+    reader sees the old file or the whole new one, and a failed write leaves no temporary."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tpusim.",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def main(argv=None):
