@@ -5,18 +5,37 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace tpu::fuzz {
 
-// Writes `size` bytes to <private dir>/<name> and returns the path; the directory is made once.
-inline std::string write_input(const char* name, const std::uint8_t* data, std::size_t size) {
-  static const std::string dir = [] {
+// A directory of the process's own under /tmp, removed when the fuzzer exits normally (a crash
+// leaves it with the input that caused it).
+class PrivateDir {
+ public:
+  PrivateDir() {
     char tmpl[] = "/tmp/tpusim_fuzz.XXXXXX";
     if (!mkdtemp(tmpl)) std::abort();
-    return std::string(tmpl);
-  }();
-  const std::string path = dir + "/" + name;
+    path_ = tmpl;
+  }
+  PrivateDir(const PrivateDir&) = delete;
+  PrivateDir& operator=(const PrivateDir&) = delete;
+  ~PrivateDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Writes `size` bytes to <private dir>/<name> and returns the path; the directory is made once.
+inline std::string write_input(const char* name, const std::uint8_t* data, std::size_t size) {
+  static const PrivateDir dir;
+  const std::string path = dir.path() + "/" + name;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) std::abort();
   if (size != 0 && std::fwrite(data, 1, size, f) != size) std::abort();

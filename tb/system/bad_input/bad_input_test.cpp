@@ -16,6 +16,10 @@
 #include <sstream>
 #include <thread>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace tpu::test::bad_input {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
@@ -192,6 +196,11 @@ Outcome run_forked(const std::function<int()>& body, double limit_s) {
       status = 126;
     }
     std::fflush(nullptr);
+#if defined(__SANITIZE_ADDRESS__)
+    // _exit skips LeakSanitizer's check at exit, so the child runs it here: a leak ends it on
+    // SIGABRT (ASAN_OPTIONS=abort_on_error=1 in scripts/test.sh), which the parent reports.
+    __lsan_do_leak_check();
+#endif
     _exit(status);
   }
   return wait_bounded(pid, c, limit_s);
