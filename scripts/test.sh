@@ -4,16 +4,17 @@
 #   build     configure and build build/, run every ctest test but the goldens
 #   golden    the golden regressions (ctest label golden): every shipped chip x workload report
 #             against tb/golden/reports/; a moved number prints the fields that moved
-#   asan      the whole project built with ASan + UBSan in build-asan/, its unit and system tests
+#   asan      the whole project built with ASan + UBSan in build-asan/, its unit, system and rtl tests
 #   fuzz      tb/fuzz's libFuzzer targets built with clang in build-fuzz/, each run for
 #             TPUSIM_FUZZ_SECONDS (default 60) on corpora seeded from the shipped files
 # Extra arguments go to the build stage's ctest, e.g. scripts/test.sh -L unit.
-# TPUSIM_TEST_STAGES picks stages (default "build golden"), e.g. TPUSIM_TEST_STAGES=build.
+# TPUSIM_TEST_STAGES picks stages (default "build golden asan fuzz"), e.g.
+# TPUSIM_TEST_STAGES=build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-stages=${TPUSIM_TEST_STAGES:-build golden}
+stages=${TPUSIM_TEST_STAGES:-build golden asan fuzz}
 jobs=$(nproc)
 declare -a timings=()
 
@@ -40,15 +41,18 @@ stage_golden() {
 stage_asan() {
   local dir=${TPUSIM_ASAN_BUILD_DIR:-build-asan}
   # RelWithDebInfo: optimised enough that the system tests run in minutes, with line numbers in
-  # every report.
+  # every report. The Verilated RTL stays in and its tests run too: it adds about a fifth to the
+  # build (the models compile as in build/, uninstrumented) and seconds to the tests.
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DTPUSIM_SANITIZE=address,undefined
   cmake --build "$dir" -j "$jobs"
-  # Leaks are findings too: Debian's SystemC 2.3.4 frees what it allocates, so nothing is
-  # suppressed (docs/robustness.md).
+  # abort_on_error for all three sanitizers: any report ends its process on SIGABRT, which every
+  # harness counts as a crash, also in the processes tests start (tpusim, a sweep's runs); UBSan
+  # would otherwise exit with status 1, which tpusim sweep and compare use themselves. Leaks are
+  # findings and nothing is suppressed (docs/robustness.md).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=0 \
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir "$dir" --output-on-failure -j "$jobs" -L "unit|system"
+    UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
+    ctest --test-dir "$dir" --output-on-failure -j "$jobs" -L "unit|system|rtl"
 }
 
 stage_fuzz() {
