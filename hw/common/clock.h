@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <string>
 #include <systemc>
 
 #include "hw/common/types.h"
@@ -17,7 +18,15 @@ class Clock {
 
   [[nodiscard]] double hz() const { return hz_; }
   [[nodiscard]] sc_core::sc_time time_of(Cycle c) const {
-    return sc_core::sc_time(static_cast<double>(c) * period_ps_, sc_core::SC_PS);
+    const double ps = static_cast<double>(c) * period_ps_;
+    // The kernel counts time in 64-bit picoseconds (about 213 days); past that it would wrap.
+    if (!(ps < 0x1p64))
+      SC_REPORT_ERROR("tpusim/clock",
+                      ("the run would pass the simulator's time limit of 2^64 ps (213 days of "
+                       "simulated time) at cycle " +
+                       std::to_string(c))
+                          .c_str());
+    return sc_core::sc_time(ps, sc_core::SC_PS);
   }
   [[nodiscard]] Cycle cycle_of(const sc_core::sc_time& t) const {
     return static_cast<Cycle>(std::llround(t.to_seconds() * 1e12 / period_ps_));

@@ -1,16 +1,17 @@
 #include "hw/config/chip_config.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "hw/common/error.h"
+#include "hw/common/input_file.h"
 #include "hw/common/json_text.h"
 
 namespace tpu {
@@ -56,11 +57,12 @@ void erase_below(Origins& o, const std::string& ptr) {
 }
 
 json parse_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: cannot open file", file.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  std::string text;
+  try {
+    text = read_input_file(file.string(), "chip config", kMaxConfigBytes);
+  } catch (const InputError& e) {
+    throw ConfigError(e.what());
+  }
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw ConfigError(fmt::format("{}: file is empty (expected a JSON object)", file.string()));
   try {
@@ -70,12 +72,22 @@ json parse_file(const fs::path& file) {
   }
 }
 
+// Where a file's includes are looked up: beside the file itself, so a symlink to a config (or
+// to its folder) finds the includes the config's author put beside it. Follows symlinks as
+// the kernel does; a path it cannot resolve keeps its own folder (the read reports the error).
+fs::path include_dir(const fs::path& file) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(file, ec);
+  return (ec ? file : real).parent_path();
+}
+
 json resolve(const json& node, const fs::path& file, const std::string& ptr, Origins& origins,
              std::vector<fs::path>& stack);
 
 json load_resolved(const fs::path& file, const std::string& ptr, Origins& origins,
                    std::vector<fs::path>& stack) {
-  const fs::path canon = fs::weakly_canonical(file);
+  std::error_code ec;
+  const fs::path canon = fs::weakly_canonical(file, ec);
   if (stack.size() >= kMaxIncludeDepth)
     throw ConfigError(fmt::format("{}: includes nested deeper than {} (the chain starts at {})",
                                   file.string(), kMaxIncludeDepth, stack.front().string()));
@@ -105,15 +117,19 @@ json resolve(const json& node, const fs::path& file, const std::string& ptr, Ori
   if (auto inc = node.find("include"); inc != node.end()) {
     if (!inc->is_string() || inc->get<std::string>().empty())
       throw ConfigError(fmt::format("{}: {}/include = {} (must be a file name, relative to {})",
-                                    file.string(), ptr, inc->dump(), file.parent_path().string()));
-    const fs::path target = file.parent_path() / inc->get<std::string>();
+                                    file.string(), ptr, inc->dump(), include_dir(file).string()));
+    const fs::path target = include_dir(file) / inc->get<std::string>();
     // Checked here, not in load_resolved, so the message names the including file, the pointer
     // and the value the user wrote.
+    struct stat st {};
+    if (::stat(target.c_str(), &st) != 0)
+      throw ConfigError(fmt::format("{}: {}/include = {} ({}: {})", file.string(), ptr, inc->dump(),
+                                    target.string(), path_error_reason(errno)));
+    if (!S_ISREG(st.st_mode))
+      throw ConfigError(fmt::format("{}: {}/include = {} ({} is {})", file.string(), ptr,
+                                    inc->dump(), target.string(), file_kind(st.st_mode)));
     std::error_code ec;
-    if (!fs::is_regular_file(target, ec))
-      throw ConfigError(fmt::format("{}: {}/include = {} (no such file: {})", file.string(), ptr,
-                                    inc->dump(), target.string()));
-    const fs::path canon = fs::weakly_canonical(target);
+    const fs::path canon = fs::weakly_canonical(target, ec);
     for (const auto& f : stack)
       if (f == canon)
         throw ConfigError(fmt::format("{}: {}/include = {} (include cycle back to {})",
@@ -215,13 +231,6 @@ class ObjectReader {
     if (!std::isfinite(d) || d < min || (strict && d == min) || d > max) ctx_.bad(at(key), v, rule);
     return d;
   }
-  double positive(const std::string& key) {
-    return number(key, 0, true, std::numeric_limits<double>::infinity());
-  }
-  double non_negative(const std::string& key) {
-    return number(key, 0, false, std::numeric_limits<double>::infinity());
-  }
-
   std::string string(const std::string& key) {
     const json& v = need(key, "must be a non-empty string");
     if (!v.is_string() || v.get<std::string>().empty())
@@ -275,6 +284,20 @@ constexpr std::uint64_t kMaxUbBytes = 1ull << 32;       // UbAddr is 32 bits (do
 constexpr std::uint32_t kMaxAccEntries = 1u << 24;      // AccAddr rows fit the 24-bit ISA field
 constexpr std::uint64_t kMaxOffChipBytes = 1ull << 48;  // MemAddr is 48 bits in the ISA
 constexpr double kMaxClockMhz = 4000;  // Clock: cycle<->ps round trip is exact up to 4 GHz
+// Below 1 MHz a cycle is longer than a microsecond: no accelerator, and SystemC's 64-bit
+// picosecond clock would run out after 2^64 ps / 1e6 ps per cycle = 1.8e13 cycles.
+constexpr double kMinClockMhz = 1;
+// Bandwidths from 1 MB/s (slower than any link a TPU has used) to 1 PB/s (about 300 times the
+// fastest HBM): the fluid-sharing model needs a transfer of one byte to take a representable
+// number of cycles, and absurd values (1e300, a typo's 2^63) are refused, not simulated.
+constexpr double kMinBandwidthGbps = 1e-3;
+constexpr double kMaxBandwidthGbps = 1e6;
+// Latencies up to a second: a million times DRAM's, ten thousand times a USB round trip.
+constexpr double kMaxLatencyNs = 1e9;
+// Energies per action up to a microjoule (DRAM is about 10^2 pJ/byte, a 45 nm fp32 multiply
+// 3.7 pJ) and idle power up to a megawatt (a TPU v4 pod draws about that).
+constexpr double kMaxActionPj = 1e6;
+constexpr double kMaxIdleW = 1e6;
 
 void check_sources(const json& doc, const json& sources, const Context& ctx) {
   if (!sources.is_object())
@@ -303,7 +326,7 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
   c.file = ctx.top;
   ObjectReader top(doc, "", ctx);
   c.name = top.string("name");
-  c.clock_mhz = top.number("clock_mhz", 0, true, kMaxClockMhz);
+  c.clock_mhz = top.number("clock_mhz", kMinClockMhz, false, kMaxClockMhz);
   c.tensor_cores = top.u32("tensor_cores", 1, kMaxCores);
 
   {
@@ -357,8 +380,9 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
   {
     ObjectReader h = top.object("host_link");
     c.host_link.kind = h.string("kind");
-    c.host_link.bandwidth_gbps = h.positive("bandwidth_gbps");
-    c.host_link.latency_ns = h.non_negative("latency_ns");
+    c.host_link.bandwidth_gbps =
+        h.number("bandwidth_gbps", kMinBandwidthGbps, false, kMaxBandwidthGbps);
+    c.host_link.latency_ns = h.number("latency_ns", 0, false, kMaxLatencyNs);
     h.finish();
   }
   {
@@ -378,8 +402,9 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
       c.off_chip_memory.latency_ns = c.host_link.latency_ns;
       c.off_chip_memory.channels = 1;
     } else {
-      c.off_chip_memory.bandwidth_gbps = o.positive("bandwidth_gbps");
-      c.off_chip_memory.latency_ns = o.non_negative("latency_ns");
+      c.off_chip_memory.bandwidth_gbps =
+          o.number("bandwidth_gbps", kMinBandwidthGbps, false, kMaxBandwidthGbps);
+      c.off_chip_memory.latency_ns = o.number("latency_ns", 0, false, kMaxLatencyNs);
       c.off_chip_memory.channels = o.u32("channels", 1, 1024);
     }
     o.finish();
@@ -388,14 +413,15 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
     ObjectReader e = top.object("energy");
     auto& en = c.energy;
     en.scale_from_45nm = e.number("scale_from_45nm", 0, true, 10);
-    en.mac_pj = e.non_negative("mac_pj_45nm") * en.scale_from_45nm;
-    en.acc_pj_per_byte = e.non_negative("acc_pj_per_byte_45nm") * en.scale_from_45nm;
-    en.ub_pj_per_byte = e.non_negative("ub_pj_per_byte_45nm") * en.scale_from_45nm;
-    en.vector_op_pj = e.non_negative("vector_op_pj_45nm") * en.scale_from_45nm;
-    en.instruction_pj = e.non_negative("instruction_pj_45nm") * en.scale_from_45nm;
-    en.off_chip_pj_per_byte = e.non_negative("off_chip_pj_per_byte");
-    en.host_link_pj_per_byte = e.non_negative("host_link_pj_per_byte");
-    en.idle_w = e.non_negative("idle_w");
+    auto pj = [&](const char* key) { return e.number(key, 0, false, kMaxActionPj); };
+    en.mac_pj = pj("mac_pj_45nm") * en.scale_from_45nm;
+    en.acc_pj_per_byte = pj("acc_pj_per_byte_45nm") * en.scale_from_45nm;
+    en.ub_pj_per_byte = pj("ub_pj_per_byte_45nm") * en.scale_from_45nm;
+    en.vector_op_pj = pj("vector_op_pj_45nm") * en.scale_from_45nm;
+    en.instruction_pj = pj("instruction_pj_45nm") * en.scale_from_45nm;
+    en.off_chip_pj_per_byte = pj("off_chip_pj_per_byte");
+    en.host_link_pj_per_byte = pj("host_link_pj_per_byte");
+    en.idle_w = e.number("idle_w", 0, false, kMaxIdleW);
     e.finish();
   }
   if (top.has("sources")) {

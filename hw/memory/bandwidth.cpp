@@ -73,16 +73,28 @@ void BandwidthResource::transfer(std::uint64_t bytes) {
 void BandwidthResource::reschedule() {
   const Cycle now = clock_.now();
   share_.advance(static_cast<double>(now));
-  if (share_.retire_finished() > 0) {
+  std::size_t finished = share_.retire_finished();
+  // Transfers that complete within this very cycle (a link of many bytes per cycle) complete
+  // now: arming a wake-up at the current time for them would never advance the clock.
+  for (double next = share_.next_completion();
+       std::isfinite(next) && std::ceil(next - 1e-9) <= static_cast<double>(now);
+       next = share_.next_completion()) {
+    share_.advance(next);
+    const std::size_t n = share_.retire_finished();
+    if (n == 0) break;  // round-off left a crumb: let the wake-up below take it
+    finished += n;
+  }
+  if (finished > 0) {
     changed_.notify(sc_core::SC_ZERO_TIME);
     if (share_.active_count() == 0) busy_cycles_ += now - busy_since_;
   }
   const double next = share_.next_completion();
   if (std::isfinite(next)) {
-    // Completions land on whole cycles: round up, so no transfer beats its bandwidth.
+    // Completions land on whole cycles: round up, so no transfer beats its bandwidth; and at
+    // least one cycle on, so that time advances.
     const auto at = static_cast<Cycle>(std::ceil(next - 1e-9));
     wake_.cancel();
-    wake_.notify(clock_.time_of(std::max(at, now)) - sc_core::sc_time_stamp());
+    wake_.notify(clock_.time_of(std::max(at, now + 1)) - sc_core::sc_time_stamp());
   }
 }
 

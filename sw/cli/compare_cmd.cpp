@@ -1,21 +1,18 @@
 #include "sw/cli/compare_cmd.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/cli/process_pool.h"
-#include "sw/report/files.h"
+#include "sw/io/output.h"
+#include "sw/io/signals.h"
 #include "sw/report/formats.h"
 
 namespace tpu::cli {
-namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
 int run_compare(CompareCommand& cmd) {
@@ -26,39 +23,57 @@ int run_compare(CompareCommand& cmd) {
   resolve_workload(cmd.workload);
   const unsigned jobs = cmd.jobs > 0 ? cmd.jobs : default_parallelism();
 
-  char tmpl[] = "/tmp/tpusim-compare-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr)
-    throw InputError(
-        fmt::format("compare: cannot create a temporary directory ({})", std::strerror(errno)));
-  const std::string dir = tmpl;
+  io::OutputSet out;
+  std::optional<std::size_t> json, markdown, csv;
+  if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");
+  if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
+  if (!cmd.csv.empty()) csv = out.add(cmd.csv, "--csv output");
+  out.check(workload_inputs(cmd.workload));
 
+  // Each chip runs in its own process and sends its report on standard output: nothing is
+  // written to disk until the comparison is.
   std::vector<ProcessJob> runs;
-  std::vector<std::string> report_files;
   const auto w = workload_args(cmd.workload);
-  for (std::size_t i = 0; i < cmd.chips.size(); ++i) {
-    report_files.push_back(fmt::format("{}/{}.json", dir, i));
+  for (const auto& chip : cmd.chips) {
     ProcessJob job;
-    job.argv = {"tpusim", "run", "--chip", cmd.chips[i], "--json", report_files.back()};
+    job.argv = {"tpusim", "run", "--chip", chip, "--json", "-"};
     job.argv.insert(job.argv.end(), w.begin(), w.end());
-    job.log = fmt::format("{}/{}.log", dir, i);
     runs.push_back(std::move(job));
   }
   std::vector<ordered_json> reports(cmd.chips.size());
   std::vector<std::string> errors(cmd.chips.size());
   std::size_t failed = 0;
-  run_processes(runs, jobs, [&](std::size_t i, const ProcessResult& r) {
-    const std::string& chip = cmd.chips[i];
-    if (r.ok()) {
-      reports[i] = ordered_json::parse(report::read_text_file(report_files[i]));
-      std::cerr << fmt::format("compare: {} done in {:.1f} s\n", chip, r.seconds);
-    } else {
-      ++failed;
-      errors[i] = fmt::format("{}: {}", r.describe(), last_line(runs[i].log));
-      std::cerr << fmt::format("compare: {} FAILED ({})\n", chip, errors[i]);
-    }
-  });
-  std::error_code ec;
-  fs::remove_all(dir, ec);
+  {
+    io::InterruptScope interrupt;
+    run_processes(
+        runs, jobs,
+        [&](std::size_t i, ProcessResult& r) {
+          if (r.stopped) return;
+          const std::string& chip = cmd.chips[i];
+          if (r.ok()) {
+            try {
+              reports[i] = ordered_json::parse(r.out);
+            } catch (const nlohmann::json::exception& e) {
+              errors[i] = fmt::format("exit status 0 but its report is not JSON ({})", e.what());
+            }
+          } else {
+            const std::string said = last_line(r.err);
+            errors[i] = said.empty() ? r.describe() + " (it printed no message)"
+                                     : fmt::format("{}: {}", r.describe(), said);
+          }
+          if (errors[i].empty()) {
+            std::cerr << fmt::format("compare: {} done in {:.1f} s\n", chip, r.seconds);
+          } else {
+            ++failed;
+            std::cerr << fmt::format("compare: {} FAILED ({})\n", chip, errors[i]);
+          }
+        },
+        [] { return io::interrupted() != 0; });
+  }
+  if (io::interrupted() != 0) {
+    std::cerr << "tpusim: compare interrupted; nothing was written\n";
+    io::end_if_interrupted();
+  }
 
   ordered_json cmp;
   cmp["schema"] = "tpusim.compare/1";
@@ -83,10 +98,11 @@ int run_compare(CompareCommand& cmd) {
         fmt::format("compare: every chip failed; the first: {}: {}", cmd.chips[0], errors[0]));
 
   const std::string md = report::compare_markdown(cmp);
-  std::cout << md.substr(0, md.find("\n## "));
-  if (!cmd.json.empty()) report::write_atomically(cmd.json, cmp.dump(2) + "\n");
-  if (!cmd.markdown.empty()) report::write_atomically(cmd.markdown, md);
-  if (!cmd.csv.empty()) report::write_atomically(cmd.csv, report::compare_csv(cmp));
+  if (json) out.set(*json, cmp.dump(2) + "\n");
+  if (markdown) out.set(*markdown, md);
+  if (csv) out.set(*csv, report::compare_csv(cmp));
+  out.commit();
+  (out.uses_stdout() ? std::cerr : std::cout) << md.substr(0, md.find("\n## "));
   if (failed > 0) {
     std::cerr << fmt::format("tpusim: compare: {} of {} chips failed\n", failed, cmd.chips.size());
     return 1;

@@ -4,11 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
+#include <new>
 #include <systemc>
 
 #include "hw/common/error.h"
+#include "hw/common/input_file.h"
 #include "hw/config/chip_config.h"
 #include "hw/isa/assembler.h"
 #include "sw/cli/compare_cmd.h"
@@ -16,7 +17,9 @@
 #include "sw/cli/run_cmd.h"
 #include "sw/cli/sweep_cmd.h"
 #include "sw/cli/train_cmd.h"
-#include "sw/report/files.h"
+#include "sw/io/output.h"
+#include "sw/io/signals.h"
+#include "sw/report/host_memory.h"
 
 namespace {
 
@@ -113,13 +116,19 @@ int run_cli(int argc, char** argv) {
     else
       std::cout << tpu::cli::describe(cfg);
   } else if (asm_cmd->parsed()) {
-    const auto program = tpu::isa::assemble(tpu::report::read_text_file(asm_in), asm_in);
+    tpu::io::OutputSet out;
+    const std::size_t binary = out.add(asm_out, "-o output");
+    out.check({{asm_in, "assembly text"}});
+    const auto program = tpu::isa::assemble(
+        tpu::read_input_file(asm_in, "assembly text", tpu::kMaxProgramBytes), asm_in);
     // An empty program is a mistake (an empty or truncated file), never something to run.
     if (program.empty()) throw tpu::ProgramError(asm_in + ": no instructions in the file");
     const auto bytes = tpu::isa::to_binary(program);
-    tpu::report::write_atomically(asm_out, std::string(bytes.begin(), bytes.end()));
+    out.set(binary, std::string(bytes.begin(), bytes.end()));
+    out.commit();
   } else if (disasm_cmd->parsed()) {
-    const std::string text = tpu::report::read_text_file(disasm_in);
+    const std::string text =
+        tpu::read_input_file(disasm_in, "binary program", tpu::kMaxProgramBytes);
     const auto program =
         tpu::isa::from_binary(std::vector<std::uint8_t>(text.begin(), text.end()), disasm_in);
     if (program.empty()) throw tpu::ProgramError(disasm_in + ": no instructions in the file");
@@ -139,6 +148,7 @@ int run_cli(int argc, char** argv) {
 }  // namespace
 
 int sc_main(int argc, char* argv[]) {
+  tpu::io::install_signal_handlers();
   try {
     return run_cli(argc, argv);
   } catch (const tpu::InputError& e) {
@@ -146,6 +156,17 @@ int sc_main(int argc, char* argv[]) {
     return 2;
   } catch (const sc_core::sc_report& e) {
     std::cerr << "tpusim: " << e.get_msg() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // The run's estimate (docs/robustness.md, "Resource bounds") passed, yet the host refused
+    // memory: another process took it, or a limit the estimate cannot see.
+    std::cerr << "tpusim: " << tpu::report::out_of_memory_message() << "\n";
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // Every path tpusim opens goes through hw/common/input_file.h or sw/io/output.h; this is the
+    // net under the rest (directory listings): the path and the reason are the user's to fix.
+    std::cerr << "tpusim: " << e.path1().string() << ": "
+              << tpu::path_error_reason(e.code().value()) << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "tpusim: internal error: " << e.what() << "\n";

@@ -1,10 +1,11 @@
 #include "sw/cli/run_cmd.h"
 
 #include <iostream>
+#include <optional>
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
-#include "sw/report/files.h"
+#include "sw/io/output.h"
 #include "sw/report/formats.h"
 
 namespace tpu::cli {
@@ -47,14 +48,40 @@ void resolve_workload(RunCommand& cmd) {
   cmd.options.check = !cmd.no_check;
 }
 
+std::vector<io::NamedInput> workload_inputs(const RunCommand& cmd) {
+  const auto& o = cmd.options;
+  return {{o.topology.empty() ? o.model : o.topology, o.topology.empty() ? "model" : "topology"},
+          {cmd.weights, "weights file"}};
+}
+
 void run_run(RunCommand& cmd) {
-  const ChipConfig cfg = load_chip_config(cmd.chip);
   resolve_workload(cmd);
-  const auto report = report::run_workload(cfg, cmd.options);
-  std::cout << report::summary(report);
-  if (!cmd.json.empty()) report::write_atomically(cmd.json, report.dump(2) + "\n");
-  if (!cmd.csv_dir.empty()) report::write_csv_reports(report, cmd.csv_dir);
-  if (!cmd.markdown.empty()) report::write_atomically(cmd.markdown, report::run_markdown(report));
+  // Every output is resolved and its temporary created before the simulation: an impossible
+  // path costs nothing, and the set is written all or nothing (sw/io/output.h).
+  io::OutputSet out;
+  std::optional<std::size_t> json, markdown, trace;
+  std::vector<std::size_t> csv;
+  if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");
+  if (!cmd.csv_dir.empty()) {
+    out.add_directory(cmd.csv_dir, "--csv output");
+    for (const auto& name : report::kCsvReportFiles)
+      csv.push_back(out.add(cmd.csv_dir + "/" + name, "--csv output"));
+  }
+  if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
+  if (!cmd.options.trace.empty()) trace = out.add(cmd.options.trace, "--trace output");
+
+  const ChipConfig cfg = load_chip_config(cmd.chip);
+  out.check(workload_inputs(cmd));
+  report::RunResult r = report::run_session(cfg, cmd.options);
+  if (json) out.set(*json, r.report.dump(2) + "\n");
+  if (!csv.empty()) {
+    const auto files = report::csv_reports(r.report);
+    for (std::size_t i = 0; i < csv.size(); ++i) out.set(csv[i], files.at(i).second);
+  }
+  if (markdown) out.set(*markdown, report::run_markdown(r.report));
+  if (trace) out.set(*trace, std::move(r.trace_json));
+  out.commit();
+  (out.uses_stdout() ? std::cerr : std::cout) << report::summary(r.report);
 }
 
 }  // namespace tpu::cli

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "sw/io/output.h"
 #include "sw/report/session.h"
 
 namespace tpu::cli {
@@ -24,6 +25,8 @@ void add_workload_options(CLI::App* app, RunCommand& cmd);
 std::vector<std::string> workload_args(const RunCommand& cmd);
 // Completes `cmd.options` from the flags; throws InputError for contradictory ones.
 void resolve_workload(RunCommand& cmd);
+// The files the workload options name (model or topology, weights), for OutputSet::check.
+std::vector<io::NamedInput> workload_inputs(const RunCommand& cmd);
 
 void run_run(RunCommand& cmd);
 

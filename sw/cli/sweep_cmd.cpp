@@ -1,7 +1,10 @@
 #include "sw/cli/sweep_cmd.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,12 +12,15 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "hw/common/error.h"
+#include "hw/common/input_file.h"
 #include "sw/cli/process_pool.h"
-#include "sw/report/files.h"
+#include "sw/io/output.h"
+#include "sw/io/signals.h"
 #include "sw/sweep/spec.h"
 
 namespace tpu::cli {
@@ -32,41 +38,19 @@ const std::vector<std::string> kMetrics = {"cycles",       "seconds",     "ops_p
                                            "images_per_s", "utilization", "energy_j",
                                            "avg_power_w",  "ops_per_j",   "bytes_off_chip"};
 
-volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_interrupt(int) { g_interrupted = 1; }
-
-// SIGINT and SIGTERM stop the sweep between points instead of killing it mid-write; installed
-// without SA_RESTART so that a wait is interrupted at once.
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    g_interrupted = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_interrupt;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~InterruptGuard() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-
- private:
-  struct sigaction old_int_ = {};
-  struct sigaction old_term_ = {};
-};
-
 // Where a task (one design point x one workload) keeps its files, under the sweep's directory.
 struct TaskFiles {
-  std::string dir, chip, report, host, failed, log, raw;
+  std::string dir, chip, report, host, failed, log;
 };
 
 class Sweep {
  public:
   Sweep(sweep::Spec spec, std::string out) : spec_(std::move(spec)), out_(std::move(out)) {}
+  Sweep(const Sweep&) = delete;
+  Sweep& operator=(const Sweep&) = delete;
+  ~Sweep() {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
 
   [[nodiscard]] std::size_t tasks() const { return spec_.points.size() * spec_.workloads.size(); }
   [[nodiscard]] const sweep::Point& point(std::size_t t) const {
@@ -87,83 +71,151 @@ class Sweep {
     f.host = w + ".host.json";
     f.failed = w + ".failed.json";
     f.log = w + ".log";
-    f.raw = w + ".run.json";
     return f;
   }
 
-  [[nodiscard]] bool finished(std::size_t t) const {
-    const TaskFiles f = files(t);
-    return fs::exists(f.report) || fs::exists(f.failed);
-  }
+  [[nodiscard]] bool done(std::size_t t) const { return exists(files(t).report); }
+  [[nodiscard]] bool failed(std::size_t t) const { return exists(files(t).failed); }
+  [[nodiscard]] bool finished(std::size_t t) const { return done(t) || failed(t); }
 
   [[nodiscard]] ProcessJob job(std::size_t t) const {
     // Run inside the sweep's directory with relative paths, so a point's report (which names
     // its chip file) is the same wherever the sweep's directory is.
     const std::string rel = fmt::format("points/{}/", point(t).id);
     ProcessJob j;
-    j.argv = {"tpusim",          "run",    "--chip",
-              rel + "chip.json", "--json", rel + workload(t).name + ".run.json"};
+    // The report comes back on standard output: the run writes no file, so it cannot fail for
+    // the sweep's disk, and nothing of it is on disk before the sweep records it.
+    j.argv = {"tpusim", "run", "--chip", rel + "chip.json", "--json", "-"};
     j.cwd = out_;
     const auto& a = workload(t).run_args;
     j.argv.insert(j.argv.end(), a.begin(), a.end());
-    j.log = files(t).log;
     return j;
   }
 
   // Records a task's outcome. The report is the finished marker and appears last, by rename:
-  // a sweep killed at any instant leaves the task either finished or not started.
-  // Returns "" when the run succeeded, its error otherwise.
-  std::string record(std::size_t t, const ProcessResult& r) const {
+  // a sweep killed at any instant leaves the task either finished or not. Returns what happened
+  // to the task. Throws InputError when the sweep cannot write its own files (a full disk): that
+  // is never the design point's failure, and the task stays pending.
+  enum class Outcome { Done, Failed, Pending };
+  Outcome record(std::size_t t, const ProcessResult& r, std::string& error) const {
     const TaskFiles f = files(t);
-    std::error_code ec;
-    std::string error;
+    error.clear();
+    // Ended by the sweep's own shutdown, or by a signal meant for the sweep (Ctrl-C reaches
+    // the whole process group, `timeout` and schedulers signal it too): not the point's fault.
+    if (r.stopped || is_interruption(r.signal())) {
+      error = r.stopped ? "stopped by the sweep" : r.describe();
+      return Outcome::Pending;
+    }
     if (r.ok()) {
+      ordered_json rep;
       try {
-        ordered_json rep = ordered_json::parse(report::read_text_file(f.raw));
-        // Host timings differ run to run; kept apart so the point's report is reproducible
-        // byte for byte (docs/sweeps.md).
-        report::write_atomically(f.host, rep["host"].dump(2) + "\n");
-        rep.erase("host");
-        report::write_atomically(f.report, rep.dump(2) + "\n");
+        rep = ordered_json::parse(r.out);
+        if (!rep.is_object() || !rep.contains("host")) throw std::runtime_error("no host object");
       } catch (const std::exception& e) {
         error = fmt::format("exit status 0 but no readable report ({})", e.what());
       }
+      if (error.empty()) {
+        io::write_file(f.log, r.err);
+        // Host timings differ run to run; kept apart so the point's report is reproducible
+        // byte for byte (docs/sweeps.md).
+        io::write_file(f.host, rep["host"].dump(2) + "\n");
+        rep.erase("host");
+        io::write_file(f.report, rep.dump(2) + "\n");
+        // A failure record from an earlier try (--retry-failed) is stale once the report exists;
+        // it goes only now, so an interrupted retry loses no error.
+        std::error_code ec;
+        fs::remove(f.failed, ec);
+        return Outcome::Done;
+      }
     } else {
-      error = fmt::format("{}: {}", r.describe(), last_line(f.log));
+      const std::string said = last_line(r.err);
+      error = said.empty() ? r.describe() + " (it printed no message)"
+                           : fmt::format("{}: {}", r.describe(), said);
     }
-    if (!error.empty()) {
-      ordered_json j;
-      j["status"] = r.status;
-      j["error"] = error;
-      report::write_atomically(f.failed, j.dump(2) + "\n");
-    }
-    fs::remove(f.raw, ec);
-    return error;
+    io::write_file(f.log, r.err);
+    ordered_json j;
+    j["status"] = r.status;
+    j["error"] = error;
+    io::write_file(f.failed, j.dump(2) + "\n");
+    return Outcome::Failed;
+  }
+
+  static bool is_interruption(int sig) {
+    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
   }
 
   // Lays out the directory: the plan (refusing a directory that holds another sweep) and each
   // point's chip config, runnable by hand with `tpusim run --chip points/<id>/chip.json`.
-  void prepare() const {
-    report::make_directory(out_);
+  void prepare() {
+    io::make_directory(out_);
+    lock();
+    remove_stale_temporaries();
     const std::string plan_file = out_ + "/sweep.json";
     const std::string plan = sweep::to_json(spec_).dump(2) + "\n";
-    if (fs::exists(plan_file)) {
-      if (report::read_text_file(plan_file) != plan)
+    if (exists(plan_file)) {
+      if (read_file(plan_file) != plan)
         throw InputError(fmt::format(
             "{}: holds a different sweep (its sweep.json differs from what {} expands to); "
             "remove the directory or choose another --out",
             out_, spec_.file));
     } else {
-      report::write_atomically(plan_file, plan);
+      io::write_file(plan_file, plan);
     }
     for (const auto& p : spec_.points) {
       const std::string dir = fmt::format("{}/points/{}", out_, p.id);
-      report::make_directory(dir);
+      io::make_directory(dir);
       const std::string text = p.chip.dump(2) + "\n";
       const std::string file = dir + "/chip.json";
-      if (!fs::exists(file) || report::read_text_file(file) != text)
-        report::write_atomically(file, text);
+      if (!exists(file) || read_file(file) != text) io::write_file(file, text);
     }
+  }
+
+  // One sweep at a time in a directory: a second one on the same --out is refused before it
+  // reads or writes anything there (whatever its spec), so two sweeps can never run a point
+  // twice, delete each other's files or mix two specs' results. flock(2): the kernel drops the
+  // lock when the process ends, however it ends.
+  void lock() {
+    const std::string file = out_ + "/" + kLockFile;
+    lock_fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (lock_fd_ < 0)
+      throw InputError(fmt::format("{}: cannot open the sweep's lock file ({})", file,
+                                   path_error_reason(errno)));
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK)
+        throw InputError(fmt::format("{}: cannot lock the sweep's directory ({})", file,
+                                     path_error_reason(err)));
+      char pid[32] = {};
+      const ssize_t n = ::pread(lock_fd_, pid, sizeof pid - 1, 0);
+      std::string who = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "";
+      while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+      throw InputError(fmt::format(
+          "{}: another tpusim sweep{} is running in this directory; wait for it to end or "
+          "choose another --out",
+          out_, who.empty() ? "" : " (process " + who + ")"));
+    }
+    const std::string me = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(lock_fd_, 0) != 0 ||
+        ::pwrite(lock_fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+      // The pid only improves a second sweep's message; the lock itself holds.
+    }
+  }
+
+  // Temporaries of a sweep (or of its runs) that was killed while writing.
+  void remove_stale_temporaries() const {
+    const std::string suffix = io::kTempSuffix;
+    auto stale = [&](const fs::path& p) {
+      const std::string n = p.filename().string();
+      return n.size() > suffix.size() &&
+             n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    std::error_code ec;
+    std::vector<fs::path> dirs = {out_};
+    for (fs::directory_iterator it(out_ + "/points", ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_directory(ec)) dirs.push_back(it->path());
+    for (const auto& d : dirs)
+      for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec))
+        if (stale(it->path())) fs::remove(it->path(), ec);
   }
 
   // results.json and results.csv from the files of the finished tasks, in point order, so the
@@ -212,17 +264,19 @@ class Sweep {
         const TaskFiles f = files(t);
         ordered_json cell;
         std::string error;
-        if (fs::exists(f.report)) {
-          const auto rep = ordered_json::parse(report::read_text_file(f.report));
+        if (exists(f.report)) {
           cell["status"] = "ok";
-          for (const auto& m : kMetrics) cell[m] = rep.at("totals").at(m);
-          if (spec_.check) cell["bit_exact"] = rep.at("accuracy").at("bit_exact");
+          read_record(f.report, [&](const ordered_json& rep) {
+            for (const auto& m : kMetrics) cell[m] = rep.at("totals").at(m);
+            if (spec_.check) cell["bit_exact"] = rep.at("accuracy").at("bit_exact");
+          });
           ++n.done;
-        } else if (fs::exists(f.failed)) {
-          const auto fail = ordered_json::parse(report::read_text_file(f.failed));
+        } else if (exists(f.failed)) {
           cell["status"] = "failed";
-          cell["error"] = fail.at("error");
-          error = fail.at("error").get<std::string>();
+          read_record(f.failed, [&](const ordered_json& fail) {
+            error = fail.at("error").get<std::string>();
+          });
+          cell["error"] = error;
           ++n.failed;
         } else {
           cell["status"] = "pending";
@@ -242,9 +296,34 @@ class Sweep {
                       {"failed", n.failed},
                       {"pending", n.pending}};
     res["points"] = points;
-    report::write_atomically(out_ + "/results.json", res.dump(2) + "\n");
-    report::write_atomically(out_ + "/results.csv", csv);
+    io::OutputSet table;
+    const std::size_t json_file = table.add(out_ + "/results.json", "");
+    const std::size_t csv_file = table.add(out_ + "/results.csv", "");
+    table.check();
+    table.set(json_file, res.dump(2) + "\n");
+    table.set(csv_file, csv);
+    table.commit();
     return n;
+  }
+
+  static bool exists(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+  }
+  static std::string read_file(const std::string& path) {
+    return read_input_file(path, "sweep file", kMaxReportBytes);
+  }
+  // A file the sweep wrote, read back; one that is not what the sweep writes (edited or
+  // damaged by hand) is named, never an internal error.
+  template <class Use>
+  static void read_record(const std::string& path, Use use) {
+    try {
+      use(ordered_json::parse(read_file(path)));
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(
+          fmt::format("{}: not a file this sweep wrote ({}); remove it to run the point again",
+                      path, e.what()));
+    }
   }
 
  private:
@@ -265,8 +344,11 @@ class Sweep {
     return q + "\"";
   }
 
+  static constexpr const char* kLockFile = ".lock";
+
   sweep::Spec spec_;
   std::string out_;
+  int lock_fd_ = -1;  // held until the process ends
 };
 
 // Points done, failed and the ETA: a bar redrawn in place on a terminal, one line per finished
@@ -326,9 +408,11 @@ class Progress {
   Clock::time_point start_, last_draw_;
 };
 
-std::string recorded_error(const std::string& failed_file) {
+std::string recorded_error(const Sweep& s, std::size_t t) {
   try {
-    return json::parse(report::read_text_file(failed_file)).at("error").get<std::string>();
+    return json::parse(read_input_file(s.files(t).failed, "sweep file", kMaxReportBytes))
+        .at("error")
+        .get<std::string>();
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -339,28 +423,36 @@ std::string task_name(const Sweep& s, std::size_t t) {
                      sweep::describe_point(s.spec(), s.point(t)));
 }
 
-// Runs the given tasks here, `jobs` at a time. Returns false when interrupted.
-bool run_local(const Sweep& s, const std::vector<std::size_t>& todo, unsigned jobs,
-               Progress& progress) {
+// How a batch of runs ended.
+struct Ran {
+  bool interrupted = false;   // the sweep itself was asked to stop
+  std::size_t signalled = 0;  // runs a signal from outside ended: pending, not failed
+};
+
+// Runs the given tasks here, `jobs` at a time.
+Ran run_local(const Sweep& s, const std::vector<std::size_t>& todo, unsigned jobs,
+              Progress& progress) {
   std::vector<ProcessJob> runs;
-  for (std::size_t t : todo) {
-    std::error_code ec;
-    fs::remove(s.files(t).failed, ec);
-    runs.push_back(s.job(t));
-  }
-  InterruptGuard guard;
+  for (std::size_t t : todo) runs.push_back(s.job(t));
+  Ran ran;
+  io::InterruptScope interrupt;
   run_processes(
       runs, jobs,
-      [&](std::size_t i, const ProcessResult& r) {
-        if (r.stopped) return;
-        const std::string error = s.record(todo[i], r);
-        progress.finished(task_name(s, todo[i]), error.empty(), r.seconds, error);
+      [&](std::size_t i, ProcessResult& r) {
+        std::string error;
+        const auto outcome = s.record(todo[i], r, error);
+        if (outcome == Sweep::Outcome::Pending) {
+          if (!r.stopped) ++ran.signalled;
+          return;
+        }
+        progress.finished(task_name(s, todo[i]), outcome == Sweep::Outcome::Done, r.seconds, error);
       },
       [&] {
         progress.tick();
-        return g_interrupted != 0;
+        return io::interrupted() != 0;
       });
-  return g_interrupted == 0;
+  ran.interrupted = io::interrupted() != 0;
+  return ran;
 }
 
 // "0-5,7,9-12": Slurm's --array syntax for the task indices.
@@ -389,7 +481,7 @@ std::string shell_quote(const std::string& s) {
 std::string write_batch_script(const Sweep& s, const std::vector<std::size_t>& todo) {
   const std::string out = fs::absolute(s.out()).lexically_normal().string();
   const std::string dir = out + "/slurm";
-  report::make_directory(dir);
+  io::make_directory(dir);
   const std::string script = dir + "/sweep.sbatch";
   std::string text = "#!/bin/sh\n";
   text += fmt::format(
@@ -402,91 +494,117 @@ std::string write_batch_script(const Sweep& s, const std::vector<std::size_t>& t
   text += fmt::format("#SBATCH --output={}/task-%a.out\n", dir);
   text += fmt::format("exec {} sweep --task \"$SLURM_ARRAY_TASK_ID\" --out {}\n",
                       shell_quote(self_executable()), shell_quote(out));
-  report::write_atomically(script, text);
+  io::write_file(script, text);
+  std::error_code ec;
   fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
-                  fs::perm_options::add);
+                  fs::perm_options::add, ec);
+  if (ec)
+    throw InputError(
+        fmt::format("{}: cannot make it executable ({})", script, path_error_reason(ec.value())));
   return script;
 }
 
 // Submits the script and waits for the array (sbatch --wait), refreshing the progress from the
-// files the tasks write. Returns false when interrupted (the job is then cancelled).
-bool run_slurm(const Sweep& s, const std::vector<std::size_t>& todo,
-               const std::vector<std::string>& sbatch_args, Progress& progress) {
+// files the tasks write. When interrupted, the job is cancelled.
+Ran run_slurm(const Sweep& s, const std::vector<std::size_t>& todo,
+              const std::vector<std::string>& sbatch_args, Progress& progress) {
   const std::string script = write_batch_script(s, todo);
-  for (std::size_t t : todo) {
-    std::error_code ec;
-    fs::remove(s.files(t).failed, ec);
-  }
+  // A retried task keeps its failure record until it has run again: a record that changed, or a
+  // report, is this submission's result.
+  std::map<std::size_t, std::string> earlier_failure;
+  for (std::size_t t : todo)
+    if (s.failed(t)) earlier_failure[t] = recorded_error(s, t);
+  auto finished_now = [&](std::size_t t) {
+    if (s.done(t)) return true;
+    if (!s.failed(t)) return false;
+    const auto it = earlier_failure.find(t);
+    return it == earlier_failure.end() || recorded_error(s, t) != it->second;
+  };
   ProcessJob submit;
   submit.program = "sbatch";
   submit.argv = {"sbatch", "--parsable", "--wait"};
   submit.argv.insert(submit.argv.end(), sbatch_args.begin(), sbatch_args.end());
   submit.argv.push_back(script);
-  submit.log = s.out() + "/slurm/sbatch.log";
   std::vector<bool> seen(s.tasks(), false);
   auto poll = [&] {
     for (std::size_t t : todo)
-      if (!seen[t] && s.finished(t)) {
+      if (!seen[t] && finished_now(t)) {
         seen[t] = true;
-        const bool ok = fs::exists(s.files(t).report);
+        const bool ok = s.done(t);
         // Slurm tasks are timed by Slurm (sacct), not here.
-        progress.finished(task_name(s, t), ok, -1, ok ? "" : recorded_error(s.files(t).failed));
+        progress.finished(task_name(s, t), ok, -1, ok ? "" : recorded_error(s, t));
       }
     progress.tick();
   };
   ProcessResult submitted;
+  Ran ran;
   {
-    InterruptGuard guard;
+    io::InterruptScope interrupt;
     run_processes(
-        {submit}, 1, [&](std::size_t, const ProcessResult& r) { submitted = r; },
+        {submit}, 1, [&](std::size_t, ProcessResult& r) { submitted = std::move(r); },
         [&] {
           poll();
-          return g_interrupted != 0;
+          return io::interrupted() != 0;
         });
-  }
-  if (g_interrupted != 0) {
-    // --parsable prints "jobid[;cluster]" first.
-    std::string first = report::read_text_file(submit.log);
-    first = first.substr(0, first.find_first_of(";\n"));
-    if (!first.empty() && std::all_of(first.begin(), first.end(), ::isdigit)) {
-      ProcessJob cancel{"scancel", {"scancel", first}, s.out() + "/slurm/scancel.log", ""};
-      run_processes({cancel}, 1, [](std::size_t, const ProcessResult&) {});
+    io::write_file(s.out() + "/slurm/sbatch.log", submitted.out + submitted.err);
+    if (io::interrupted() != 0) {
+      // --parsable prints "jobid[;cluster]" first.
+      std::string first = submitted.out.substr(0, submitted.out.find_first_of(";\n"));
+      if (!first.empty() && std::all_of(first.begin(), first.end(), ::isdigit)) {
+        ProcessJob cancel{"scancel", {"scancel", first}, ""};
+        run_processes({cancel}, 1, [](std::size_t, ProcessResult&) {});
+      }
+      ran.interrupted = true;
+      return ran;
     }
-    return false;
   }
   poll();
   // The tasks record their own failures; a task that left nothing (Slurm killed it, the node
   // died, the binary was not reachable) is recorded here.
   for (std::size_t t : todo)
-    if (!s.finished(t)) {
+    if (!finished_now(t)) {
       ordered_json j;
       j["status"] = submitted.status;
       j["error"] =
           fmt::format("the Slurm task left no result (sbatch: {}; see {}/slurm/task-{}.out): {}",
-                      submitted.describe(), s.out(), t, last_line(submit.log));
-      report::write_atomically(s.files(t).failed, j.dump(2) + "\n");
+                      submitted.describe(), s.out(), t, last_line(submitted.err));
+      io::write_file(s.files(t).failed, j.dump(2) + "\n");
       seen[t] = true;
       progress.finished(task_name(s, t), false, -1, j["error"].get<std::string>());
     }
-  return true;
+  return ran;
 }
 
 int run_task(const SweepCommand& cmd) {
   if (cmd.out.empty()) throw InputError("sweep: --task needs --out, the sweep's directory");
   const std::string plan = cmd.out + "/sweep.json";
-  const Sweep s(sweep::from_json(json::parse(report::read_text_file(plan)), plan), cmd.out);
+  json doc;
+  try {
+    doc = json::parse(read_input_file(plan, "sweep plan", kMaxReportBytes));
+  } catch (const json::exception& e) {
+    throw InputError(
+        fmt::format("{}: not a sweep plan written by tpusim sweep ({})", plan, e.what()));
+  }
+  const Sweep s(sweep::from_json(doc, plan), cmd.out);
   if (*cmd.task >= s.tasks())
     throw InputError(fmt::format("sweep: --task {} (the plan {} has tasks 0 to {})", *cmd.task,
                                  plan, s.tasks() - 1));
-  if (s.finished(*cmd.task)) return 0;
   const std::size_t t = *cmd.task;
-  std::error_code ec;
-  fs::remove(s.files(t).failed, ec);
+  // The submitting sweep chose the task; a report means a requeued task already ran.
+  if (s.done(t)) return 0;
   std::string error;
-  run_processes({s.job(t)}, 1,
-                [&](std::size_t, const ProcessResult& r) { error = s.record(t, r); });
+  auto outcome = Sweep::Outcome::Pending;
+  {
+    io::InterruptScope interrupt;
+    run_processes(
+        {s.job(t)}, 1, [&](std::size_t, ProcessResult& r) { outcome = s.record(t, r, error); },
+        [] { return io::interrupted() != 0; });
+  }
   std::cerr << fmt::format("sweep: {} {}\n", task_name(s, t),
-                           error.empty() ? "done" : "FAILED (" + error + ")");
+                           outcome == Sweep::Outcome::Done     ? std::string("done")
+                           : outcome == Sweep::Outcome::Failed ? "FAILED (" + error + ")"
+                                                               : "not finished (" + error + ")");
+  io::end_if_interrupted();
   // A failure of the point is recorded: the task itself succeeded.
   return 0;
 }
@@ -509,8 +627,7 @@ int run_sweep(SweepCommand& cmd) {
   std::vector<std::size_t> todo;
   std::size_t resumed = 0;
   for (std::size_t t = 0; t < s.tasks(); ++t) {
-    const bool failed = fs::exists(s.files(t).failed);
-    if (fs::exists(s.files(t).report) || (failed && !cmd.retry_failed))
+    if (s.done(t) || (s.failed(t) && !cmd.retry_failed))
       ++resumed;
     else
       todo.push_back(t);
@@ -536,19 +653,26 @@ int run_sweep(SweepCommand& cmd) {
   }
 
   Progress progress(s.tasks(), resumed, todo.size());
-  bool completed = true;
+  Ran ran;
   if (!todo.empty())
-    completed = cmd.executor == "local" ? run_local(s, todo, jobs, progress)
-                                        : run_slurm(s, todo, cmd.sbatch_args, progress);
+    ran = cmd.executor == "local" ? run_local(s, todo, jobs, progress)
+                                  : run_slurm(s, todo, cmd.sbatch_args, progress);
   progress.end();
   const auto n = s.write_table();
   std::cout << fmt::format("{}/results.csv: {} of {} runs done, {} failed, {} pending\n", out,
                            n.done, s.tasks(), n.failed, n.pending);
-  if (!completed) {
+  if (ran.interrupted) {
+    std::cerr << "tpusim: sweep interrupted; finished runs are kept: run the same command again "
+                 "to resume\n";
+    std::cout.flush();
+    io::end_if_interrupted();
+  }
+  if (ran.signalled > 0) {
     std::cerr << fmt::format(
-        "tpusim: sweep interrupted; finished points are kept: run the same command again to "
-        "resume\n");
-    return 130;
+        "tpusim: {} run(s) were ended by a signal from outside the sweep and are pending: run "
+        "the same command again to finish them\n",
+        ran.signalled);
+    return 1;
   }
   return n.failed > 0 ? 1 : 0;
 }

@@ -6,15 +6,16 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
+#include "sw/io/output.h"
 #include "sw/nn/metrics.h"
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
+#include "sw/nn/weights.h"
 
 namespace tpu::cli {
 namespace {
@@ -25,6 +26,17 @@ constexpr std::uint32_t kInt8TileRows = 256;  // v1; int8 sums are exact, so any
 }  // namespace
 
 void run_train(const TrainCommand& cmd) {
+  if (cmd.out == "-")
+    throw InputError(
+        "--out -: train writes its metadata beside the weights file; give a file name");
+  // The weights and their metadata are one set, checked before hours of training and written
+  // all or nothing (sw/io/output.h).
+  std::filesystem::path meta_path = cmd.out;
+  meta_path.replace_extension(".json");
+  io::OutputSet out;
+  const std::size_t weights_out = out.add(cmd.out, "--out weights file");
+  const std::size_t meta_out = out.add(meta_path.string(), "metadata beside --out");
+  out.check({{cmd.model, "model"}});
   const nn::Model model = nn::load_model(cmd.model);
   const std::string dir = cmd.data_dir.empty() ? data::kDefaultFashionMnistDir : cmd.data_dir;
   const data::Dataset train_set = data::load_fashion_mnist(dir, "train");
@@ -62,8 +74,6 @@ void run_train(const TrainCommand& cmd) {
   const double int8_top1 = quantized_top1(DType::Int8, kInt8TileRows);
   const double bf16_top1 = quantized_top1(DType::Bf16, kBf16TileRows);
 
-  nn::save_weights(cmd.out, model, r.weights);
-
   const auto& o = cmd.options;
   nlohmann::ordered_json meta;
   meta["description"] = fmt::format(
@@ -72,7 +82,7 @@ void run_train(const TrainCommand& cmd) {
       cmd.model);
   meta["generated_by"] =
       "tpusim train (sw/cli/train_cmd.cpp: tpu::train::train, then "
-      "tpu::nn::save_weights)";
+      "tpu::nn::weights_bytes)";
   meta["regenerate"] = fmt::format(
       "build/tpusim train --model {} --out {} --epochs {} --batch {} --lr {} --seed {} "
       "--input-scale {}",
@@ -129,15 +139,9 @@ void run_train(const TrainCommand& cmd) {
       {"bf16_test_top1", bf16_top1},
       {"bf16_chips", "v2, v3, v4 (128-row tiles)"},
       {"calibration", "int8 activation scales from the first 256 test images"}};
-  std::filesystem::path meta_path = cmd.out;
-  meta_path.replace_extension(".json");
-  const std::string tmp = meta_path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << meta.dump(2) << "\n";
-    if (!f) throw InputError(meta_path.string() + ": write failed");
-  }
-  std::filesystem::rename(tmp, meta_path);
+  out.set(weights_out, nn::weights_bytes(model, r.weights));
+  out.set(meta_out, meta.dump(2) + "\n");
+  out.commit();
   std::cout << fmt::format(
       "wrote {} and {}\ntest top-1: float {:.2f}%, int8 {:.2f}%, bf16 {:.2f}%\n", cmd.out,
       meta_path.string(), 100 * float_top1, 100 * int8_top1, 100 * bf16_top1);

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "hw/common/error.h"
+#include "hw/common/input_file.h"
 
 namespace tpu::data {
 namespace {
@@ -35,15 +36,13 @@ using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
 class GzReader {
  public:
   explicit GzReader(const std::string& path) : path_(path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) throw InputError(fmt::format("{}: no such file", path));
-    if (!std::filesystem::is_regular_file(path, ec))
-      throw InputError(fmt::format("{}: not a regular file", path));
+    InputFd in = open_input(path, "Fashion-MNIST file");
     errno = 0;
-    file_.reset(gzopen(path.c_str(), "rb"));
+    file_.reset(gzdopen(in.fd(), "rb"));
     if (!file_)
-      throw InputError(fmt::format("{}: cannot open ({})", path,
-                                   errno != 0 ? std::strerror(errno) : "out of memory"));
+      throw InputError(fmt::format("{}: cannot read the Fashion-MNIST file ({})", path,
+                                   errno != 0 ? path_error_reason(errno) : "out of memory"));
+    in.release();  // gzclose closes it
     // zlib reads a file without a gzip header "transparently" as plain bytes; the IDX files are
     // always shipped compressed, so a plain (or empty) file is most likely the wrong file.
     if (gzdirect(file_.get()) != 0)

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -12,6 +11,7 @@
 #include <utility>
 
 #include "hw/common/error.h"
+#include "hw/common/input_file.h"
 #include "hw/common/json_text.h"
 
 namespace tpu::nn {
@@ -982,11 +982,7 @@ Model parse_topology(const std::string& text, const std::string& origin) {
 }
 
 Model load_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open model file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_input_file(path, "model", kMaxModelBytes);
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos)
     throw InputError(

@@ -11,16 +11,15 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 
 #include "hw/common/error.h"
+#include "hw/common/input_file.h"
+#include "sw/io/output.h"
 
 namespace tpu::nn {
 namespace {
-namespace fs = std::filesystem;
 
 // docs/weights.md describes the layout byte by byte.
 constexpr std::array<char, 4> kMagic = {'T', 'P', 'U', 'W'};
@@ -118,10 +117,6 @@ std::uint32_t float_bits(float f) {
   return u;
 }
 
-void put_u32(std::vector<std::uint8_t>& b, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-
 std::uint32_t get_u32(const std::uint8_t* p) {
   return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
          std::uint32_t{p[3]} << 24;
@@ -131,15 +126,12 @@ std::uint32_t get_u32(const std::uint8_t* p) {
 // trusted before the bytes are known to exist.
 class Reader {
  public:
-  explicit Reader(const std::string& path) : path_(path) {
-    std::error_code ec;
-    if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: no such weights file", path));
-    if (!fs::is_regular_file(path, ec))
-      throw InputError(fmt::format("{}: not a regular file", path));
-    size_ = fs::file_size(path, ec);
-    if (ec) throw InputError(fmt::format("{}: cannot read size ({})", path, ec.message()));
-    in_.open(path, std::ios::binary);
-    if (!in_) throw InputError(fmt::format("{}: cannot open weights file", path));
+  explicit Reader(const std::string& path) : path_(path), in_(open_input(path, "weights file")) {
+    // The size is known before anything is read, so a pipe cannot stand in for the file.
+    if (!in_.regular())
+      throw InputError(
+          fmt::format("{}: cannot read the weights file (is not a regular file)", path));
+    size_ = in_.size();
   }
 
   [[nodiscard]] std::uint64_t remaining() const { return size_ - pos_; }
@@ -155,8 +147,19 @@ class Reader {
 
   void read(void* dst, std::uint64_t n, const std::string& what) {
     require(n, what);
-    in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-    if (!in_) throw InputError(fmt::format("{}: read error at offset {}", path_, pos_));
+    auto* p = static_cast<char*>(dst);
+    std::uint64_t done = 0;
+    while (done < n) {
+      const ssize_t got = ::read(in_.fd(), p + done, static_cast<std::size_t>(n - done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0)
+        throw InputError(fmt::format("{}: read error at offset {} ({})", path_, pos_ + done,
+                                     path_error_reason(errno)));
+      if (got == 0)
+        throw InputError(
+            fmt::format("{}: truncated while reading {}: the file shrank", path_, what));
+      done += static_cast<std::uint64_t>(got);
+    }
     pos_ += n;
   }
 
@@ -168,7 +171,7 @@ class Reader {
 
  private:
   std::string path_;
-  std::ifstream in_;
+  InputFd in_;
   std::uint64_t size_ = 0, pos_ = 0;
 };
 
@@ -332,59 +335,28 @@ Weights load_weights(const std::string& path, const Model& m) {
   return w;
 }
 
-void save_weights(const std::string& path, const Model& m, const Weights& w) {
+std::string weights_bytes(const Model& m, const Weights& w) {
   check_weights(m, w);
-  std::vector<std::uint8_t> bytes(kMagic.begin(), kMagic.end());
-  put_u32(bytes, kVersion);
-  const auto expected = expected_tensors(m);
-  put_u32(bytes, static_cast<std::uint32_t>(expected.size()));
-  for (const auto& [name, e] : expected) {
-    put_u32(bytes, static_cast<std::uint32_t>(name.size()));
-    bytes.insert(bytes.end(), name.begin(), name.end());
-    put_u32(bytes, static_cast<std::uint32_t>(e.dims.size()));
-    for (std::uint32_t d : e.dims) put_u32(bytes, d);
-    const std::vector<float>& src = tensor_of(w.layers[e.layer], e.role);
-    for (float f : src) put_u32(bytes, float_bits(f));
-  }
-
-  // Written beside the target and renamed over it: a reader never sees a half-written file, and
-  // rename is atomic within one file system (POSIX rename(2)).
-  const fs::path target(path);
-  if (!target.has_filename())
-    throw InputError(fmt::format("\"{}\": not a file name for the weights", path));
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp = (dir / (target.filename().string() + ".tmp.XXXXXX")).string();
-  const int fd = mkstemp(tmp.data());
-  if (fd < 0)
-    throw InputError(fmt::format("{}: cannot create a temporary file in {} ({})", path,
-                                 dir.string(), std::strerror(errno)));
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    close(fd);
-    unlink(tmp.c_str());
-    throw InputError(fmt::format("{}: {} ({})", path, what, std::strerror(err)));
+  std::string bytes(kMagic.begin(), kMagic.end());
+  auto put = [&](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
   };
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("cannot write");
-    done += static_cast<std::size_t>(n);
+  put(kVersion);
+  const auto expected = expected_tensors(m);
+  put(static_cast<std::uint32_t>(expected.size()));
+  for (const auto& [name, e] : expected) {
+    put(static_cast<std::uint32_t>(name.size()));
+    bytes += name;
+    put(static_cast<std::uint32_t>(e.dims.size()));
+    for (std::uint32_t d : e.dims) put(d);
+    const std::vector<float>& src = tensor_of(w.layers[e.layer], e.role);
+    for (float f : src) put(float_bits(f));
   }
-  // mkstemp creates the file readable by its owner only; weights are shared like source files.
-  if (fchmod(fd, 0644) != 0) fail("cannot set permissions");
-  if (fsync(fd) != 0) fail("cannot flush");
-  if (close(fd) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    throw InputError(fmt::format("{}: cannot close ({})", path, std::strerror(err)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    throw InputError(
-        fmt::format("{}: cannot rename {} over it ({})", path, tmp, std::strerror(err)));
-  }
+  return bytes;
+}
+
+void save_weights(const std::string& path, const Model& m, const Weights& w) {
+  io::write_file(path, weights_bytes(m, w));
 }
 
 }  // namespace tpu::nn

@@ -33,7 +33,9 @@ Weights load_weights(const std::string& path, const Model& m);
 // Throws InputError naming the model file and the layer when `w` does not hold exactly the
 // tensors `m`'s layers need (count, kernel and bias sizes, BatchNormalization parameters).
 void check_weights(const Model& m, const Weights& w);
-// Writes atomically (temporary file, then rename).
+// The file's bytes (docs/weights.md).
+std::string weights_bytes(const Model& m, const Weights& w);
+// Writes weights_bytes() through the output writer (sw/io/output.h).
 void save_weights(const std::string& path, const Model& m, const Weights& w);
 
 }  // namespace tpu::nn

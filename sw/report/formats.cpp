@@ -5,8 +5,6 @@
 #include <cmath>
 #include <vector>
 
-#include "sw/report/files.h"
-
 namespace tpu::report {
 namespace {
 
@@ -246,11 +244,10 @@ std::string layers_csv(const ordered_json& run) {
   return s;
 }
 
-void write_csv_reports(const ordered_json& run, const std::string& dir) {
-  make_directory(dir);
-  write_atomically(dir + "/COMPUTE_REPORT.csv", compute_report_csv(run));
-  write_atomically(dir + "/BANDWIDTH_REPORT.csv", bandwidth_report_csv(run));
-  write_atomically(dir + "/LAYERS.csv", layers_csv(run));
+std::vector<std::pair<std::string, std::string>> csv_reports(const ordered_json& run) {
+  return {{kCsvReportFiles[0], compute_report_csv(run)},
+          {kCsvReportFiles[1], bandwidth_report_csv(run)},
+          {kCsvReportFiles[2], layers_csv(run)}};
 }
 
 std::string run_markdown(const ordered_json& run) {

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tpu::report {
 
@@ -15,8 +17,10 @@ std::string compute_report_csv(const nlohmann::ordered_json& run);
 std::string bandwidth_report_csv(const nlohmann::ordered_json& run);
 // Every per-layer figure of the run report, units in the column names, and a total row.
 std::string layers_csv(const nlohmann::ordered_json& run);
-// Writes COMPUTE_REPORT.csv, BANDWIDTH_REPORT.csv and LAYERS.csv into `dir` (created if needed).
-void write_csv_reports(const nlohmann::ordered_json& run, const std::string& dir);
+// `--csv DIR`'s files, and their names and contents in that order.
+inline const std::vector<std::string> kCsvReportFiles = {"COMPUTE_REPORT.csv",
+                                                         "BANDWIDTH_REPORT.csv", "LAYERS.csv"};
+std::vector<std::pair<std::string, std::string>> csv_reports(const nlohmann::ordered_json& run);
 
 // The run's totals and its per-layer table.
 std::string run_markdown(const nlohmann::ordered_json& run);

@@ -1,15 +1,19 @@
 #include "sw/report/host_memory.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <limits>
 
 #include "hw/common/error.h"
+#include "hw/common/input_file.h"
 #include "sw/nn/quantized.h"
 
 namespace tpu::report {
@@ -40,11 +44,54 @@ std::string readable(double bytes) {
   return u == 0 ? fmt::format("{:.0f} bytes", bytes) : fmt::format("{:.1f} {}", bytes, units[u]);
 }
 
-std::uint64_t default_limit() {
+std::uint64_t physical_limit() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return std::numeric_limits<std::uint64_t>::max();
   return static_cast<std::uint64_t>(pages) / 4 * 3 * static_cast<std::uint64_t>(page);
+}
+
+// A field of /proc/self/status in bytes ("VmSize:   123456 kB"), 0 if unreadable.
+std::uint64_t status_bytes(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "re");
+  if (!f) return 0;
+  char line[256];
+  std::uint64_t kib = 0;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') {
+      kib = std::strtoull(line + n + 1, nullptr, 10);
+      break;
+    }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+// What a process limit leaves for the run: the limit less what the process already uses of it
+// and a margin for what the estimate does not count (the reference's thread stack, the
+// allocator's arenas, SystemC's coroutine stacks).
+constexpr std::uint64_t kLimitMargin = 64 * kMiB;
+std::uint64_t left_under(int resource, const char* used_field) {
+  struct rlimit rl {};
+  if (::getrlimit(resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    return std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t used = status_bytes(used_field) + kLimitMargin;
+  const auto cur = static_cast<std::uint64_t>(rl.rlim_cur);
+  return cur > used ? cur - used : 0;
+}
+
+std::string limits_in_force() {
+  std::string s =
+      fmt::format("physical memory {}", readable(static_cast<double>(physical_limit()) / 3 * 4));
+  for (const auto& [resource, name] : {std::pair{RLIMIT_AS, "address space (ulimit -v)"},
+                                       std::pair{RLIMIT_DATA, "data (ulimit -d)"}}) {
+    struct rlimit rl {};
+    if (::getrlimit(resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+      s += fmt::format(", {} limit {}", name, readable(static_cast<double>(rl.rlim_cur)));
+  }
+  if (const char* v = std::getenv(kLimitVariable); v && *v)
+    s += fmt::format(", {}={}", kLimitVariable, v);
+  return s;
 }
 
 }  // namespace
@@ -75,9 +122,9 @@ HostMemory host_memory_needed(const ChipConfig& cfg, const nn::Model& m, std::ui
   return h;
 }
 
-std::uint64_t host_memory_limit() {
+std::uint64_t configured_limit() {
   const char* v = std::getenv(kLimitVariable);
-  if (!v || !*v) return default_limit();
+  if (!v || !*v) return std::numeric_limits<std::uint64_t>::max();
   const std::string text = v;
   errno = 0;
   char* end = nullptr;
@@ -104,18 +151,37 @@ std::uint64_t host_memory_limit() {
   return static_cast<std::uint64_t>(number) << shift;
 }
 
+HostLimit host_memory_limit() {
+  HostLimit l{physical_limit(), "three quarters of physical memory"};
+  auto tighter = [&](std::uint64_t bytes, const char* why) {
+    if (bytes < l.bytes) l = HostLimit{bytes, why};
+  };
+  tighter(configured_limit(), kLimitVariable);
+  tighter(left_under(RLIMIT_AS, "VmSize"),
+          "the address-space limit (ulimit -v) less what tpusim already maps");
+  tighter(left_under(RLIMIT_DATA, "VmData"),
+          "the data limit (ulimit -d) less what tpusim already uses");
+  return l;
+}
+
+std::string out_of_memory_message() {
+  return fmt::format(
+      "the host refused memory ({}): run fewer images or a smaller model, or raise the limit "
+      "(docs/robustness.md)",
+      limits_in_force());
+}
+
 void check_host_memory(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images) {
-  const std::uint64_t limit = host_memory_limit();
+  const HostLimit limit = host_memory_limit();
   const HostMemory h = host_memory_needed(cfg, m, images);
-  if (h.total() <= static_cast<double>(limit)) return;
-  throw InputError(fmt::format(
-      "{}: {} image(s) on {} ({}) need about {} of host memory (weights {}, inputs {}, "
-      "activations {}, outputs {}, chip {}), more than the limit of {} ({}; "
-      "docs/robustness.md)",
-      m.file, images, cfg.name, cfg.file, readable(h.total()), readable(h.weights),
-      readable(h.inputs), readable(h.activations), readable(h.outputs), readable(h.chip),
-      readable(static_cast<double>(limit)),
-      std::getenv(kLimitVariable) ? kLimitVariable : "three quarters of physical memory"));
+  if (h.total() <= static_cast<double>(limit.bytes)) return;
+  throw InputError(
+      fmt::format("{}: {} image(s) on {} ({}) need about {} of host memory (weights {}, inputs {}, "
+                  "activations {}, outputs {}, chip {}), more than the limit of {} ({}; "
+                  "docs/robustness.md)",
+                  m.file, images, cfg.name, cfg.file, readable(h.total()), readable(h.weights),
+                  readable(h.inputs), readable(h.activations), readable(h.outputs),
+                  readable(h.chip), readable(static_cast<double>(limit.bytes)), limit.source));
 }
 
 }  // namespace tpu::report

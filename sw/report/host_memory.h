@@ -25,10 +25,19 @@ struct HostMemory {
 
 HostMemory host_memory_needed(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images);
 
-// The limit: TPUSIM_HOST_MEMORY_LIMIT (bytes, or with a K/M/G/T suffix for powers of 1024, e.g.
-// "8G"), else three quarters of the host's physical memory. Throws InputError naming the
-// variable when its value is not a size.
-std::uint64_t host_memory_limit();
+// The limit: the tightest of three quarters of the host's physical memory,
+// TPUSIM_HOST_MEMORY_LIMIT (bytes, or with a K/M/G/T suffix for powers of 1024, e.g. "8G"), and
+// what the process limits RLIMIT_AS (ulimit -v) and RLIMIT_DATA (ulimit -d) leave. Throws
+// InputError naming the variable when its value is not a size.
+struct HostLimit {
+  std::uint64_t bytes = 0;
+  std::string source;  // which of the above it is, for the message
+};
+HostLimit host_memory_limit();
+
+// The one line for an allocation the host refused after the estimate passed: the limits in
+// force.
+std::string out_of_memory_message();
 
 // Throws InputError naming the model and chip files, the size the run needs by part and the
 // limit, when the estimate exceeds the limit.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <future>
 #include <random>
+#include <system_error>
 
 #include "hw/chip/chip.h"
 #include "hw/chip/energy.h"
@@ -15,6 +16,8 @@
 #include "sw/compiler/compiler.h"
 #include "sw/data/idx.h"
 #include "sw/driver/driver.h"
+#include "sw/io/output.h"
+#include "sw/io/signals.h"
 #include "sw/nn/metrics.h"
 #include "sw/nn/model.h"
 #include "sw/nn/quantized.h"
@@ -184,7 +187,7 @@ Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
 
 }  // namespace
 
-ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
+RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   if (opt.images == 0) throw InputError("--images must be >= 1");
   const double t0 = now_s();
   const std::string& model_file = opt.topology.empty() ? opt.model : opt.topology;
@@ -219,25 +222,36 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
     std::vector<float> quantized, fp32;
     double wall = 0;
   };
+  auto compute_reference = [&] {
+    Reference ref;
+    const double t = now_s();
+    ref.quantized = nn::forward_quantized(q, in.images.data(), opt.images);
+    if (!in.labels.empty())
+      ref.fp32 = nn::forward_float(model, weights, in.images.data(), opt.images);
+    ref.wall = now_s() - t;
+    return ref;
+  };
   std::future<Reference> reference;
-  if (opt.check)
-    reference = std::async(std::launch::async, [&] {
-      Reference ref;
-      const double t = now_s();
-      ref.quantized = nn::forward_quantized(q, in.images.data(), opt.images);
-      if (!in.labels.empty())
-        ref.fp32 = nn::forward_float(model, weights, in.images.data(), opt.images);
-      ref.wall = now_s() - t;
-      return ref;
-    });
+  if (opt.check) {
+    // The thread blocks the termination signals (it inherits the mask in force when it is
+    // made), so they reach the main thread only (sw/io/signals.h). A process that may not start
+    // another thread (RLIMIT_NPROC) computes the reference after the simulation instead.
+    io::SignalBlock block;
+    try {
+      reference = std::async(std::launch::async, compute_reference);
+    } catch (const std::system_error&) {
+      reference = std::async(std::launch::deferred, compute_reference);
+    }
+  }
   const double t_sim = now_s();
   Trace trace;
   const Simulated sim = simulate(cfg, prog, encoded, opt.trace.empty() ? nullptr : &trace);
   const double sim_wall = now_s() - t_sim;
+  RunResult result;
   if (!opt.trace.empty()) {
     std::vector<std::string> names;
     for (const auto& l : prog.layers) names.push_back(l.name);
-    write_chrome_trace(trace, cfg, names, opt.trace);
+    result.trace_json = chrome_trace_json(trace, cfg, names);
   }
 
   const Counters tot = sim.counters.total();
@@ -309,7 +323,14 @@ ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
                {"reference_wall_seconds", ref_wall},
                {"simulated_macs_per_s", static_cast<double>(tot.macs) / sim_wall}};
   if (!opt.trace.empty()) r["host"]["trace_file"] = opt.trace;
-  return r;
+  result.report = std::move(r);
+  return result;
+}
+
+ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
+  RunResult r = run_session(cfg, opt);
+  if (!opt.trace.empty()) io::write_file(opt.trace, r.trace_json, "--trace output");
+  return std::move(r.report);
 }
 
 std::string summary(const ordered_json& r) {

@@ -23,11 +23,20 @@ struct RunOptions {
   std::uint64_t images = 10000;
   std::uint32_t batch = 256;
   bool check = true;  // run the quantized reference and compare
-  std::string trace;  // write a Chrome trace-event JSON here (docs/trace.md)
+  std::string trace;  // a Chrome trace-event JSON is wanted for this file (docs/trace.md)
+};
+
+struct RunResult {
+  nlohmann::ordered_json report;
+  std::string trace_json;  // when RunOptions::trace names a file: its content (docs/trace.md)
 };
 
 // Throws InputError for bad inputs and ProgramError (via sc_report) when the chip stops on an
-// instruction; the caller prints one line.
+// instruction; the caller prints one line. Writes nothing: the caller writes the report and the
+// trace (sw/io/output.h), all or nothing.
+RunResult run_session(const ChipConfig& cfg, const RunOptions& opt);
+
+// run_session, then the trace written to RunOptions::trace; returns the report (tests, tools).
 nlohmann::ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt);
 
 // The short human summary `tpusim run` prints.

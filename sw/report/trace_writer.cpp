@@ -5,8 +5,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "sw/report/files.h"
-
 namespace tpu::report {
 namespace {
 
@@ -80,11 +78,6 @@ std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
   }
   out << "\n]}\n";
   return out.str();
-}
-
-void write_chrome_trace(const Trace& trace, const ChipConfig& cfg,
-                        const std::vector<std::string>& layers, const std::string& path) {
-  write_atomically(path, chrome_trace_json(trace, cfg, layers));
 }
 
 }  // namespace tpu::report

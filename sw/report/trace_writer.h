@@ -12,11 +12,7 @@
 
 namespace tpu::report {
 
-// `layers[id]` names Tag id `id`. Written atomically.
-void write_chrome_trace(const Trace& trace, const ChipConfig& cfg,
-                        const std::vector<std::string>& layers, const std::string& path);
-
-// The JSON text itself (for tests).
+// The JSON text; `layers[id]` names Tag id `id`.
 std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
                               const std::vector<std::string>& layers);
 

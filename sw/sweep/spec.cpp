@@ -1,15 +1,17 @@
 #include "sw/sweep/spec.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <set>
 
 #include "hw/common/error.h"
+#include "hw/common/input_file.h"
 #include "hw/common/json_text.h"
 #include "hw/config/chip_config.h"
-#include "sw/report/files.h"
 
 namespace tpu::sweep {
 
@@ -82,6 +84,13 @@ class Fields {
   std::set<std::string> used_;
 };
 
+// "" for a regular file; else why it is not one ("no such file", "a directory", ...).
+std::string not_a_file(const std::string& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return path_error_reason(errno);
+  return S_ISREG(st.st_mode) ? "" : "is " + file_kind(st.st_mode);
+}
+
 std::string relative_to(const fs::path& spec_dir, const std::string& p) {
   return fs::absolute(spec_dir / p).lexically_normal().string();
 }
@@ -106,6 +115,10 @@ std::vector<json> expand_range(Fields& r) {
   auto push = [&](double v, bool integral) {
     if (out.size() >= kMaxValuesPerAxis)
       r.fail("", fmt::format("expands to more than {} values", kMaxValuesPerAxis));
+    if (!std::isfinite(v)) r.fail("", "expands to a value past a double's range");
+    // An integer axis stays within int64 (llround of a larger value is undefined).
+    if (integral && std::abs(v) >= 0x1p63)
+      r.fail("", fmt::format("expands to {} (integer values must lie within +-2^63)", v));
     if (integral)
       out.emplace_back(static_cast<std::int64_t>(std::llround(v)));
     else
@@ -117,10 +130,13 @@ std::vector<json> expand_range(Fields& r) {
     const double step = r.number("step");
     if (step <= 0) r.fail("step", fmt::format("= {} (must be > 0)", step));
     const bool integral = int_ends && r.get("step").is_number_integer();
-    // Counted, not accumulated, so 0.1-steps do not drift past `to`.
-    const auto n = static_cast<std::size_t>(std::floor((to - from) / step * (1 + 1e-12))) + 1;
-    if (n > kMaxValuesPerAxis)
-      r.fail("step", fmt::format("expands to more than {} values", kMaxValuesPerAxis));
+    // Counted, not accumulated, so 0.1-steps do not drift past `to`. The count is bounded as a
+    // double before it becomes an integer: (to - from) / step can be any size, even infinite.
+    const double steps = std::floor((to - from) / step * (1 + 1e-12));
+    if (!(steps < static_cast<double>(kMaxValuesPerAxis)))
+      r.fail("step", fmt::format("= {} expands [{}, {}] to more than {} values",
+                                 r.get("step").dump(), jf.dump(), jt.dump(), kMaxValuesPerAxis));
+    const auto n = static_cast<std::size_t>(steps) + 1;
     for (std::size_t i = 0; i < n; ++i) push(from + static_cast<double>(i) * step, integral);
   } else if (r.has("factor")) {
     const double factor = r.number("factor");
@@ -183,6 +199,14 @@ AxisSettings read_axis(const json& j, std::size_t index, const std::string& file
     }
   }
   a.axis.name = f.string("name", a.axis.pointers[0].substr(a.axis.pointers[0].rfind('/') + 1));
+  // The table's columns are "point", the axis names and "<workload>.<metric>": an axis name
+  // must not be able to repeat one of them.
+  if (a.axis.name == "point" || a.axis.name.find('.') != std::string::npos ||
+      a.axis.name.find_first_of(",\"\n\r") != std::string::npos || a.axis.name.empty())
+    f.fail(f.has("name") ? "name" : "pointer",
+           fmt::format("axis name \"{}\" (an axis name names a table column: not \"point\", "
+                       "and no '.', ',', quote or line break)",
+                       a.axis.name));
   for (const auto& p : a.axis.pointers) {
     json::json_pointer ptr;
     try {
@@ -239,7 +263,8 @@ Workload read_workload(const json& j, std::size_t index, const std::string& file
   auto& a = w.run_args;
   auto existing = [&](const std::string& key) {
     const std::string p = relative_to(dir, f.string(key));
-    if (!fs::exists(p)) f.fail(key, fmt::format("= \"{}\" (no such file)", p));
+    if (const std::string why = not_a_file(p); !why.empty())
+      f.fail(key, fmt::format("= \"{}\" ({})", p, why));
     return p;
   };
   if (f.has("model") == f.has("topology"))
@@ -276,6 +301,11 @@ Workload read_workload(const json& j, std::size_t index, const std::string& file
       f.fail("name", fmt::format("= \"{}\" (letters, digits, '_' and '-' only: it names files "
                                  "and table columns)",
                                  w.name));
+  // points/<id>/chip.json is the point's chip config; a workload's report is <name>.json.
+  if (w.name == "chip")
+    f.fail("name",
+           "= \"chip\" (reserved: points/<id>/chip.json is the point's chip config; name "
+           "the workload otherwise)");
   f.done();
   return w;
 }
@@ -306,7 +336,7 @@ std::string describe_point(const Spec& spec, const Point& point) {
 }
 
 Spec load_spec(const std::string& path) {
-  const std::string text = report::read_text_file(path);
+  const std::string text = read_input_file(path, "sweep spec", kMaxConfigBytes);
   const json doc = parse_json_text(text, path);
   Fields f(doc, "", path);
   Spec s;
@@ -318,7 +348,8 @@ Spec load_spec(const std::string& path) {
       f.fail("name", fmt::format("= \"{}\" (letters, digits, '_' and '-' only)", s.name));
   s.description = f.string("description", "");
   s.base = relative_to(dir, f.string("base"));
-  if (!fs::exists(s.base)) f.fail("base", fmt::format("= \"{}\" (no such file)", s.base));
+  if (const std::string why = not_a_file(s.base); !why.empty())
+    f.fail("base", fmt::format("= \"{}\" ({})", s.base, why));
   const std::string combine = f.string("combine", "product");
   if (combine != "product" && combine != "zip")
     f.fail("combine", fmt::format("= \"{}\" (must be \"product\" or \"zip\")", combine));

@@ -47,14 +47,14 @@ std::vector<Case> cases() {
       text("invalid_utf8_in_a_string", with_raw(v1(), "/name", "\"tpu\xff\xfe\""),
            "not valid JSON"),
       row(
-          "no_such_file", [](const fs::path& d) { return d / "missing.json"; }, "cannot open"),
+          "no_such_file", [](const fs::path& d) { return d / "missing.json"; }, "no such file"),
       row(
           "a_directory",
           [](const fs::path& d) {
             fs::create_directory(d / "chip.json");
             return d / "chip.json";
           },
-          "chip.json"),
+          "is a directory"),
       // Numbers JSON cannot hold, or that overflow what a field allows.
       raw("clock_nan", "/clock_mhz", "NaN", "not valid JSON"),
       raw("clock_infinity", "/clock_mhz", "Infinity", "not valid JSON"),

@@ -80,7 +80,7 @@ std::vector<Case> cases() {
              write_bytes(d / "data" / kLabels, gzip(labels_idx(2)));
              return d / "data" / kImages;
            },
-           {"not a regular file"}},
+           {"is a directory"}},
       images("images_not_compressed", images_idx(2), "not a gzip file"),
       images("images_empty_file", "", "not a gzip file"),
       images("images_empty_gzip", gzip(""), "truncated"),

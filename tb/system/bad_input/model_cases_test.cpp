@@ -48,7 +48,7 @@ std::vector<Case> cases() {
       Case{&kModel,
            "no_such_file",
            [](const fs::path& d) { return d / "missing.json"; },
-           {"cannot open"}},
+           {"no such file"}},
       raw("filters_nan", "/layers/0/config/filters", "NaN", "not valid JSON"),
       raw("filters_overflow_a_double", "/layers/0/config/filters", "1e400", "1e400"),
       raw("filters_past_64_bits", "/layers/0/config/filters", "18446744073709551616",

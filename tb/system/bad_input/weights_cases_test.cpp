@@ -83,14 +83,14 @@ std::vector<Case> cases() {
       Case{&kWeights,
            "no_such_file",
            [](const fs::path& d) { return d / "missing.bin"; },
-           {"no such weights file"}},
+           {"cannot read the weights file (no such file"}},
       Case{&kWeights,
            "a_directory",
            [](const fs::path& d) {
              fs::create_directory(d / "w.bin");
              return d / "w.bin";
            },
-           {"not a regular file"}},
+           {"is a directory"}},
       text("binary_garbage", garbage(4096, 4), "bad magic"),
       text("a_model_json_instead", read_bytes(source_path("configs/models/fashion_mnist_cnn.json")),
            "bad magic"),

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli.h"
+#include "common/files.h"
 #include "common/temp_dir.h"
-#include "sw/report/files.h"
 
 namespace tpu {
 namespace {
@@ -23,7 +23,7 @@ TEST(CompareCli, RunsEachChipAndPutsThemSideBySide) {
       "compare --chip " + chip("v1") + " --chip " + chip("edge") + " --images 64 -j 2 --json " +
       (tmp / "cmp.json") + " --markdown " + (tmp / "cmp.md") + " --csv " + (tmp / "cmp.csv"));
   ASSERT_EQ(r.status, 0) << r.out;
-  const auto cmp = nlohmann::json::parse(report::read_text_file(tmp / "cmp.json"));
+  const auto cmp = nlohmann::json::parse(test::read_file(tmp / "cmp.json"));
   EXPECT_EQ(cmp["schema"], "tpusim.compare/1");
   ASSERT_EQ(cmp["runs"].size(), 2u);
   // In the order given, each a full run report, bit-exact with the reference.
@@ -35,17 +35,17 @@ TEST(CompareCli, RunsEachChipAndPutsThemSideBySide) {
     EXPECT_EQ(run["workload"]["images"], 64);
   }
   EXPECT_EQ(cmp["workload"]["images"], 64);
-  const std::string md = report::read_text_file(tmp / "cmp.md");
+  const std::string md = test::read_file(tmp / "cmp.md");
   EXPECT_NE(md.find("| tpu-v1 |"), std::string::npos);
   EXPECT_NE(md.find("| edge-tpu |"), std::string::npos);
-  const std::string csv = report::read_text_file(tmp / "cmp.csv");
+  const std::string csv = test::read_file(tmp / "cmp.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
 }
 
 TEST(CompareCli, ABadChipConfigStopsBeforeAnythingRuns) {
   test::TempDir tmp("tpusim-cli");
   const std::string bad = tmp / "bad.json";
-  report::write_atomically(bad, "{\"name\": 3}");
+  test::write_file(bad, "{\"name\": 3}");
   const auto r = test::run_tpusim("compare --chip " + chip("v1") + " --chip " + bad +
                                   " --images 16 --json " + (tmp / "cmp.json"));
   EXPECT_EQ(r.status, 2) << r.out;
@@ -58,14 +58,14 @@ TEST(CompareCli, AChipThatCannotRunTheWorkloadIsReportedAndTheOthersStillRun) {
   test::TempDir tmp("tpusim-cli");
   // A valid chip whose unified buffer cannot hold one image's tensors: the compiler refuses.
   const std::string small = tmp / "small.json";
-  report::write_atomically(small, "{\"include\": \"" + chip("v1") +
-                                      "\", \"unified_buffer\": {\"bytes\": 4096, "
-                                      "\"bytes_per_cycle\": 256}}");
+  test::write_file(small, "{\"include\": \"" + chip("v1") +
+                              "\", \"unified_buffer\": {\"bytes\": 4096, "
+                              "\"bytes_per_cycle\": 256}}");
   const auto r = test::run_tpusim("compare --chip " + chip("v1") + " --chip " + small +
                                   " --images 16 --json " + (tmp / "cmp.json"));
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
-  const auto cmp = nlohmann::json::parse(report::read_text_file(tmp / "cmp.json"));
+  const auto cmp = nlohmann::json::parse(test::read_file(tmp / "cmp.json"));
   ASSERT_EQ(cmp["runs"].size(), 1u);
   ASSERT_EQ(cmp["failed"].size(), 1u);
   EXPECT_EQ(cmp["failed"][0]["chip_file"], small);

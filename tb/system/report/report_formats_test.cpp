@@ -9,10 +9,10 @@
 #include <set>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/temp_dir.h"
 #include "hw/common/trace.h"
 #include "hw/config/chip_config.h"
-#include "sw/report/files.h"
 #include "sw/report/formats.h"
 #include "sw/report/session.h"
 
@@ -166,7 +166,7 @@ TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
   const test::TempDir tmp("tpusim-report-test");
   const std::string path = tmp / "v3.trace.json";
   const ordered_json r = run_cnn(cfg, 300, path);
-  const auto trace = nlohmann::json::parse(report::read_text_file(path));
+  const auto trace = nlohmann::json::parse(test::read_file(path));
   std::set<std::pair<int, std::string>> named;
   std::map<std::pair<int, int>, std::string> tid_name;
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> slices;

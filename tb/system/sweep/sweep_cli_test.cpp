@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "common/cli.h"
+#include "common/files.h"
 #include "common/temp_dir.h"
 #include "hw/config/chip_config.h"
-#include "sw/report/files.h"
 
 namespace tpu {
 namespace {
@@ -29,7 +29,7 @@ using nlohmann::json;
 const std::string kSpecDir = std::string(TPUSIM_SOURCE_DIR) + "/tb/system/sweep/data";
 const std::string kSpec = kSpecDir + "/small.json";
 
-json read_json(const std::string& f) { return json::parse(report::read_text_file(f)); }
+json read_json(const std::string& f) { return json::parse(test::read_file(f)); }
 
 // A variant of the test spec, written under `tmp` with its relative paths made absolute.
 std::string variant(const test::TempDir& tmp, const std::string& name, json spec) {
@@ -39,7 +39,7 @@ std::string variant(const test::TempDir& tmp, const std::string& name, json spec
   absolute(spec["base"]);
   for (auto& w : spec["workloads"]) absolute(w["model"]);
   const std::string f = tmp / (name + ".json");
-  report::write_atomically(f, spec.dump(2));
+  test::write_file(f, spec.dump(2));
   return f;
 }
 
@@ -49,7 +49,7 @@ std::map<std::string, std::string> files_under(const fs::path& dir, const std::s
     const std::string p = e.path().string();
     if (e.is_regular_file() && p.size() >= suffix.size() &&
         p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0)
-      out[fs::relative(e.path(), dir).string()] = report::read_text_file(p);
+      out[fs::relative(e.path(), dir).string()] = test::read_file(p);
   }
   return out;
 }
@@ -96,7 +96,7 @@ TEST(SweepCli, EveryDesignPointGetsItsRowWithTheMetricsOfItsOwnRunReport) {
     }
   }
   // CSV: a header and one line per point.
-  const std::string csv = report::read_text_file(tmp / "out/results.csv");
+  const std::string csv = test::read_file(tmp / "out/results.csv");
   EXPECT_EQ(static_cast<std::size_t>(std::count(csv.begin(), csv.end(), '\n')), points + 1);
   EXPECT_EQ(csv.rfind("point,array,clock_mhz,cnn.status,cnn.cycles,", 0), 0u) << csv;
   // Nothing temporary is left behind.
@@ -187,12 +187,12 @@ TEST(SweepCli, AnOutputDirectoryHoldingAnotherSweepIsRefused) {
   one["workloads"] = {one["workloads"][0]};
   ASSERT_EQ(test::run_tpusim("sweep " + variant(tmp, "a", one) + " --out " + (tmp / "out")).status,
             0);
-  const std::string before = report::read_text_file(tmp / "out/results.json");
+  const std::string before = test::read_file(tmp / "out/results.json");
   one["axes"][0]["values"] = {128};
   const auto r = test::run_tpusim("sweep " + variant(tmp, "b", one) + " --out " + (tmp / "out"));
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("holds a different sweep"), std::string::npos) << r.out;
-  EXPECT_EQ(report::read_text_file(tmp / "out/results.json"), before);
+  EXPECT_EQ(test::read_file(tmp / "out/results.json"), before);
 }
 
 TEST(SweepCli, ResultsAreByteIdenticalWhateverTheParallelismAndTheOrder) {
@@ -202,8 +202,8 @@ TEST(SweepCli, ResultsAreByteIdenticalWhateverTheParallelismAndTheOrder) {
       test::run_tpusim("sweep " + kSpec + " -j 2 --shuffle 7 --out " + (tmp / "shuffled")).status,
       0);
   for (const char* f : {"results.csv", "results.json", "sweep.json"})
-    EXPECT_EQ(report::read_text_file(tmp / ("serial/" + std::string(f))),
-              report::read_text_file(tmp / ("shuffled/" + std::string(f))))
+    EXPECT_EQ(test::read_file(tmp / ("serial/" + std::string(f))),
+              test::read_file(tmp / ("shuffled/" + std::string(f))))
         << f;
   const auto a = point_reports(tmp / "serial"), b = point_reports(tmp / "shuffled");
   EXPECT_EQ(a.size(), 8u);
@@ -244,7 +244,7 @@ TEST(SweepCli, ASweepKilledHalfWayResumesRunningOnlyTheUnfinishedPoints) {
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << report::read_text_file(tmp / "first.log");
+  ASSERT_TRUE(WIFSIGNALED(status)) << test::read_file(tmp / "first.log");
   // What survived the kill, with each report's inode and modification time.
   std::map<std::string, std::pair<ino_t, std::int64_t>> kept;
   for (const auto& [f, text] : point_reports(out)) {
@@ -272,8 +272,7 @@ TEST(SweepCli, ASweepKilledHalfWayResumesRunningOnlyTheUnfinishedPoints) {
   // The table equals an uninterrupted run's.
   ASSERT_EQ(test::run_tpusim("sweep " + kSpec + " -j 2 --out " + (tmp / "whole")).status, 0);
   for (const char* f : {"results.csv", "results.json"})
-    EXPECT_EQ(report::read_text_file(out + "/" + f),
-              report::read_text_file(tmp / ("whole/" + std::string(f))))
+    EXPECT_EQ(test::read_file(out + "/" + f), test::read_file(tmp / ("whole/" + std::string(f))))
         << f;
   EXPECT_TRUE(point_reports(out) == point_reports(tmp / "whole"));
 }
@@ -283,7 +282,7 @@ TEST(SweepCli, SlurmEmitOnlyWritesAJobArrayOfTheUnfinishedRuns) {
   const auto r =
       test::run_tpusim("sweep " + kSpec + " --executor slurm --emit-only --out " + (tmp / "out"));
   ASSERT_EQ(r.status, 0) << r.out;
-  const std::string script = report::read_text_file(tmp / "out/slurm/sweep.sbatch");
+  const std::string script = test::read_file(tmp / "out/slurm/sweep.sbatch");
   EXPECT_NE(script.find("#SBATCH --array=0-7\n"), std::string::npos) << script;
   EXPECT_NE(script.find("sweep --task \"$SLURM_ARRAY_TASK_ID\" --out"), std::string::npos)
       << script;
@@ -293,9 +292,8 @@ TEST(SweepCli, SlurmEmitOnlyWritesAJobArrayOfTheUnfinishedRuns) {
   const auto again =
       test::run_tpusim("sweep " + kSpec + " --executor slurm --emit-only --out " + (tmp / "out"));
   ASSERT_EQ(again.status, 0) << again.out;
-  EXPECT_NE(
-      report::read_text_file(tmp / "out/slurm/sweep.sbatch").find("#SBATCH --array=0-2,4-7\n"),
-      std::string::npos);
+  EXPECT_NE(test::read_file(tmp / "out/slurm/sweep.sbatch").find("#SBATCH --array=0-2,4-7\n"),
+            std::string::npos);
   const json res = read_json(tmp / "out/results.json");
   EXPECT_EQ(res["points"][1]["workloads"]["mlp"]["status"], "ok");
   EXPECT_EQ(res["summary"]["pending"], 7);

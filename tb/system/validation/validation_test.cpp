@@ -8,11 +8,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
 #include "common/temp_dir.h"
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
 #include "hw/common/trace.h"
-#include "sw/report/files.h"
 #include "sw/report/session.h"
 
 namespace tpu {
@@ -105,7 +105,7 @@ TEST_P(MatrixVector, BatchOneDenseLandsOnTheWeightStreamingRoof) {
   o.trace = dir / "trace.json";
   const auto r = report::run_workload(cfg, o);
   ASSERT_TRUE(r["accuracy"]["bit_exact"].get<bool>());
-  const auto trace = nlohmann::json::parse(report::read_text_file(o.trace));
+  const auto trace = nlohmann::json::parse(test::read_file(o.trace));
   double begin = 1e300, end = 0;
   for (const auto& e : trace["traceEvents"])
     if (e["ph"] == "X" && e["args"]["layer"] == "dense" && e["cat"] != "stall") {

@@ -369,7 +369,8 @@ class ModelFile : public ::testing::Test {
 };
 
 TEST_F(ModelFile, MissingFileIsNamed) {
-  EXPECT_THAT(load_error(), AllOf(HasSubstr(path_), HasSubstr("cannot open")));
+  EXPECT_THAT(load_error(),
+              AllOf(HasSubstr(path_), HasSubstr("cannot read the model (no such file")));
 }
 
 TEST_F(ModelFile, InvalidJsonIsNamed) {

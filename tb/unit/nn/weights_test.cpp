@@ -395,7 +395,8 @@ TEST(WeightsFile, EveryTruncationIsAnInputError) {
 TEST(WeightsFile, MissingFileIsNamed) {
   TempDir dir;
   EXPECT_THAT(load_error(dir.file("none.bin"), small_model()),
-              AllOf(HasSubstr(dir.file("none.bin")), HasSubstr("no such weights file")));
+              AllOf(HasSubstr(dir.file("none.bin")),
+                    HasSubstr("cannot read the weights file (no such file")));
 }
 
 }  // namespace
