@@ -60,15 +60,32 @@ class BadInput : public ::testing::TestWithParam<Case> {};
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info);
 
+// How a child is started, beyond its arguments.
+struct ProcessOptions {
+  // Resource limits set in the child before it execs: {RLIMIT_AS, bytes}, {RLIMIT_NPROC, 1}.
+  std::vector<std::pair<int, std::uint64_t>> limits;
+  // When the tests run as root: the child drops to user and group nobody (65534) before it
+  // execs, so that permissions apply to it (root reads a chmod-000 directory). A no-op for
+  // other users, to whom they apply already.
+  bool unprivileged = false;
+};
+
 // Runs `argv` (argv[0] is the program) with stdout and stderr captured, killing it after
 // `limit_s` seconds.
-Outcome run_process(const std::vector<std::string>& argv, double limit_s);
+Outcome run_process(const std::vector<std::string>& argv, double limit_s,
+                    const ProcessOptions& options = {});
 // Runs `body` in a forked child (for in-process entry points such as a chip elaboration, which
 // cannot be reset inside one process); the child's stdout and stderr are captured, its return
 // value is its exit status.
 Outcome run_forked(const std::function<int()>& body, double limit_s);
 // `tpusim <args>` as a user runs it.
-Outcome run_tpusim(const std::vector<std::string>& args);
+Outcome run_tpusim(const std::vector<std::string>& args, const ProcessOptions& options = {});
+
+// True when the tests run as root (devices, mounts, and dropping to an unprivileged user work).
+bool running_as_root();
+// Makes `dir` and everything in it accessible to its owner again (a row may chmod 000 a
+// directory; a non-root harness could neither list nor remove it otherwise).
+void make_accessible(const fs::path& dir);
 
 // Per-run time limit: generous for sanitizer builds, yet a hang fails instead of blocking CI.
 inline constexpr double kTimeLimitSeconds = 60;

@@ -3,7 +3,9 @@
 #include "bad_input.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -166,7 +168,22 @@ Outcome wait_bounded(pid_t pid, const Capture& c, double limit_s) {
 
 }  // namespace
 
-Outcome run_process(const std::vector<std::string>& argv, double limit_s) {
+bool running_as_root() { return geteuid() == 0; }
+
+void make_accessible(const fs::path& dir) {
+  std::error_code ec;
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::add, ec);
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec),
+       end;
+       !ec && it != end; it.increment(ec)) {
+    std::error_code ignored;
+    if (it->is_directory(ignored) && !it->is_symlink(ignored))
+      fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ignored);
+  }
+}
+
+Outcome run_process(const std::vector<std::string>& argv, double limit_s,
+                    const ProcessOptions& options) {
   Capture c;
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -175,6 +192,14 @@ Outcome run_process(const std::vector<std::string>& argv, double limit_s) {
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     redirect(c);
+    for (const auto& [resource, bytes] : options.limits) {
+      const rlimit rl{static_cast<rlim_t>(bytes), static_cast<rlim_t>(bytes)};
+      if (setrlimit(resource, &rl) != 0) _exit(124);
+    }
+    if (options.unprivileged && geteuid() == 0) {
+      constexpr uid_t kNobody = 65534;
+      if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(124);
+    }
     execv(args[0], args.data());
     _exit(127);
   }
@@ -206,23 +231,28 @@ Outcome run_forked(const std::function<int()>& body, double limit_s) {
   return wait_bounded(pid, c, limit_s);
 }
 
-Outcome run_tpusim(const std::vector<std::string>& args) {
+Outcome run_tpusim(const std::vector<std::string>& args, const ProcessOptions& options) {
   std::vector<std::string> argv = {std::string(TPUSIM_BINARY_DIR) + "/tpusim"};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_process(argv, kTimeLimitSeconds);
+  return run_process(argv, kTimeLimitSeconds, options);
 }
 
 namespace {
 
 std::set<fs::path> listing(const fs::path& dir) {
   std::set<fs::path> s;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) s.insert(e.path());
+  for (const auto& e :
+       fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied))
+    s.insert(e.path());
   return s;
 }
 
-// A fresh, empty directory per case.
+// A fresh, empty directory per case (and per process: rows of different entry points share
+// names, and ctest runs tests side by side).
 fs::path case_dir(const std::string& name) {
-  const fs::path d = fs::path(::testing::TempDir()) / ("bad_input_" + name);
+  const fs::path d =
+      fs::path(::testing::TempDir()) / ("bad_input_" + std::to_string(getpid()) + "_" + name);
+  if (fs::exists(d)) make_accessible(d);
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -266,6 +296,7 @@ TEST_P(BadInput, EndsWithOneMessageNamingTheInputAndLeavesNoOutput) {
     EXPECT_NE(o.err.find(e), std::string::npos) << "the message must say \"" << e << "\":\n"
                                                 << shown(o.err);
   EXPECT_EQ(listing(dir), before) << "a file was left behind (" << c.entry->out_name << "?)";
+  make_accessible(dir);
   fs::remove_all(dir);
 }
 
