@@ -18,6 +18,7 @@
 
 #include "hw/common/error.h"
 #include "hw/common/input_file.h"
+#include "sw/io/signals.h"
 
 namespace tpu::cli {
 
@@ -95,7 +96,13 @@ pid_t start(const ProcessJob& job, const sigset_t& child_mask, Running& r) {
     throw InputError(fmt::format("cannot start {}: pipe ({})", program, std::strerror(err)));
   }
   const pid_t parent = ::getpid();
+  // The termination signals are held back across the fork: the child must not run tpusim's
+  // handler (which, while the pool runs, only sets a flag) before it execs — a SIGTERM meant for
+  // the simulation would be lost.
+  sigset_t held;
+  ::pthread_sigmask(SIG_BLOCK, &io::termination_signals(), &held);
   const pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &held, nullptr);
   if (pid < 0) {
     const int err = errno;
     for (int fd :
@@ -106,6 +113,14 @@ pid_t start(const ProcessJob& job, const sigset_t& child_mask, Running& r) {
                     err == EAGAIN ? "; the process limit, ulimit -u, may be too low" : ""));
   }
   if (pid == 0) {
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (!sigismember(&io::termination_signals(), sig)) continue;
+      struct sigaction sa {};
+      ::sigaction(sig, nullptr, &sa);
+      if (sa.sa_handler == SIG_IGN) continue;
+      sa.sa_handler = SIG_DFL;
+      ::sigaction(sig, &sa, nullptr);
+    }
     ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The parent may have died before the request took effect.
