@@ -10,7 +10,8 @@ where each number comes from: docs/html-report.md.
 
 Bad input (a missing file, not JSON, an unknown schema, a missing or mistyped key) prints one line
 naming the file and the key on stderr and exits with status 2, writing nothing. The page is written
-atomically (temporary file, then rename).
+through scripts/tpusim_io.py (tpusim's promises for outputs: devices and `-` written directly,
+symlinks followed, permissions kept, temporary file beside the target, then rename).
 
 Input kinds: `read_input` turns one command-line input into a list of validated documents, picking
 the reader from the JSON's "schema" (READERS); `build_page` picks the page the documents ask for
@@ -29,7 +30,8 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sweep_plots  # noqa: E402  (the sweep page, and the one atomic writer)
+import sweep_plots  # noqa: E402  (the sweep page)
+import tpusim_io  # noqa: E402  (the one writer: tpusim's promises for outputs)
 
 PROG = "report.py"
 
@@ -827,9 +829,15 @@ def main(argv=None):
                    help="tpusim.run/1 or tpusim.compare/1 JSON, or one sweep results directory")
     p.add_argument("--html", required=True, metavar="OUT", help="the page to write")
     a = p.parse_args(argv)
+    tpusim_io.install_signal_exit()
     # A sweep directory (tpusim sweep --out DIR) has its own page: scripts/sweep_plots.py.
     if len(a.inputs) == 1 and os.path.isdir(a.inputs[0]):
         return sweep_plots.main([a.inputs[0], "--html", a.html])
+    try:
+        tpusim_io.check_not_input(a.html, a.inputs)
+    except ValueError as e:
+        sys.stderr.write(f"{PROG}: {e}\n")
+        return 2
     try:
         docs = []
         for path in a.inputs:
@@ -839,7 +847,7 @@ def main(argv=None):
         sys.stderr.write(f"{PROG}: {e}\n")
         return 2
     try:
-        sweep_plots.write_atomically(a.html, page)
+        tpusim_io.write_output(a.html, page)
     except OSError as e:
         sys.stderr.write(f"{PROG}: {a.html}: cannot write ({e.strerror})\n")
         return 2

@@ -16,7 +16,9 @@ import json
 import math
 import os
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tpusim_io  # noqa: E402  (the one writer: tpusim's promises for outputs)
 
 PROG = "sweep_plots.py"
 DEFAULT_METRICS = ["ops_per_s", "utilization", "ops_per_j", "avg_power_w"]
@@ -223,23 +225,6 @@ Source: {html.escape(source)}.</p>
 """
 
 
-def write_atomically(path, data):
-    """Writes bytes or text to a temporary file beside `path`, then renames it over `path`: a
-    reader sees the old file or the whole new one, and a failed write leaves no temporary."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tpusim.",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -249,9 +234,12 @@ def main(argv=None):
     p.add_argument("--metric", action="append", choices=sorted(LABELS),
                    help=f"metric to plot (repeatable; default: {' '.join(DEFAULT_METRICS)})")
     a = p.parse_args(argv)
+    tpusim_io.install_signal_exit()
     metrics = a.metric or DEFAULT_METRICS
     try:
         source, doc = load(a.results)
+        if a.html:
+            tpusim_io.check_not_input(a.html, [source])
         missing = [m for m in metrics if m not in doc.get("metrics", [])]
         if missing:
             raise BadInput(f"{source}: no metric {', '.join(missing)} in /metrics")
@@ -259,7 +247,7 @@ def main(argv=None):
     except ImportError as e:
         sys.stderr.write(f"{PROG}: {e.name} is missing (Debian: apt install python3-matplotlib)\n")
         return 2
-    except BadInput as e:
+    except (BadInput, ValueError) as e:
         sys.stderr.write(f"{PROG}: {e}\n")
         return 2
     png_dir = a.png_dir or (None if a.html else os.path.join(os.path.dirname(source), "plots"))
@@ -267,9 +255,9 @@ def main(argv=None):
         if png_dir:
             os.makedirs(png_dir, exist_ok=True)
             for name, png in figs:
-                write_atomically(os.path.join(png_dir, name + ".png"), png)
+                tpusim_io.write_output(os.path.join(png_dir, name + ".png"), png)
         if a.html:
-            write_atomically(a.html, page(doc, source, metrics, figs).encode())
+            tpusim_io.write_output(a.html, page(doc, source, metrics, figs))
     except OSError as e:
         sys.stderr.write(f"{PROG}: {e.filename}: cannot write ({e.strerror})\n")
         return 2
