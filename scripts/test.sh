@@ -50,8 +50,11 @@ stage_asan() {
   # harness counts as a crash, also in the processes tests start (tpusim, a sweep's runs); UBSan
   # would otherwise exit with status 1, which tpusim sweep and compare use themselves. Leaks are
   # findings and nothing is suppressed (docs/robustness.md).
+  # The fault suite's random tests run 4 trials each here (TPUSIM_FAULT_TRIALS): the signal paths
+  # under the sanitizers, at a fraction of their time in stage build.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=0 \
     UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
+    TPUSIM_FAULT_TRIALS=${TPUSIM_FAULT_TRIALS:-4} \
     ctest --test-dir "$dir" --output-on-failure -j "$jobs" -L "unit|system|rtl"
 }
 

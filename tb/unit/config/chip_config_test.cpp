@@ -1,5 +1,5 @@
 // The chip-config loader (hw/config) and the shipped chips (configs/chips). Derived peaks must
-// equal the published ones (reference/tpu-facts.md: "a config whose derived peak disagrees with
+// equal the published ones (docs/sources.md: "a config whose derived peak disagrees with
 // the published one is wrong"), and a malformed config must be rejected with a message that
 // names the file, the JSON pointer and the offending value (STYLE "Configuration").
 #include "hw/config/chip_config.h"
@@ -38,7 +38,7 @@ json read_raw(const std::string& path) {
   return json::parse(in);
 }
 
-// What tpu-facts.md publishes for a chip: the structure whose product is the peak ("checks on the
+// What docs/sources.md lists for a chip: the structure whose product is the peak ("checks on the
 // derived peaks") and the headline figure, which the publication rounds to whole TOPS/TFLOPS.
 struct PublishedChip {
   const char* file;
@@ -68,7 +68,7 @@ class ShippedChip : public ::testing::TestWithParam<PublishedChip> {
 TEST_P(ShippedChip, DerivedPeakEqualsFactsFormula) {
   const PublishedChip& p = GetParam();
   const ChipConfig cfg = load_chip_config(path());
-  // tpu-facts.md: cores x MXUs x rows x cols x 2 ops x clock.
+  // docs/sources.md: cores x MXUs x rows x cols x 2 ops x clock.
   const double expected = static_cast<double>(p.tensor_cores) * p.mxus_per_core * p.rows * p.cols *
                           2.0 * p.clock_mhz * 1e6;
   EXPECT_NEAR(cfg.peak_ops_per_s(), expected, expected * 1e-12);
@@ -90,7 +90,7 @@ TEST_P(ShippedChip, EveryNumberCitesItsSourceAndStatus) {
     if (ptr.rfind("/sources/", 0) == 0 || !value.is_number()) continue;
     const auto it = cfg.sources.find(ptr);
     ASSERT_NE(it, cfg.sources.end()) << path() << ": " << ptr << " has no entry in /sources";
-    // tpu-facts.md status letters, SB17's derived factors, or a named assumption.
+    // docs/sources.md status letters, SB17's derived factors, or a named assumption.
     const std::string& cite = it->second;
     const bool has_status =
         cite.find("(C)") != std::string::npos || cite.find("(S)") != std::string::npos ||

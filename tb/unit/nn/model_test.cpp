@@ -55,7 +55,7 @@ std::string error_of(const json& doc) {
 
 TEST(ShippedModel, IsTheTutorialNetworkWithKerasShapes) {
   const Model m = load_model(kShipped);
-  // seed-tutorial.md: Conv2D(64, 3x3, valid) -> MaxPooling2D(2) -> relu -> Flatten -> Dense(10)
+  // The tutorial (docs/models.md): Conv2D(64, 3x3, valid) -> MaxPooling2D(2) -> relu -> Flatten -> Dense(10)
   // -> softmax on 28x28x1 images.
   ASSERT_EQ(m.layers.size(), 6u);
   EXPECT_EQ(m.input, (Shape{28, 28, 1}));
@@ -81,7 +81,7 @@ TEST(ShippedModel, IsTheTutorialNetworkWithKerasShapes) {
   EXPECT_EQ(m.layers[5].activation, Act::Softmax);
   EXPECT_EQ(m.output(), (Shape{1, 1, 10}));
 
-  // seed-tutorial.md: "Parameters: 64·9 + 64 = 640 and 10816·10 + 10 = 108,170".
+  // The tutorial (docs/models.md): "Parameters: 64·9 + 64 = 640 and 10816·10 + 10 = 108,170".
   EXPECT_EQ(params(conv), 64u * 9 + 64);
   EXPECT_EQ(params(dense), 10816u * 10 + 10);
   EXPECT_EQ(m.file, kShipped);
