@@ -117,7 +117,7 @@ bool is_descriptor_path(const std::string& path, int* fd) {
   return false;
 }
 
-InputFd open_input(const std::string& path, std::string_view what) {
+InputFd open_input(const std::string& path, std::string_view what, Remember remember) {
   if (path.empty()) fail("\"\"", what, "an empty file name");
   // O_NONBLOCK: opening a FIFO without a writer would otherwise wait forever; it is cleared
   // again below for the pipes that are accepted.
@@ -138,16 +138,16 @@ InputFd open_input(const std::string& path, std::string_view what) {
     if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
       fail(path, what, path_error_reason(errno));
   }
-  {
+  if (remember == Remember::Yes) {
     const std::lock_guard<std::mutex> lock(g_inputs_mutex);
     g_inputs.push_back(InputIdentity{st.st_dev, st.st_ino, path, std::string(what)});
   }
   return InputFd(in.release(), regular ? static_cast<std::uint64_t>(st.st_size) : 0, regular);
 }
 
-std::string read_input_file(const std::string& path, std::string_view what,
-                            std::uint64_t max_bytes) {
-  InputFd in = open_input(path, what);
+std::string read_input_file(const std::string& path, std::string_view what, std::uint64_t max_bytes,
+                            Remember remember) {
+  InputFd in = open_input(path, what, remember);
   auto too_large = [&] {
     throw InputError(
         fmt::format("{}: larger than the {} a {} may have", path, readable_size(max_bytes), what));

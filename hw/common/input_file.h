@@ -52,17 +52,22 @@ class InputFd {
   bool regular_ = false;
 };
 
+// Whether open_input remembers the file for the outputs' check: every file a user names is an
+// input; a file tpusim wrote itself and reads back (a sweep's plan and point files) is not.
+enum class Remember { Yes, No };
+
 // Opens `path` for reading. `what` names the input in messages ("chip config"). Accepted: a
 // regular file, and — so that `--chip <(jq ... v1.json)` works — a pipe or terminal the shell
 // passed as one of this process's descriptors (/dev/stdin, /dev/fd/N, /proc/self/fd/N).
 // Refused with the reason: a missing file, a directory, a named FIFO (opening one would wait
 // for a writer forever), a device such as /dev/zero, a symlink loop, a name too long, no
 // permission. Throws InputError "<path>: cannot read the <what> (<reason>)".
-InputFd open_input(const std::string& path, std::string_view what);
+InputFd open_input(const std::string& path, std::string_view what,
+                   Remember remember = Remember::Yes);
 
 // Reads the whole input at `path` (as open_input accepts it), refusing more than `max_bytes`.
-std::string read_input_file(const std::string& path, std::string_view what,
-                            std::uint64_t max_bytes);
+std::string read_input_file(const std::string& path, std::string_view what, std::uint64_t max_bytes,
+                            Remember remember = Remember::Yes);
 
 // The reason an operation on a path failed with `err` (an errno value), worded for a user:
 // "no such file", "a symlink loop", "permission denied", ...

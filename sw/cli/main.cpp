@@ -147,10 +147,22 @@ int run_cli(int argc, char** argv) {
 
 }  // namespace
 
+namespace {
+
+// What was printed on standard output must have arrived: `tpusim disasm p.bin > /dev/full` is a
+// failure, not a success.
+int flushed(int status) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+  std::cerr << "tpusim: standard output: cannot write (" << tpu::path_error_reason(errno) << ")\n";
+  return 2;
+}
+
+}  // namespace
+
 int sc_main(int argc, char* argv[]) {
   tpu::io::install_signal_handlers();
   try {
-    return run_cli(argc, argv);
+    return flushed(run_cli(argc, argv));
   } catch (const tpu::InputError& e) {
     std::cerr << "tpusim: " << e.what() << "\n";
     return 2;

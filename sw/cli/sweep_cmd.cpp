@@ -311,7 +311,7 @@ class Sweep {
     return ::stat(path.c_str(), &st) == 0;
   }
   static std::string read_file(const std::string& path) {
-    return read_input_file(path, "sweep file", kMaxReportBytes);
+    return read_input_file(path, "sweep file", kMaxReportBytes, Remember::No);
   }
   // A file the sweep wrote, read back; one that is not what the sweep writes (edited or
   // damaged by hand) is named, never an internal error.
@@ -410,7 +410,8 @@ class Progress {
 
 std::string recorded_error(const Sweep& s, std::size_t t) {
   try {
-    return json::parse(read_input_file(s.files(t).failed, "sweep file", kMaxReportBytes))
+    return json::parse(
+               read_input_file(s.files(t).failed, "sweep file", kMaxReportBytes, Remember::No))
         .at("error")
         .get<std::string>();
   } catch (const std::exception& e) {
@@ -580,7 +581,7 @@ int run_task(const SweepCommand& cmd) {
   const std::string plan = cmd.out + "/sweep.json";
   json doc;
   try {
-    doc = json::parse(read_input_file(plan, "sweep plan", kMaxReportBytes));
+    doc = json::parse(read_input_file(plan, "sweep plan", kMaxReportBytes, Remember::No));
   } catch (const json::exception& e) {
     throw InputError(
         fmt::format("{}: not a sweep plan written by tpusim sweep ({})", plan, e.what()));

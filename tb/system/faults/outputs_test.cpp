@@ -75,6 +75,18 @@ TEST(Outputs, Row01_DevicesAreWrittenNeverReplaced) {
   EXPECT_EQ(e.out, "") << "no summary after a failed write";
   EXPECT_TRUE(still_a_device("full", 7)) << "the full device was replaced";
 
+  // What tpusim prints on standard output must arrive too.
+  const int full_fd = ::open((d / "full").c_str(), O_WRONLY);
+  ASSERT_GE(full_fd, 0);
+  Options to_full;
+  to_full.stdout_fd = full_fd;
+  e = run({"info", "--chip", kV1}, to_full);
+  ::close(full_fd);
+  EXPECT_EQ(e.status, 2) << e.err;
+  EXPECT_NE(e.err.find("standard output: cannot write (no space left on the device)"),
+            std::string::npos)
+      << e.err;
+
   // As a user who may write the device but not its directory: written, not refused.
   Options nobody;
   nobody.unprivileged = true;
