@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "hw/common/error.h"
 
@@ -16,7 +18,9 @@ namespace tpu {
 namespace {
 
 std::mutex g_inputs_mutex;
-std::vector<InputIdentity> g_inputs;
+// Keyed by device and inode: a file opened again (an include shared by two configs, a fuzzer's
+// input rewritten in place) is remembered once.
+std::map<std::pair<dev_t, ino_t>, InputIdentity> g_inputs;
 
 std::string readable_size(std::uint64_t bytes) {
   if (bytes % kMiB == 0) return fmt::format("{} MiB", bytes / kMiB);
@@ -140,7 +144,8 @@ InputFd open_input(const std::string& path, std::string_view what, Remember reme
   }
   if (remember == Remember::Yes) {
     const std::lock_guard<std::mutex> lock(g_inputs_mutex);
-    g_inputs.push_back(InputIdentity{st.st_dev, st.st_ino, path, std::string(what)});
+    g_inputs.emplace(std::pair{st.st_dev, st.st_ino},
+                     InputIdentity{st.st_dev, st.st_ino, path, std::string(what)});
   }
   return InputFd(in.release(), regular ? static_cast<std::uint64_t>(st.st_size) : 0, regular);
 }
@@ -169,7 +174,10 @@ std::string read_input_file(const std::string& path, std::string_view what, std:
 
 std::vector<InputIdentity> inputs_read() {
   const std::lock_guard<std::mutex> lock(g_inputs_mutex);
-  return g_inputs;
+  std::vector<InputIdentity> v;
+  v.reserve(g_inputs.size());
+  for (const auto& [id, input] : g_inputs) v.push_back(input);
+  return v;
 }
 
 }  // namespace tpu

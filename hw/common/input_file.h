@@ -80,7 +80,7 @@ std::string file_kind(mode_t mode);
 // rather than a file of its own; `fd` receives N (0 for /dev/stdin) when it is this process's.
 bool is_descriptor_path(const std::string& path, int* fd = nullptr);
 
-// Every file this process opened through open_input, in order (device and inode identify it
+// Every file this process opened through open_input (once each; device and inode identify it
 // whatever path named it).
 struct InputIdentity {
   dev_t dev = 0;
