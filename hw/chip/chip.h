@@ -13,7 +13,7 @@
 #include "hw/chip/host_interface.h"
 #include "hw/chip/interconnect.h"
 #include "hw/common/clock.h"
-#include "hw/common/trace.h"
+#include "hw/unit/trace.h"
 #include "hw/config/chip_config.h"
 #include "hw/core/tensor_core.h"
 #include "hw/memory/bandwidth.h"

@@ -3,7 +3,8 @@
 #include <fmt/format.h>
 
 #include "hw/common/error.h"
-#include "hw/core/program_error.h"
+#include "hw/isa/semantics.h"
+#include "hw/unit/program_error.h"
 
 namespace tpu {
 
@@ -38,7 +39,6 @@ Sequencer::Sequencer(sc_core::sc_module_name name, const ChipConfig& cfg, const 
       barrier_(barrier),
       counters_(counters),
       core_name_(std::move(core_name)),
-      array_(cfg.mxu),
       scoreboard_(clock),
       pending_tiles_(cfg.mxu.count),
       resident_tile_(cfg.mxu.count, {0, 0}) {
@@ -106,6 +106,22 @@ void Sequencer::check_acc(const InFlight& f, const char* field, std::uint64_t fi
                                      field, first, count, storage_.acc_entries));
 }
 
+namespace {
+
+// The scoreboard's unit id: instructions of one unit complete in issue order (isa::Unit).
+int unit_queue_id(const isa::Unit& u) {
+  switch (u.kind) {
+    case isa::UnitKind::Dma: return kUnitDma;
+    case isa::UnitKind::Vector: return kUnitVector;
+    case isa::UnitKind::MxuWeights: return weights_unit(u.mxu);
+    case isa::UnitKind::MxuArray: return matmul_unit(u.mxu);
+    case isa::UnitKind::Sequencer: break;
+  }
+  return -1;
+}
+
+}  // namespace
+
 void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
   auto f = std::make_shared<InFlight>();
   f->index = index;
@@ -115,28 +131,18 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
   f->issued_at = clock_.now();
   f->trace = trace_;
   f->core = core_id_;
-  const std::uint64_t acc_entry_bytes = storage_.acc_words_per_entry * 4ull;
-  auto ub_read = [&](const char* field, std::uint64_t lo, std::uint64_t n) {
-    check_ub(*f, field, lo, n);
-    f->reads.push_back({Space::UnifiedBuffer, lo, lo + n});
-  };
-  auto ub_write = [&](const char* field, std::uint64_t lo, std::uint64_t n) {
-    check_ub(*f, field, lo, n);
-    f->writes.push_back({Space::UnifiedBuffer, lo, lo + n});
-  };
-  auto check_mxu = [&](std::uint32_t m) {
-    if (m >= cfg_.mxu.count)
+  const isa::Unit unit = isa::unit_of(inst);
+  if (unit.kind == isa::UnitKind::MxuWeights || unit.kind == isa::UnitKind::MxuArray)
+    if (unit.mxu >= cfg_.mxu.count)
       report_program_error(
           core_name_, *f,
-          fmt::format("mxu {} does not exist (this core has {})", m, cfg_.mxu.count));
-  };
-  UnitQueue* target = nullptr;
+          fmt::format("mxu {} does not exist (this core has {})", unit.mxu, cfg_.mxu.count));
 
+  // 1. What the sequencer itself does: the window and tile registers, sync and halt.
   std::visit(
       [&](const auto& i) {
         using T = std::decay_t<decltype(i)>;
-        if constexpr (std::is_same_v<T, isa::Nop> || std::is_same_v<T, isa::Tag>) {
-        } else if constexpr (std::is_same_v<T, isa::SetWindow>) {
+        if constexpr (std::is_same_v<T, isa::SetWindow>) {
           if (i.in_h == 0 || i.in_w == 0 || i.in_c == 0 || i.kernel_h == 0 || i.kernel_w == 0 ||
               i.stride_h == 0 || i.stride_w == 0 || i.out_h == 0 || i.out_w == 0)
             report_program_error(core_name_, *f,
@@ -155,31 +161,9 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
           ++halts_;
           halted_at_ = clock_.now();
           halted_event_.notify(sc_core::SC_ZERO_TIME);
-        } else if constexpr (std::is_same_v<T, isa::ReadHost>) {
-          ub_write("dst", i.dst.value(), i.bytes);
-          f->unit = kUnitDma, target = queues_.dma;
-        } else if constexpr (std::is_same_v<T, isa::WriteHost>) {
-          ub_read("src", i.src.value(), i.bytes);
-          f->unit = kUnitDma, target = queues_.dma;
-        } else if constexpr (std::is_same_v<T, isa::ReadMem>) {
-          ub_write("dst", i.dst.value(), i.bytes);
-          f->reads.push_back({Space::OffChip, i.src.value(), i.src.value() + i.bytes});
-          f->unit = kUnitDma, target = queues_.dma;
-        } else if constexpr (std::is_same_v<T, isa::WriteMem>) {
-          ub_read("src", i.src.value(), i.bytes);
-          f->writes.push_back({Space::OffChip, i.dst.value(), i.dst.value() + i.bytes});
-          f->unit = kUnitDma, target = queues_.dma;
         } else if constexpr (std::is_same_v<T, isa::ReadWeights>) {
-          check_mxu(i.mxu);
-          const std::uint64_t bytes = std::uint64_t{i.rows} * i.cols * size_of(cfg_.mxu.input_type);
-          if (i.source == isa::WeightSource::UnifiedBuffer)
-            ub_read("addr", i.addr, bytes);
-          else
-            f->reads.push_back({Space::OffChip, i.addr, i.addr + bytes});
           pending_tiles_[i.mxu].emplace_back(i.rows, i.cols);
-          f->unit = weights_unit(i.mxu), target = queues_.weights[i.mxu];
         } else if constexpr (std::is_same_v<T, isa::MatMul>) {
-          check_mxu(i.mxu);
           if (i.swap_weights) {
             if (pending_tiles_[i.mxu].empty())
               report_program_error(core_name_, *f,
@@ -189,72 +173,48 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
             resident_tile_[i.mxu] = pending_tiles_[i.mxu].front();
             pending_tiles_[i.mxu].pop_front();
           }
-          const auto [k, n] = resident_tile_[i.mxu];
-          if (k == 0)
+          if (resident_tile_[i.mxu].first == 0)
             report_program_error(core_name_, *f,
                                  fmt::format("mxu {} has no resident weights: swap in a tile "
                                              "loaded by read_weights first",
                                              i.mxu));
-          InputSpec in;
-          in.window = i.window, in.src = i.src.value(), in.rows = i.rows;
-          in.src_stride = i.src_stride, in.first_pixel = i.first_pixel, in.k_first = i.k_first;
-          in.geom = window_;
-          const auto [lo, hi] = array_.input_extent(in, k);
-          if (i.rows > 0) ub_read(i.window ? "window" : "src", lo, hi - lo);
-          check_acc(*f, "dst", i.dst.value(), i.rows);
-          const Region acc{Space::Accumulators, i.dst.value() * acc_entry_bytes,
-                           (i.dst.value() + std::uint64_t{i.rows}) * acc_entry_bytes};
-          f->writes.push_back(acc);
-          if (i.accumulate) f->reads.push_back(acc);
-          f->unit = matmul_unit(i.mxu), target = queues_.matmul[i.mxu];
-        } else if constexpr (std::is_same_v<T, isa::Activate>) {
-          check_acc(*f, "src", i.src.value(), i.rows);
-          f->reads.push_back({Space::Accumulators, i.src.value() * acc_entry_bytes,
-                              (i.src.value() + std::uint64_t{i.rows}) * acc_entry_bytes});
-          ub_read("params", i.params.value(), 12ull * i.cols);
-          if (i.rows > 0)
-            ub_write("dst", i.dst.value(),
-                     std::uint64_t{i.rows - 1} * i.dst_stride +
-                         std::uint64_t{i.cols} * size_of(i.out_type));
-          f->unit = kUnitVector, target = queues_.vector;
-        } else if constexpr (std::is_same_v<T, isa::Pool>) {
-          const std::uint64_t e = size_of(i.type);
-          const std::uint64_t in_bytes = std::uint64_t{i.images} * i.in_h * i.in_w * i.channels * e;
-          ub_read("src", i.src.value(), in_bytes);
-          if (i.kernel_h >= 1 && i.kernel_w >= 1 && i.stride_h >= 1 && i.stride_w >= 1 &&
-              i.kernel_h <= i.in_h && i.kernel_w <= i.in_w) {
-            const std::uint64_t oh = (i.in_h - i.kernel_h) / i.stride_h + 1;
-            const std::uint64_t ow = (i.in_w - i.kernel_w) / i.stride_w + 1;
-            ub_write("dst", i.dst.value(), std::uint64_t{i.images} * oh * ow * i.channels * e);
-          }  // otherwise the vector unit rejects the geometry, naming the field
-          f->unit = kUnitVector, target = queues_.vector;
-        } else if constexpr (std::is_same_v<T, isa::Eltwise>) {
-          const std::uint64_t n = std::uint64_t{i.count} * size_of(i.type);
-          ub_read("a", i.a.value(), n);
-          ub_read("b", i.b.value(), n);
-          ub_write("dst", i.dst.value(), n);
-          f->unit = kUnitVector, target = queues_.vector;
-        } else if constexpr (std::is_same_v<T, isa::Softmax>) {
-          if (i.rows > 0) {
-            const std::uint64_t row = std::uint64_t{i.cols} * 4;
-            ub_read("src", i.src.value(), std::uint64_t{i.rows - 1} * i.src_stride + row);
-            ub_write("dst", i.dst.value(), std::uint64_t{i.rows - 1} * i.dst_stride + row);
-          }  // otherwise the vector unit rejects rows = 0
-          f->unit = kUnitVector, target = queues_.vector;
         }
       },
       inst);
+  if (unit.kind == isa::UnitKind::Sequencer) return;
 
-  if (target) {
-    f->ledger = &ledger_done_;
-    f->ledger_started = &ledger_started_;
-    scoreboard_.issue(f);
-    const Cycle t0 = clock_.now();
-    target->write(f);
-    if (trace_)
-      trace_->add_stall(core_id_, index, layer_, Stall::QueueFull, track_of(inst), t0,
-                        clock_.now());
+  // 2. What it touches (isa::footprint): checked against the core's storage, then recorded for
+  // the scoreboard. The host's memory is the driver's and is not ordered here.
+  isa::FootprintContext ctx;
+  ctx.acc_entry_bytes = storage_.acc_words_per_entry * 4ull;
+  ctx.mxu_input_type = cfg_.mxu.input_type;
+  ctx.window = window_;
+  if (unit.kind == isa::UnitKind::MxuArray) ctx.tile_rows = resident_tile_[unit.mxu].first;
+  for (const isa::Access& a : isa::footprint(inst, ctx)) {
+    if (a.space == isa::Space::Host) continue;
+    if (a.space == isa::Space::UnifiedBuffer) check_ub(*f, a.field, a.lo, a.hi - a.lo);
+    if (a.space == isa::Space::Accumulators)
+      check_acc(*f, a.field, a.lo / ctx.acc_entry_bytes, (a.hi - a.lo) / ctx.acc_entry_bytes);
+    (a.write ? f->writes : f->reads).push_back(a);
   }
+
+  // 3. Into the unit's queue, in order.
+  UnitQueue* target = nullptr;
+  switch (unit.kind) {
+    case isa::UnitKind::Dma: target = queues_.dma; break;
+    case isa::UnitKind::Vector: target = queues_.vector; break;
+    case isa::UnitKind::MxuWeights: target = queues_.weights[unit.mxu]; break;
+    case isa::UnitKind::MxuArray: target = queues_.matmul[unit.mxu]; break;
+    case isa::UnitKind::Sequencer: break;
+  }
+  f->unit = unit_queue_id(unit);
+  f->ledger = &ledger_done_;
+  f->ledger_started = &ledger_started_;
+  scoreboard_.issue(f);
+  const Cycle t0 = clock_.now();
+  target->write(f);
+  if (trace_)
+    trace_->add_stall(core_id_, index, layer_, Stall::QueueFull, track_of(inst), t0, clock_.now());
 }
 
 }  // namespace tpu

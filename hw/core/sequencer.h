@@ -18,9 +18,8 @@
 #include "hw/common/counters.h"
 #include "hw/config/chip_config.h"
 #include "hw/core/scoreboard.h"
-#include "hw/core/unit_queue.h"
 #include "hw/isa/isa.h"
-#include "hw/mxu/systolic_array.h"
+#include "hw/unit/issued.h"
 
 namespace tpu {
 
@@ -90,7 +89,6 @@ class Sequencer : public sc_core::sc_module {
   CoreBarrier& barrier_;
   LayerCounters& counters_;
   std::string core_name_;
-  SystolicArray array_;  // for the input extent of windowed MatMuls
   Scoreboard scoreboard_;
 
   std::uint64_t index_ = 0;

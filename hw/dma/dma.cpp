@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "hw/common/tlm_util.h"
-#include "hw/core/program_error.h"
+#include "hw/unit/program_error.h"
 
 namespace tpu {
 

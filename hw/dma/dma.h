@@ -14,7 +14,7 @@
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"
 #include "hw/config/chip_config.h"
-#include "hw/core/unit_queue.h"
+#include "hw/unit/issued.h"
 
 namespace tpu {
 

@@ -20,9 +20,8 @@
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"
 #include "hw/config/chip_config.h"
-#include "hw/core/scoreboard.h"
-#include "hw/core/unit_queue.h"
 #include "hw/mxu/systolic_array.h"
+#include "hw/unit/issued.h"
 
 namespace tpu {
 

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "hw/common/error.h"
-#include "hw/core/program_error.h"
+#include "hw/unit/program_error.h"
 
 namespace tpu {
 

@@ -14,16 +14,14 @@ namespace tpu {
 
 namespace {
 
-constexpr std::uint64_t kU64Max = std::numeric_limits<std::uint64_t>::max();
-
-// Address arithmetic on program-supplied fields saturates, so an absurd address cannot wrap
-// around into the unified buffer and pass the bounds check.
-std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
-  return a > kU64Max - b ? kU64Max : a + b;
-}
-std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) {
-  return b != 0 && a > kU64Max / b ? kU64Max : a * b;
-}
+using isa::sat_add;
+using isa::sat_mul;
+using isa::window_input_x;
+using isa::window_input_y;
+using isa::window_is_sane;
+using isa::window_k_total;
+using isa::window_segments;
+using isa::WindowSegment;
 
 // Rows gathered and multiplied together: the weight tile is read once per block instead of once
 // per row, and the block's column sums stay in registers across k.
@@ -31,113 +29,6 @@ constexpr std::uint32_t kRowBlock = 4;
 // Columns per register block of the widest kernel (two 32-byte vectors of 32-bit lanes); the
 // weight scratch is padded to a multiple of it with zero columns, whose sums are discarded.
 constexpr std::uint32_t kColPad = 16;
-
-// One contiguous run of tile rows inside a window: tile rows [k, k + count) are channels
-// [c, c + count) of window position (ky, kx), `offset` elements after channel 0 of window position
-// (0, 0). The same for every output pixel, so computed once per multiply.
-struct Segment {
-  std::uint32_t k = 0;
-  std::uint32_t count = 0;
-  std::uint32_t c = 0;
-  std::uint32_t ky = 0;
-  std::uint32_t kx = 0;
-  std::uint64_t offset = 0;
-};
-
-std::vector<Segment> window_segments(const isa::SetWindow& g, std::uint32_t k_first,
-                                     std::uint32_t k) {
-  std::vector<Segment> segs;
-  std::uint32_t done = 0;
-  while (done < k) {
-    const std::uint32_t kk = k_first + done;
-    const std::uint32_t pos = kk / g.in_c;
-    Segment s;
-    s.k = done;
-    s.c = kk % g.in_c;
-    s.count = std::min<std::uint32_t>(g.in_c - s.c, k - done);
-    s.ky = pos / g.kernel_w;
-    s.kx = pos % g.kernel_w;
-    s.offset = (std::uint64_t{s.ky} * g.in_w + s.kx) * g.in_c + s.c;
-    segs.push_back(s);
-    done += s.count;
-  }
-  return segs;
-}
-
-bool window_is_sane(const isa::SetWindow& g) {
-  return g.in_h >= 1 && g.in_w >= 1 && g.in_c >= 1 && g.kernel_h >= 1 && g.kernel_w >= 1 &&
-         g.stride_h >= 1 && g.stride_w >= 1 && g.out_h >= 1 && g.out_w >= 1;
-}
-
-std::uint64_t window_k_total(const isa::SetWindow& g) {
-  return std::uint64_t{g.kernel_h} * g.kernel_w * g.in_c;
-}
-
-// Input pixel (y, x) that window position (ky, kx) of output pixel (oy, ox) reads; may lie
-// outside the image (padding).
-std::int64_t input_y(const isa::SetWindow& g, std::uint64_t oy, std::uint32_t ky) {
-  return static_cast<std::int64_t>(oy * g.stride_h + ky) - g.pad_top;
-}
-std::int64_t input_x(const isa::SetWindow& g, std::uint64_t ox, std::uint32_t kx) {
-  return static_cast<std::int64_t>(ox * g.stride_w + kx) - g.pad_left;
-}
-
-// The smallest and largest element index, relative to the image's first element, that output
-// pixels [p_begin, p_end) of one image read; nullopt if all their reads are padding.
-std::optional<std::pair<std::uint64_t, std::uint64_t>> touched_in_image(
-    const isa::SetWindow& g, const std::vector<Segment>& segs, std::uint64_t p_begin,
-    std::uint64_t p_end) {
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> r;
-  for (std::uint64_t p = p_begin; p < p_end; ++p) {
-    const std::uint64_t oy = p / g.out_w, ox = p % g.out_w;
-    for (const Segment& s : segs) {
-      const std::int64_t y = input_y(g, oy, s.ky), x = input_x(g, ox, s.kx);
-      if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
-      const std::uint64_t first =
-          (static_cast<std::uint64_t>(y) * g.in_w + static_cast<std::uint64_t>(x)) * g.in_c + s.c;
-      const std::uint64_t last = first + s.count - 1;
-      if (!r) r.emplace(first, last);
-      r->first = std::min(r->first, first);
-      r->second = std::max(r->second, last);
-    }
-  }
-  return r;
-}
-
-// Every complete image of a batch reads the same relative elements, and a partial image reads a
-// subset of them; so the lowest element read is in the first image that reads anything, which is
-// the first or the second image of the range (or none reads anything), and likewise for the
-// highest. Element indices are absolute (image * image elements + relative index), saturating.
-std::optional<std::pair<std::uint64_t, std::uint64_t>> window_touched(
-    const InputSpec& in, const std::vector<Segment>& segs) {
-  const isa::SetWindow& g = in.geom;
-  const std::uint64_t per_image = std::uint64_t{g.out_h} * g.out_w;
-  const std::uint64_t image_elems = std::uint64_t{g.in_h} * g.in_w * g.in_c;
-  const std::uint64_t p_first = in.first_pixel;
-  const std::uint64_t p_end = p_first + in.rows;
-  const std::uint64_t b_first = p_first / per_image, b_last = (p_end - 1) / per_image;
-  auto scan = [&](std::uint64_t b) {
-    return touched_in_image(g, segs, std::max(p_first, b * per_image) - b * per_image,
-                            std::min(p_end, (b + 1) * per_image) - b * per_image);
-  };
-  const auto first = scan(b_first);
-  const auto last = b_last == b_first ? first : scan(b_last);
-  std::optional<std::uint64_t> lo, hi;
-  if (first) {
-    lo = sat_add(sat_mul(b_first, image_elems), first->first);
-  } else if (b_last > b_first) {
-    const auto t = b_first + 1 == b_last ? last : scan(b_first + 1);
-    if (t) lo = sat_add(sat_mul(b_first + 1, image_elems), t->first);
-  }
-  if (last) {
-    hi = sat_add(sat_mul(b_last, image_elems), last->second);
-  } else if (b_last > b_first) {
-    const auto t = b_last - 1 == b_first ? first : scan(b_last - 1);
-    if (t) hi = sat_add(sat_mul(b_last - 1, image_elems), t->second);
-  }
-  if (!lo || !hi) return std::nullopt;
-  return std::make_pair(*lo, *hi);
-}
 
 // Scratch reused across calls, so a multiply allocates nothing in the steady state. Per thread,
 // so arrays in different threads (parallel sweeps) never share it.
@@ -302,8 +193,8 @@ void run(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub, st
 
   // Output pixel of the next windowed row, stepped rather than divided out per row.
   const isa::SetWindow& g = in.geom;
-  const std::vector<Segment> segs =
-      in.window ? window_segments(g, in.k_first, k) : std::vector<Segment>{};
+  const std::vector<WindowSegment> segs =
+      in.window ? window_segments(g, in.k_first, k) : std::vector<WindowSegment>{};
   const std::uint64_t image_elems = std::uint64_t{g.in_h} * g.in_w * g.in_c;
   std::uint64_t b = 0, oy = 0, ox = 0;
   if (in.window) {
@@ -326,12 +217,12 @@ void run(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub, st
       }
       // Element index of channel 0 at window position (0, 0). When that position lies in the
       // padding the index wraps modulo 2^64, and adding an in-image segment's offset wraps back.
-      const std::int64_t y0 = input_y(g, oy, 0), x0 = input_x(g, ox, 0);
+      const std::int64_t y0 = window_input_y(g, oy, 0), x0 = window_input_x(g, ox, 0);
       const std::uint64_t corner =
           b * image_elems + static_cast<std::uint64_t>(y0 * g.in_w + x0) * g.in_c;
       const bool inside =
           y0 >= 0 && x0 >= 0 && y0 + g.kernel_h <= g.in_h && x0 + g.kernel_w <= g.in_w;
-      for (const Segment& sg : segs) {
+      for (const WindowSegment& sg : segs) {
         if (!inside) {
           const std::int64_t y = y0 + sg.ky, xx = x0 + sg.kx;
           if (y < 0 || y >= g.in_h || xx < 0 || xx >= g.in_w) {
@@ -371,20 +262,7 @@ SystolicArray::SystolicArray(const MxuConfig& cfg) : cfg_(cfg) {
 
 std::pair<std::uint64_t, std::uint64_t> SystolicArray::input_extent(const InputSpec& in,
                                                                     std::uint32_t k) const {
-  const std::uint64_t elem = size_of(cfg_.input_type);
-  const std::pair<std::uint64_t, std::uint64_t> nothing{in.src, in.src};
-  if (in.rows == 0 || k == 0) return nothing;
-  if (!in.window) {
-    const std::uint64_t last_row = sat_mul(in.rows - 1, in.src_stride);
-    return {in.src, sat_add(sat_add(in.src, last_row), sat_mul(k, elem))};
-  }
-  // An impossible window reads nothing; multiply() rejects it with the reason.
-  if (!window_is_sane(in.geom) || std::uint64_t{in.k_first} + k > window_k_total(in.geom))
-    return nothing;
-  const auto t = window_touched(in, window_segments(in.geom, in.k_first, k));
-  if (!t) return nothing;
-  return {sat_add(in.src, sat_mul(t->first, elem)),
-          sat_add(in.src, sat_mul(sat_add(t->second, 1), elem))};
+  return isa::matmul_input_extent(in, k, size_of(cfg_.input_type));
 }
 
 void SystolicArray::check_input(const InputSpec& in, std::uint32_t k,
@@ -435,15 +313,15 @@ std::vector<std::uint8_t> SystolicArray::gather(const InputSpec& in, std::uint32
   }
   // The same walk over output pixels as the multiply's (run() above); padding stays zero.
   const isa::SetWindow& g = in.geom;
-  const std::vector<Segment> segs = window_segments(g, in.k_first, k);
+  const std::vector<WindowSegment> segs = window_segments(g, in.k_first, k);
   const std::uint64_t image_elems = std::uint64_t{g.in_h} * g.in_w * g.in_c;
   const std::uint64_t per_image = std::uint64_t{g.out_h} * g.out_w;
   std::uint64_t b = in.first_pixel / per_image;
   std::uint64_t oy = in.first_pixel % per_image / g.out_w;
   std::uint64_t ox = in.first_pixel % g.out_w;
   for (std::uint32_t r = 0; r < in.rows; ++r) {
-    for (const Segment& sg : segs) {
-      const std::int64_t y = input_y(g, oy, sg.ky), x = input_x(g, ox, sg.kx);
+    for (const WindowSegment& sg : segs) {
+      const std::int64_t y = window_input_y(g, oy, sg.ky), x = window_input_x(g, ox, sg.kx);
       if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
       const std::uint64_t first =
           b * image_elems +

@@ -14,6 +14,7 @@
 
 #include "hw/config/chip_config.h"
 #include "hw/isa/isa.h"
+#include "hw/isa/window.h"
 
 namespace tpu {
 
@@ -25,24 +26,15 @@ struct WeightTile {
   std::vector<std::uint8_t> bytes;
 };
 
-// Where the B input rows of one MatMul come from in the unified buffer (see isa::MatMul and
-// isa::SetWindow for the addressing).
-struct InputSpec {
-  bool window = false;
-  std::uint64_t src = 0;         // UB byte address
-  std::uint32_t rows = 0;        // B
-  std::uint32_t src_stride = 0;  // dense: bytes between rows
-  std::uint32_t first_pixel = 0;
-  std::uint32_t k_first = 0;
-  isa::SetWindow geom;  // windowed only
-};
+// Where the B input rows of one MatMul come from in the unified buffer (hw/isa/window.h).
+using InputSpec = isa::MatMulInput;
 
 class SystolicArray {
  public:
   explicit SystolicArray(const MxuConfig& cfg);
 
-  // The half-open range [lo, hi) of UB bytes that reading `in` for a K-row tile may touch; used
-  // for bounds checks and hazard tracking. For windowed reads it is the bounding range.
+  // The half-open range [lo, hi) of UB bytes that reading `in` for a K-row tile may touch
+  // (isa::matmul_input_extent for this array's input type).
   [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> input_extent(const InputSpec& in,
                                                                      std::uint32_t k) const;
 

@@ -1,7 +1,7 @@
 #include "hw/vector_unit/vector_unit.h"
 
 #include "hw/common/error.h"
-#include "hw/core/program_error.h"
+#include "hw/unit/program_error.h"
 
 namespace tpu {
 

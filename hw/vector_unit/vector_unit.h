@@ -9,7 +9,7 @@
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"
 #include "hw/config/chip_config.h"
-#include "hw/core/unit_queue.h"
+#include "hw/unit/issued.h"
 #include "hw/vector_unit/vector_ops.h"
 
 namespace tpu {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "hw/common/trace.h"
+#include "hw/unit/trace.h"
 #include "hw/config/chip_config.h"
 
 namespace tpu::report {

@@ -7,7 +7,7 @@
 
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
-#include "hw/core/program_error.h"
+#include "hw/unit/program_error.h"
 #include "hw/vector_unit/vector_ops.h"
 
 namespace tpu {

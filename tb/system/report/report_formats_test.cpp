@@ -11,7 +11,7 @@
 
 #include "common/files.h"
 #include "common/temp_dir.h"
-#include "hw/common/trace.h"
+#include "hw/unit/trace.h"
 #include "hw/config/chip_config.h"
 #include "sw/report/formats.h"
 #include "sw/report/session.h"

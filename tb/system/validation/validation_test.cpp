@@ -12,7 +12,7 @@
 #include "common/temp_dir.h"
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
-#include "hw/common/trace.h"
+#include "hw/unit/trace.h"
 #include "sw/report/session.h"
 
 namespace tpu {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "hw/core/scoreboard.h"
+#include "hw/unit/issued.h"
 
 namespace tpu {
 

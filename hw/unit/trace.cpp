@@ -1,31 +1,22 @@
-#include "hw/common/trace.h"
+#include "hw/unit/trace.h"
 
 #include <fmt/format.h>
 
-#include <type_traits>
-#include <variant>
+#include "hw/isa/semantics.h"
 
 namespace tpu {
 
 std::uint32_t track_of(const isa::Instruction& inst) {
-  return std::visit(
-      [](const auto& i) -> std::uint32_t {
-        using T = std::decay_t<decltype(i)>;
-        if constexpr (std::is_same_v<T, isa::ReadHost> || std::is_same_v<T, isa::WriteHost>)
-          return static_cast<std::uint32_t>(TrackKind::HostLink);
-        else if constexpr (std::is_same_v<T, isa::ReadMem> || std::is_same_v<T, isa::WriteMem>)
-          return static_cast<std::uint32_t>(TrackKind::Dma);
-        else if constexpr (std::is_same_v<T, isa::ReadWeights>)
-          return mxu_weights_track(i.mxu);
-        else if constexpr (std::is_same_v<T, isa::MatMul>)
-          return mxu_track(i.mxu);
-        else if constexpr (std::is_same_v<T, isa::Activate> || std::is_same_v<T, isa::Pool> ||
-                           std::is_same_v<T, isa::Eltwise> || std::is_same_v<T, isa::Softmax>)
-          return static_cast<std::uint32_t>(TrackKind::Vector);
-        else
-          return static_cast<std::uint32_t>(TrackKind::Sequencer);
-      },
-      inst);
+  const isa::Unit u = isa::unit_of(inst);
+  switch (u.kind) {
+    case isa::UnitKind::Dma:
+      return static_cast<std::uint32_t>(u.host_link ? TrackKind::HostLink : TrackKind::Dma);
+    case isa::UnitKind::MxuWeights: return mxu_weights_track(u.mxu);
+    case isa::UnitKind::MxuArray: return mxu_track(u.mxu);
+    case isa::UnitKind::Vector: return static_cast<std::uint32_t>(TrackKind::Vector);
+    case isa::UnitKind::Sequencer: break;
+  }
+  return static_cast<std::uint32_t>(TrackKind::Sequencer);
 }
 
 std::string track_name(std::uint32_t track) {

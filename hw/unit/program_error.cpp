@@ -1,4 +1,4 @@
-#include "hw/core/program_error.h"
+#include "hw/unit/program_error.h"
 
 #include <fmt/format.h>
 

@@ -1,0 +1,113 @@
+#include "hw/isa/semantics.h"
+
+#include <type_traits>
+#include <variant>
+
+#include "hw/isa/window.h"
+
+namespace tpu::isa {
+
+namespace {
+
+template <class T, class... U>
+constexpr bool is_one_of = (std::is_same_v<T, U> || ...);
+
+}  // namespace
+
+Unit unit_of(const Instruction& inst) {
+  return std::visit(
+      [](const auto& i) -> Unit {
+        using T = std::decay_t<decltype(i)>;
+        if constexpr (is_one_of<T, ReadHost, WriteHost>)
+          return Unit{UnitKind::Dma, 0, true};
+        else if constexpr (is_one_of<T, ReadMem, WriteMem>)
+          return Unit{UnitKind::Dma, 0, false};
+        else if constexpr (std::is_same_v<T, ReadWeights>)
+          return Unit{UnitKind::MxuWeights, i.mxu, false};
+        else if constexpr (std::is_same_v<T, MatMul>)
+          return Unit{UnitKind::MxuArray, i.mxu, false};
+        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax>)
+          return Unit{UnitKind::Vector, 0, false};
+        else
+          return Unit{};
+      },
+      inst);
+}
+
+std::vector<Access> footprint(const Instruction& inst, const FootprintContext& ctx) {
+  std::vector<Access> a;
+  auto read = [&](Space s, const char* field, std::uint64_t lo, std::uint64_t bytes) {
+    a.push_back(Access{s, lo, sat_add(lo, bytes), false, field});
+  };
+  auto write = [&](Space s, const char* field, std::uint64_t lo, std::uint64_t bytes) {
+    a.push_back(Access{s, lo, sat_add(lo, bytes), true, field});
+  };
+  const std::uint64_t entry = ctx.acc_entry_bytes;
+  std::visit(
+      [&](const auto& i) {
+        using T = std::decay_t<decltype(i)>;
+        if constexpr (std::is_same_v<T, ReadHost>) {
+          write(Space::UnifiedBuffer, "dst", i.dst.value(), i.bytes);
+          read(Space::Host, "src", i.src.value(), i.bytes);
+        } else if constexpr (std::is_same_v<T, WriteHost>) {
+          read(Space::UnifiedBuffer, "src", i.src.value(), i.bytes);
+          write(Space::Host, "dst", i.dst.value(), i.bytes);
+        } else if constexpr (std::is_same_v<T, ReadMem>) {
+          write(Space::UnifiedBuffer, "dst", i.dst.value(), i.bytes);
+          read(Space::OffChip, "src", i.src.value(), i.bytes);
+        } else if constexpr (std::is_same_v<T, WriteMem>) {
+          read(Space::UnifiedBuffer, "src", i.src.value(), i.bytes);
+          write(Space::OffChip, "dst", i.dst.value(), i.bytes);
+        } else if constexpr (std::is_same_v<T, ReadWeights>) {
+          const std::uint64_t bytes = std::uint64_t{i.rows} * i.cols * size_of(ctx.mxu_input_type);
+          read(i.source == WeightSource::UnifiedBuffer ? Space::UnifiedBuffer : Space::OffChip,
+               "addr", i.addr, bytes);
+        } else if constexpr (std::is_same_v<T, MatMul>) {
+          MatMulInput in;
+          in.window = i.window, in.src = i.src.value(), in.rows = i.rows;
+          in.src_stride = i.src_stride, in.first_pixel = i.first_pixel, in.k_first = i.k_first;
+          in.geom = ctx.window;
+          const auto [lo, hi] = matmul_input_extent(in, ctx.tile_rows, size_of(ctx.mxu_input_type));
+          if (i.rows > 0) read(Space::UnifiedBuffer, i.window ? "window" : "src", lo, hi - lo);
+          const std::uint64_t first = sat_mul(i.dst.value(), entry);
+          const std::uint64_t bytes = sat_mul(i.rows, entry);
+          write(Space::Accumulators, "dst", first, bytes);
+          if (i.accumulate) read(Space::Accumulators, "dst", first, bytes);
+        } else if constexpr (std::is_same_v<T, Activate>) {
+          read(Space::Accumulators, "src", sat_mul(i.src.value(), entry), sat_mul(i.rows, entry));
+          read(Space::UnifiedBuffer, "params", i.params.value(), 12ull * i.cols);
+          if (i.rows > 0)
+            write(Space::UnifiedBuffer, "dst", i.dst.value(),
+                  std::uint64_t{i.rows - 1} * i.dst_stride +
+                      std::uint64_t{i.cols} * size_of(i.out_type));
+        } else if constexpr (std::is_same_v<T, Pool>) {
+          const std::uint64_t e = size_of(i.type);
+          read(Space::UnifiedBuffer, "src", i.src.value(),
+               std::uint64_t{i.images} * i.in_h * i.in_w * i.channels * e);
+          if (i.kernel_h >= 1 && i.kernel_w >= 1 && i.stride_h >= 1 && i.stride_w >= 1 &&
+              i.kernel_h <= i.in_h && i.kernel_w <= i.in_w) {
+            const std::uint64_t oh = (i.in_h - i.kernel_h) / i.stride_h + 1;
+            const std::uint64_t ow = (i.in_w - i.kernel_w) / i.stride_w + 1;
+            write(Space::UnifiedBuffer, "dst", i.dst.value(),
+                  std::uint64_t{i.images} * oh * ow * i.channels * e);
+          }
+        } else if constexpr (std::is_same_v<T, Eltwise>) {
+          const std::uint64_t n = std::uint64_t{i.count} * size_of(i.type);
+          read(Space::UnifiedBuffer, "a", i.a.value(), n);
+          read(Space::UnifiedBuffer, "b", i.b.value(), n);
+          write(Space::UnifiedBuffer, "dst", i.dst.value(), n);
+        } else if constexpr (std::is_same_v<T, Softmax>) {
+          if (i.rows > 0) {
+            const std::uint64_t row = std::uint64_t{i.cols} * 4;
+            read(Space::UnifiedBuffer, "src", i.src.value(),
+                 std::uint64_t{i.rows - 1} * i.src_stride + row);
+            write(Space::UnifiedBuffer, "dst", i.dst.value(),
+                  std::uint64_t{i.rows - 1} * i.dst_stride + row);
+          }
+        }
+      },
+      inst);
+  return a;
+}
+
+}  // namespace tpu::isa

@@ -1,0 +1,136 @@
+#include "hw/isa/window.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace tpu::isa {
+
+namespace {
+constexpr std::uint64_t kU64Max = std::numeric_limits<std::uint64_t>::max();
+}  // namespace
+
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
+  return a > kU64Max - b ? kU64Max : a + b;
+}
+std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) {
+  return b != 0 && a > kU64Max / b ? kU64Max : a * b;
+}
+
+std::vector<WindowSegment> window_segments(const SetWindow& g, std::uint32_t k_first,
+                                           std::uint32_t k) {
+  std::vector<WindowSegment> segs;
+  std::uint32_t done = 0;
+  while (done < k) {
+    const std::uint32_t kk = k_first + done;
+    const std::uint32_t pos = kk / g.in_c;
+    WindowSegment s;
+    s.k = done;
+    s.c = kk % g.in_c;
+    s.count = std::min<std::uint32_t>(g.in_c - s.c, k - done);
+    s.ky = pos / g.kernel_w;
+    s.kx = pos % g.kernel_w;
+    s.offset = (std::uint64_t{s.ky} * g.in_w + s.kx) * g.in_c + s.c;
+    segs.push_back(s);
+    done += s.count;
+  }
+  return segs;
+}
+
+bool window_is_sane(const SetWindow& g) {
+  return g.in_h >= 1 && g.in_w >= 1 && g.in_c >= 1 && g.kernel_h >= 1 && g.kernel_w >= 1 &&
+         g.stride_h >= 1 && g.stride_w >= 1 && g.out_h >= 1 && g.out_w >= 1;
+}
+
+std::uint64_t window_k_total(const SetWindow& g) {
+  return std::uint64_t{g.kernel_h} * g.kernel_w * g.in_c;
+}
+
+// Input pixel (y, x) that window position (ky, kx) of output pixel (oy, ox) reads; may lie
+// outside the image (padding).
+std::int64_t window_input_y(const SetWindow& g, std::uint64_t oy, std::uint32_t ky) {
+  return static_cast<std::int64_t>(oy * g.stride_h + ky) - g.pad_top;
+}
+std::int64_t window_input_x(const SetWindow& g, std::uint64_t ox, std::uint32_t kx) {
+  return static_cast<std::int64_t>(ox * g.stride_w + kx) - g.pad_left;
+}
+
+namespace {
+
+// The smallest and largest element index, relative to the image's first element, that output
+// pixels [p_begin, p_end) of one image read; nullopt if all their reads are padding.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> touched_in_image(
+    const SetWindow& g, const std::vector<WindowSegment>& segs, std::uint64_t p_begin,
+    std::uint64_t p_end) {
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> r;
+  for (std::uint64_t p = p_begin; p < p_end; ++p) {
+    const std::uint64_t oy = p / g.out_w, ox = p % g.out_w;
+    for (const WindowSegment& s : segs) {
+      const std::int64_t y = window_input_y(g, oy, s.ky), x = window_input_x(g, ox, s.kx);
+      if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
+      const std::uint64_t first =
+          (static_cast<std::uint64_t>(y) * g.in_w + static_cast<std::uint64_t>(x)) * g.in_c + s.c;
+      const std::uint64_t last = first + s.count - 1;
+      if (!r) r.emplace(first, last);
+      r->first = std::min(r->first, first);
+      r->second = std::max(r->second, last);
+    }
+  }
+  return r;
+}
+
+// Every complete image of a batch reads the same relative elements, and a partial image reads a
+// subset of them; so the lowest element read is in the first image that reads anything, which is
+// the first or the second image of the range (or none reads anything), and likewise for the
+// highest. Element indices are absolute (image * image elements + relative index), saturating.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> window_touched(
+    const MatMulInput& in, const std::vector<WindowSegment>& segs) {
+  const SetWindow& g = in.geom;
+  const std::uint64_t per_image = std::uint64_t{g.out_h} * g.out_w;
+  const std::uint64_t image_elems = std::uint64_t{g.in_h} * g.in_w * g.in_c;
+  const std::uint64_t p_first = in.first_pixel;
+  const std::uint64_t p_end = p_first + in.rows;
+  const std::uint64_t b_first = p_first / per_image, b_last = (p_end - 1) / per_image;
+  auto scan = [&](std::uint64_t b) {
+    return touched_in_image(g, segs, std::max(p_first, b * per_image) - b * per_image,
+                            std::min(p_end, (b + 1) * per_image) - b * per_image);
+  };
+  const auto first = scan(b_first);
+  const auto last = b_last == b_first ? first : scan(b_last);
+  std::optional<std::uint64_t> lo, hi;
+  if (first) {
+    lo = sat_add(sat_mul(b_first, image_elems), first->first);
+  } else if (b_last > b_first) {
+    const auto t = b_first + 1 == b_last ? last : scan(b_first + 1);
+    if (t) lo = sat_add(sat_mul(b_first + 1, image_elems), t->first);
+  }
+  if (last) {
+    hi = sat_add(sat_mul(b_last, image_elems), last->second);
+  } else if (b_last > b_first) {
+    const auto t = b_last - 1 == b_first ? first : scan(b_last - 1);
+    if (t) hi = sat_add(sat_mul(b_last - 1, image_elems), t->second);
+  }
+  if (!lo || !hi) return std::nullopt;
+  return std::make_pair(*lo, *hi);
+}
+
+}  // namespace
+
+std::pair<std::uint64_t, std::uint64_t> matmul_input_extent(const MatMulInput& in, std::uint32_t k,
+                                                            std::uint32_t elem_bytes) {
+  const std::uint64_t elem = elem_bytes;
+  const std::pair<std::uint64_t, std::uint64_t> nothing{in.src, in.src};
+  if (in.rows == 0 || k == 0) return nothing;
+  if (!in.window) {
+    const std::uint64_t last_row = sat_mul(in.rows - 1, in.src_stride);
+    return {in.src, sat_add(sat_add(in.src, last_row), sat_mul(k, elem))};
+  }
+  // An impossible window reads nothing; the MXU rejects it with the reason.
+  if (!window_is_sane(in.geom) || std::uint64_t{in.k_first} + k > window_k_total(in.geom))
+    return nothing;
+  const auto t = window_touched(in, window_segments(in.geom, in.k_first, k));
+  if (!t) return nothing;
+  return {sat_add(in.src, sat_mul(t->first, elem)),
+          sat_add(in.src, sat_mul(sat_add(t->second, 1), elem))};
+}
+
+}  // namespace tpu::isa

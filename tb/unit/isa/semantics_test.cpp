@@ -1,0 +1,181 @@
+// Instruction semantics (hw/isa/semantics.h) against docs/isa.md §6.1: the unit of every
+// instruction and the bytes it reads and writes. The expected ranges are typed in from the
+// document's table, not derived from semantics.cpp.
+#include "hw/isa/semantics.h"
+
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "hw/isa/window.h"
+#include "hw/unit/trace.h"
+
+namespace tpu::isa {
+namespace {
+
+// One instruction of every kind, in the variant's order.
+template <std::size_t... I>
+std::vector<Instruction> one_of_each(std::index_sequence<I...>) {
+  return {Instruction(std::in_place_index<I>)...};
+}
+std::vector<Instruction> every_kind() {
+  return one_of_each(std::make_index_sequence<std::variant_size_v<Instruction>>{});
+}
+
+FootprintContext context() {
+  FootprintContext c;
+  c.acc_entry_bytes = 256 * 4;  // 256 columns of 4 bytes (v1)
+  c.mxu_input_type = DType::Int8;
+  c.tile_rows = 200;
+  return c;
+}
+
+struct Range {
+  Space space;
+  std::uint64_t lo, hi;
+  bool write;
+  std::string field;
+  friend bool operator==(const Range& a, const Range& b) {
+    return a.space == b.space && a.lo == b.lo && a.hi == b.hi && a.write == b.write &&
+           a.field == b.field;
+  }
+};
+std::vector<Range> ranges(const Instruction& i, const FootprintContext& c = context()) {
+  std::vector<Range> r;
+  for (const Access& a : footprint(i, c)) r.push_back({a.space, a.lo, a.hi, a.write, a.field});
+  return r;
+}
+std::ostream& operator<<(std::ostream& os, const Range& r) {
+  return os << "{" << static_cast<int>(r.space) << ", " << r.lo << ", " << r.hi << ", "
+            << (r.write ? "write" : "read") << ", " << r.field << "}";
+}
+
+TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
+  std::vector<UnitKind> kinds;
+  for (const Instruction& i : every_kind()) kinds.push_back(unit_of(i).kind);
+  // Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul, Activate, Pool,
+  // Eltwise, Softmax, Sync, Tag, Halt.
+  const std::vector<UnitKind> doc = {UnitKind::Sequencer, UnitKind::Dma,       UnitKind::Dma,
+                                     UnitKind::Dma,       UnitKind::Dma,       UnitKind::MxuWeights,
+                                     UnitKind::Sequencer, UnitKind::MxuArray,  UnitKind::Vector,
+                                     UnitKind::Vector,    UnitKind::Vector,    UnitKind::Vector,
+                                     UnitKind::Sequencer, UnitKind::Sequencer, UnitKind::Sequencer};
+  EXPECT_EQ(kinds, doc);
+  EXPECT_TRUE(unit_of(ReadHost{}).host_link);
+  EXPECT_FALSE(unit_of(ReadMem{}).host_link);
+  ReadWeights rw;
+  rw.mxu = 3;
+  MatMul mm;
+  mm.mxu = 3;
+  EXPECT_EQ(unit_of(rw).mxu, 3);
+  EXPECT_EQ(unit_of(mm).mxu, 3);
+  EXPECT_FALSE(unit_of(rw) == unit_of(mm)) << "an MXU's weight path and array are two units";
+}
+
+TEST(Semantics, TheTraceTrackFollowsTheUnit) {
+  EXPECT_EQ(track_of(ReadHost{}), static_cast<std::uint32_t>(TrackKind::HostLink));
+  EXPECT_EQ(track_of(WriteMem{}), static_cast<std::uint32_t>(TrackKind::Dma));
+  ReadWeights rw;
+  rw.mxu = 2;
+  EXPECT_EQ(track_of(rw), mxu_weights_track(2));
+  EXPECT_EQ(track_of(Softmax{}), static_cast<std::uint32_t>(TrackKind::Vector));
+  EXPECT_EQ(track_of(Halt{}), static_cast<std::uint32_t>(TrackKind::Sequencer));
+}
+
+TEST(Semantics, SequencerInstructionsTouchNothing) {
+  for (const Instruction& i : {Instruction(Nop{}), Instruction(Tag{}), Instruction(SetWindow{}),
+                               Instruction(Sync{}), Instruction(Halt{})})
+    EXPECT_TRUE(footprint(i, context()).empty());
+}
+
+TEST(Semantics, TransfersReadTheirSourceAndWriteTheirDestination) {
+  ReadHost rh;
+  rh.src = HostAddr(0x1000), rh.dst = UbAddr(0x40), rh.bytes = 100;
+  EXPECT_EQ(ranges(rh), (std::vector<Range>{{Space::UnifiedBuffer, 0x40, 0x40 + 100, true, "dst"},
+                                            {Space::Host, 0x1000, 0x1000 + 100, false, "src"}}));
+  WriteMem wm;
+  wm.src = UbAddr(0x80), wm.dst = MemAddr(0x9000), wm.bytes = 64;
+  EXPECT_EQ(ranges(wm), (std::vector<Range>{{Space::UnifiedBuffer, 0x80, 0xc0, false, "src"},
+                                            {Space::OffChip, 0x9000, 0x9040, true, "dst"}}));
+}
+
+TEST(Semantics, ReadWeightsReadsKTimesNElementsOfTheInputType) {
+  ReadWeights rw;
+  rw.addr = 0x100, rw.rows = 128, rw.cols = 64, rw.source = WeightSource::OffChip;
+  FootprintContext bf16 = context();
+  bf16.mxu_input_type = DType::Bf16;
+  EXPECT_EQ(ranges(rw, bf16),
+            (std::vector<Range>{{Space::OffChip, 0x100, 0x100 + 128 * 64 * 2, false, "addr"}}));
+  rw.source = WeightSource::UnifiedBuffer;
+  EXPECT_EQ(ranges(rw).front().space, Space::UnifiedBuffer);
+}
+
+TEST(Semantics, ADenseMatMulReadsItsRowsAndWritesWholeAccumulatorEntries) {
+  MatMul mm;
+  mm.src = UbAddr(0x200), mm.rows = 10, mm.src_stride = 256, mm.dst = AccAddr(7);
+  const std::uint64_t entry = context().acc_entry_bytes;
+  // UB [src, src + (B-1)*stride + K*e), Acc entries [dst, dst+B).
+  EXPECT_EQ(ranges(mm),
+            (std::vector<Range>{{Space::UnifiedBuffer, 0x200, 0x200 + 9 * 256 + 200, false, "src"},
+                                {Space::Accumulators, 7 * entry, 17 * entry, true, "dst"}}));
+  mm.accumulate = true;
+  EXPECT_EQ(ranges(mm).back(), (Range{Space::Accumulators, 7 * entry, 17 * entry, false, "dst"}));
+}
+
+TEST(Semantics, AWindowedMatMulReadsTheWindowsBoundingRange) {
+  FootprintContext c = context();
+  c.window.in_h = 8, c.window.in_w = 8, c.window.in_c = 4;
+  c.window.kernel_h = 3, c.window.kernel_w = 3, c.window.out_h = 6, c.window.out_w = 6;
+  c.tile_rows = 36;
+  MatMul mm;
+  mm.window = true, mm.src = UbAddr(0x1000), mm.rows = 36;
+  const auto r = ranges(mm, c);
+  ASSERT_FALSE(r.empty());
+  // Output pixels 0..35 of one 8x8x4 image through a 3x3 window read every input element.
+  EXPECT_EQ(r.front(), (Range{Space::UnifiedBuffer, 0x1000, 0x1000 + 8 * 8 * 4, false, "window"}));
+}
+
+TEST(Semantics, ActivateReadsEntriesAndParametersAndWritesStridedRows) {
+  Activate a;
+  a.src = AccAddr(2), a.rows = 4, a.cols = 10, a.params = UbAddr(0x300), a.dst = UbAddr(0x400);
+  a.dst_stride = 64, a.out_type = DType::Bf16;
+  const std::uint64_t entry = context().acc_entry_bytes;
+  EXPECT_EQ(ranges(a), (std::vector<Range>{
+                           {Space::Accumulators, 2 * entry, 6 * entry, false, "src"},
+                           {Space::UnifiedBuffer, 0x300, 0x300 + 12 * 10, false, "params"},
+                           {Space::UnifiedBuffer, 0x400, 0x400 + 3 * 64 + 10 * 2, true, "dst"}}));
+}
+
+TEST(Semantics, PoolEltwiseAndSoftmaxFollowTheirGeometry) {
+  Pool p;
+  p.src = UbAddr(0), p.dst = UbAddr(0x1000), p.in_h = 4, p.in_w = 4, p.channels = 8;
+  p.kernel_h = 2, p.kernel_w = 2, p.stride_h = 2, p.stride_w = 2, p.images = 3;
+  EXPECT_EQ(ranges(p), (std::vector<Range>{
+                           {Space::UnifiedBuffer, 0, 3 * 4 * 4 * 8, false, "src"},
+                           {Space::UnifiedBuffer, 0x1000, 0x1000 + 3 * 2 * 2 * 8, true, "dst"}}));
+  p.kernel_h = 5;  // larger than the input: the unit rejects it, so no destination is known
+  EXPECT_EQ(ranges(p).size(), 1u);
+  Eltwise e;
+  e.a = UbAddr(0), e.b = UbAddr(100), e.dst = UbAddr(200), e.count = 50, e.type = DType::Bf16;
+  EXPECT_EQ(ranges(e), (std::vector<Range>{{Space::UnifiedBuffer, 0, 100, false, "a"},
+                                           {Space::UnifiedBuffer, 100, 200, false, "b"},
+                                           {Space::UnifiedBuffer, 200, 300, true, "dst"}}));
+  Softmax s;
+  s.src = UbAddr(0), s.dst = UbAddr(0x800), s.rows = 3, s.cols = 10, s.src_stride = 64;
+  s.dst_stride = 48;
+  EXPECT_EQ(ranges(s),
+            (std::vector<Range>{{Space::UnifiedBuffer, 0, 2 * 64 + 40, false, "src"},
+                                {Space::UnifiedBuffer, 0x800, 0x800 + 2 * 48 + 40, true, "dst"}}));
+}
+
+TEST(Semantics, AbsurdAddressesSaturateInsteadOfWrappingIntoRange) {
+  MatMul mm;
+  mm.src = UbAddr(0xffffff00u), mm.rows = 0xffffffffu, mm.src_stride = 0xffffffffu;
+  const auto r = ranges(mm);
+  EXPECT_GT(r.front().hi, 0xffffff00u) << "wrapped around";
+}
+
+}  // namespace
+}  // namespace tpu::isa
