@@ -19,7 +19,7 @@
 #include "sw/cli/train_cmd.h"
 #include "sw/io/output.h"
 #include "sw/io/signals.h"
-#include "sw/report/host_memory.h"
+#include "sw/sim/host_memory.h"
 
 namespace {
 
@@ -172,7 +172,7 @@ int sc_main(int argc, char* argv[]) {
   } catch (const std::bad_alloc&) {
     // The run's estimate (docs/robustness.md, "Resource bounds") passed, yet the host refused
     // memory: another process took it, or a limit the estimate cannot see.
-    std::cerr << "tpusim: " << tpu::report::out_of_memory_message() << "\n";
+    std::cerr << "tpusim: " << tpu::sim::out_of_memory_message() << "\n";
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {
     // Every path tpusim opens goes through hw/common/input_file.h or sw/io/output.h; this is the

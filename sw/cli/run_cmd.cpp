@@ -72,7 +72,7 @@ void run_run(RunCommand& cmd) {
 
   const ChipConfig cfg = load_chip_config(cmd.chip);
   out.check(workload_inputs(cmd));
-  report::RunResult r = report::run_session(cfg, cmd.options);
+  sim::RunResult r = sim::run_session(cfg, cmd.options);
   if (json) out.set(*json, r.report.dump(2) + "\n");
   if (!csv.empty()) {
     const auto files = report::csv_reports(r.report);
@@ -81,7 +81,7 @@ void run_run(RunCommand& cmd) {
   if (markdown) out.set(*markdown, report::run_markdown(r.report));
   if (trace) out.set(*trace, std::move(r.trace_json));
   out.commit();
-  (out.uses_stdout() ? std::cerr : std::cout) << report::summary(r.report);
+  (out.uses_stdout() ? std::cerr : std::cout) << sim::summary(r.report);
 }
 
 }  // namespace tpu::cli

@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "sw/io/output.h"
-#include "sw/report/session.h"
+#include "sw/sim/session.h"
 
 namespace tpu::cli {
 
 struct RunCommand {
   std::string chip;
-  report::RunOptions options;
+  sim::RunOptions options;
   std::string weights;
   bool no_check = false;
   // Outputs.

@@ -1,4 +1,4 @@
-// Bad-input rows for resource bounds (sw/report/host_memory.h): models, image counts and chips
+// Bad-input rows for resource bounds (sw/sim/host_memory.h): models, image counts and chips
 // whose run would need more host memory than the limit are refused up front, naming the size,
 // before anything that large is allocated (the harness's time limit would catch an attempt).
 #include "bad_input.h"

@@ -14,7 +14,7 @@
 #include "hw/unit/trace.h"
 #include "hw/config/chip_config.h"
 #include "sw/report/formats.h"
-#include "sw/report/session.h"
+#include "sw/sim/session.h"
 
 namespace tpu {
 namespace {
@@ -26,12 +26,12 @@ ChipConfig shipped(const std::string& name) {
 }
 
 ordered_json run_cnn(const ChipConfig& cfg, std::uint64_t images, const std::string& trace = "") {
-  report::RunOptions o;
+  sim::RunOptions o;
   o.model = std::string(TPUSIM_SOURCE_DIR) + "/configs/models/fashion_mnist_cnn.json";
   o.images = images;
   o.check = false;
   o.trace = trace;
-  return report::run_workload(cfg, o);
+  return sim::run_workload(cfg, o);
 }
 
 std::vector<std::vector<std::string>> parse_csv(const std::string& text) {

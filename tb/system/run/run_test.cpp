@@ -1,12 +1,12 @@
 // End to end: a network compiled, streamed into a simulated chip and checked bit for bit against
-// the quantized reference (sw/report/session). One chip per test (one process each).
+// the quantized reference (sw/sim/session). One chip per test (one process each).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
-#include "sw/report/session.h"
+#include "sw/sim/session.h"
 
 namespace tpu {
 namespace {
@@ -57,11 +57,11 @@ void expect_consistent(const ordered_json& r, const ChipConfig& cfg) {
 }
 
 ordered_json run_cnn(const std::string& chip, std::uint64_t images) {
-  report::RunOptions o;
+  sim::RunOptions o;
   o.model = source("configs/models/fashion_mnist_cnn.json");
   o.images = images;
   const ChipConfig cfg = shipped(chip);
-  const ordered_json r = report::run_workload(cfg, o);
+  const ordered_json r = sim::run_workload(cfg, o);
   expect_consistent(r, cfg);
   return r;
 }
@@ -81,12 +81,12 @@ TEST(FashionMnistRun, EdgeIsBitExactWithTheInt8Reference) {
 // are wider and deeper than the array, so every layer is several K and N tiles.
 ordered_json run_mlp(ChipConfig cfg) {
   cfg.unified_buffer.bytes = 256 * 1024;
-  report::RunOptions o;
+  sim::RunOptions o;
   o.model = source("configs/models/mlp.json");
   o.random_weights = true;
   o.images = 300;
   o.batch = 128;
-  const ordered_json r = report::run_workload(cfg, o);
+  const ordered_json r = sim::run_workload(cfg, o);
   EXPECT_LT(r["workload"]["micro_batch_per_core"].get<std::uint64_t>(), o.batch / cfg.tensor_cores)
       << "the schedule must take several passes per batch";
   expect_consistent(r, cfg);
@@ -101,13 +101,13 @@ TEST(LargerModels, MlpWiderThanTheArrayRunsInManyTilesAndPassesBitExactlyOnBf16)
 }
 
 ordered_json run_conv_mix(const std::string& chip) {
-  report::RunOptions o;
+  sim::RunOptions o;
   o.model = source("tb/system/run/data/conv_mix.json");
   o.random_weights = true;
   o.images = 40;
   o.batch = 16;
   const ChipConfig cfg = shipped(chip);
-  const ordered_json r = report::run_workload(cfg, o);
+  const ordered_json r = sim::run_workload(cfg, o);
   EXPECT_NE(r["workload"]["inputs"].get<std::string>().find("random inputs"), std::string::npos)
       << "a model whose input is not Fashion-MNIST's runs on generated inputs, and says so";
   expect_consistent(r, cfg);
@@ -127,11 +127,11 @@ TEST(LargerModels, TheEdgeArrayTilesTheWideConvolutionIntoSeveralColumnTiles) {
 TEST(RunErrors, AModelThatCannotFitNamesTheLayerAndTheSizes) {
   ChipConfig cfg = shipped("v1");
   cfg.unified_buffer.bytes = 16 * 1024;
-  report::RunOptions o;
+  sim::RunOptions o;
   o.model = source("configs/models/fashion_mnist_cnn.json");
   o.images = 10;
   try {
-    report::run_workload(cfg, o);
+    sim::run_workload(cfg, o);
     FAIL() << "expected an error";
   } catch (const InputError& e) {
     const std::string msg = e.what();
@@ -142,10 +142,10 @@ TEST(RunErrors, AModelThatCannotFitNamesTheLayerAndTheSizes) {
 }
 
 TEST(RunErrors, MoreImagesThanTheTestSetHasIsRefused) {
-  report::RunOptions o;
+  sim::RunOptions o;
   o.model = source("configs/models/fashion_mnist_cnn.json");
   o.images = 10001;
-  EXPECT_THROW(report::run_workload(shipped("v1"), o), InputError);
+  EXPECT_THROW(sim::run_workload(shipped("v1"), o), InputError);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Workloads beyond the Fashion-MNIST CNN, end to end (sw/report/session): a ResNet-50
+// Workloads beyond the Fashion-MNIST CNN, end to end (sw/sim/session): a ResNet-50
 // bottleneck block on an int8 and a bf16 chip, with its activations in the unified buffer and
 // spilled to off-chip memory; a Keras model.to_json() document; SCALE-Sim topology CSVs; and a
 // layer the chip cannot run, refused by name before simulating. One chip per test.
@@ -10,7 +10,7 @@
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/nn/model.h"
-#include "sw/report/session.h"
+#include "sw/sim/session.h"
 
 namespace tpu {
 namespace {
@@ -23,8 +23,8 @@ ChipConfig shipped(const std::string& name) {
 }
 std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
 
-report::RunOptions options(const std::string& model, std::uint64_t images) {
-  report::RunOptions o;
+sim::RunOptions options(const std::string& model, std::uint64_t images) {
+  sim::RunOptions o;
   o.model = source(model);
   o.random_weights = true;
   o.images = images;
@@ -63,8 +63,8 @@ const ordered_json& row(const ordered_json& r, const std::string& name) {
 }
 
 ordered_json run_block(const ChipConfig& cfg) {
-  const report::RunOptions o = options("configs/models/resnet50_block.json", 4);
-  const ordered_json r = report::run_workload(cfg, o);
+  const sim::RunOptions o = options("configs/models/resnet50_block.json", 4);
+  const ordered_json r = sim::run_workload(cfg, o);
   expect_exact_with_rows(r, nn::load_model(o.model));
   EXPECT_EQ(row(r, "conv2_block1_2_bn")["macs"].get<std::uint64_t>(), 0u)
       << "a folded normalisation does no work of its own";
@@ -87,12 +87,12 @@ TEST(ResNetBlock, ActivationsSpillToOffChipMemoryWhenTheUnifiedBufferIsTooSmall)
 }
 
 TEST(KerasToJsonRun, FunctionalModelIsBitExactOnInt8) {
-  const report::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
-  expect_exact_with_rows(report::run_workload(shipped("v1"), o), nn::load_model(o.model));
+  const sim::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
+  expect_exact_with_rows(sim::run_workload(shipped("v1"), o), nn::load_model(o.model));
 }
 TEST(KerasToJsonRun, FunctionalModelIsBitExactOnBf16) {
-  const report::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
-  expect_exact_with_rows(report::run_workload(shipped("v4"), o), nn::load_model(o.model));
+  const sim::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
+  expect_exact_with_rows(sim::run_workload(shipped("v4"), o), nn::load_model(o.model));
 }
 
 // A softmax across more outputs than an MXU has columns: Activate normalizes one column tile,
@@ -101,20 +101,20 @@ TEST(KerasToJsonRun, FunctionalModelIsBitExactOnBf16) {
 // bf16 chip (128 columns, 8 tiles).
 void run_wide_softmax(const std::string& chip) {
   const ChipConfig cfg = shipped(chip);
-  const report::RunOptions o = options("tb/system/run/data/wide_softmax.json", 16);
+  const sim::RunOptions o = options("tb/system/run/data/wide_softmax.json", 16);
   const nn::Model m = nn::load_model(o.model);
   ASSERT_GT(m.layers.back().out.c, cfg.mxu.cols) << "the test needs logits wider than a tile";
-  const ordered_json r = report::run_workload(cfg, o);
+  const ordered_json r = sim::run_workload(cfg, o);
   expect_exact_with_rows(r, m);
 }
 TEST(WideSoftmax, AcrossColumnTilesIsBitExactOnInt8) { run_wide_softmax("v1"); }
 TEST(WideSoftmax, AcrossColumnTilesIsBitExactOnBf16) { run_wide_softmax("v2"); }
 
 ordered_json run_topology(const std::string& chip, const std::string& csv) {
-  report::RunOptions o = options("configs/models/fashion_mnist_cnn.json", 4);
+  sim::RunOptions o = options("configs/models/fashion_mnist_cnn.json", 4);
   o.random_weights = false;
   o.topology = source("tb/system/run/data/" + csv);
-  const ordered_json r = report::run_workload(shipped(chip), o);
+  const ordered_json r = sim::run_workload(shipped(chip), o);
   expect_exact_with_rows(r, nn::load_model(o.topology));
   EXPECT_EQ(r["workload"]["model_file"].get<std::string>(), o.topology);
   return r;
@@ -128,7 +128,7 @@ TEST(TopologyRun, ScaleSimConvolutionRowsEachReadTheirOwnInputFromOffChipMemory)
 TEST(TopologyRun, ScaleSimGemmRowsRunOnBf16) { run_topology("v3", "scalesim_gemm.csv"); }
 
 TEST(Refusals, ALayerTheChipCannotRunStopsTheRunWithItsName) {
-  report::RunOptions o = options("tb/system/run/data/keras_functional.json", 2);
+  sim::RunOptions o = options("tb/system/run/data/keras_functional.json", 2);
   const std::string path = std::string(TPUSIM_BINARY_DIR) + "/sigmoid_mid_network.json";
   {
     nlohmann::json doc = nlohmann::json::parse(R"({"name": "s", "input": [4, 4, 1], "layers": [
@@ -145,7 +145,7 @@ TEST(Refusals, ALayerTheChipCannotRunStopsTheRunWithItsName) {
   }
   o.model = path;
   try {
-    report::run_workload(shipped("v1"), o);
+    sim::run_workload(shipped("v1"), o);
     FAIL() << "no InputError";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("layer c"));

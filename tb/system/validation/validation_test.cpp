@@ -13,7 +13,7 @@
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
 #include "hw/unit/trace.h"
-#include "sw/report/session.h"
+#include "sw/sim/session.h"
 
 namespace tpu {
 namespace {
@@ -98,12 +98,12 @@ TEST_P(MatrixVector, BatchOneDenseLandsOnTheWeightStreamingRoof) {
        {{{"class_name", "Flatten"}, {"config", {{"name", "flatten"}}}},
         {{"class_name", "Dense"},
          {"config", {{"name", "dense"}, {"units", n}, {"activation", "linear"}}}}}}};
-  report::RunOptions o;
+  sim::RunOptions o;
   o.model = model;
   o.images = cfg.tensor_cores;
   o.batch = cfg.tensor_cores;
   o.trace = dir / "trace.json";
-  const auto r = report::run_workload(cfg, o);
+  const auto r = sim::run_workload(cfg, o);
   ASSERT_TRUE(r["accuracy"]["bit_exact"].get<bool>());
   const auto trace = nlohmann::json::parse(test::read_file(o.trace));
   double begin = 1e300, end = 0;

@@ -11,7 +11,7 @@
 
 #include "hw/config/chip_config.h"
 
-namespace tpu::report {
+namespace tpu::sim {
 
 struct RunOptions {
   std::string model = "configs/models/fashion_mnist_cnn.json";
@@ -42,4 +42,4 @@ nlohmann::ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt
 // The short human summary `tpusim run` prints.
 std::string summary(const nlohmann::ordered_json& report);
 
-}  // namespace tpu::report
+}  // namespace tpu::sim

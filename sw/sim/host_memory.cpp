@@ -1,4 +1,4 @@
-#include "sw/report/host_memory.h"
+#include "sw/sim/host_memory.h"
 
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -16,7 +16,7 @@
 #include "hw/common/input_file.h"
 #include "sw/nn/quantized.h"
 
-namespace tpu::report {
+namespace tpu::sim {
 namespace {
 
 constexpr const char* kLimitVariable = "TPUSIM_HOST_MEMORY_LIMIT";
@@ -184,4 +184,4 @@ void check_host_memory(const ChipConfig& cfg, const nn::Model& m, std::uint64_t 
                   readable(h.chip), readable(static_cast<double>(limit.bytes)), limit.source));
 }
 
-}  // namespace tpu::report
+}  // namespace tpu::sim

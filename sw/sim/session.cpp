@@ -1,4 +1,4 @@
-#include "sw/report/session.h"
+#include "sw/sim/session.h"
 
 #include <fmt/format.h>
 
@@ -23,10 +23,10 @@
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
 #include "sw/nn/weights.h"
-#include "sw/report/host_memory.h"
 #include "sw/report/trace_writer.h"
+#include "sw/sim/host_memory.h"
 
-namespace tpu::report {
+namespace tpu::sim {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
@@ -251,7 +251,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   if (!opt.trace.empty()) {
     std::vector<std::string> names;
     for (const auto& l : prog.layers) names.push_back(l.name);
-    result.trace_json = chrome_trace_json(trace, cfg, names);
+    result.trace_json = report::chrome_trace_json(trace, cfg, names);
   }
 
   const Counters tot = sim.counters.total();
@@ -370,4 +370,4 @@ std::string summary(const ordered_json& r) {
   return s;
 }
 
-}  // namespace tpu::report
+}  // namespace tpu::sim

@@ -9,7 +9,7 @@
 #include "hw/config/chip_config.h"
 #include "sw/nn/model.h"
 
-namespace tpu::report {
+namespace tpu::sim {
 
 // Bytes, by what holds them. An upper estimate of the dominant terms (the formulas are in
 // docs/robustness.md), not an exact account: it must refuse runs the host cannot hold and
@@ -43,4 +43,4 @@ std::string out_of_memory_message();
 // limit, when the estimate exceeds the limit.
 void check_host_memory(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images);
 
-}  // namespace tpu::report
+}  // namespace tpu::sim

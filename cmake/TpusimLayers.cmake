@@ -1,0 +1,50 @@
+# One CMake library per layer (DESIGN.md, "Layers of the build are libraries"; docs/layers.md).
+#
+# Every source includes with paths from the repository root ("hw/mxu/mxu.h"). A layer does not
+# put the root on the include path: it gets its own include directory under
+# build/layers/<layer>/ that holds a link to each of its source directories only, and sees the
+# directories of the layers it links. An include of a layer it does not link is then "No such
+# file or directory": a wrong-direction include fails the build (tb/layers/ tests that it does).
+#
+#   tpusim_layer(<name> DIRS <dir>... [EXCLUDE <file name>...] [DEPS <target>...]
+#                [PRIVATE_DEPS <target>...])
+#
+# makes target tpusim_<name> (alias tpu::<name>) from the *.cpp files of DIRS but EXCLUDE (an
+# INTERFACE library when there are none). DEPS are public (its headers include theirs), PRIVATE_DEPS are
+# its .cpp files' own.
+function(tpusim_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DIRS;EXCLUDE;DEPS;PRIVATE_DEPS")
+  if(NOT arg_DIRS OR arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "tpusim_layer(${name}): DIRS needed; unknown ${arg_UNPARSED_ARGUMENTS}")
+  endif()
+  set(target tpusim_${name})
+  set(farm ${PROJECT_BINARY_DIR}/layers/${name})
+  set(sources "")
+  foreach(dir IN LISTS arg_DIRS)
+    if(NOT IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${dir})
+      message(FATAL_ERROR "tpusim_layer(${name}): ${dir} is not a directory")
+    endif()
+    get_filename_component(parent ${farm}/${dir} DIRECTORY)
+    file(MAKE_DIRECTORY ${parent})
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${farm}/${dir} SYMBOLIC)
+    file(GLOB dir_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.cpp)
+    foreach(excluded IN LISTS arg_EXCLUDE)
+      list(REMOVE_ITEM dir_sources ${PROJECT_SOURCE_DIR}/${dir}/${excluded})
+    endforeach()
+    list(APPEND sources ${dir_sources})
+  endforeach()
+  if(sources)
+    add_library(${target} STATIC ${sources})
+    target_include_directories(${target} PUBLIC ${farm})
+    target_link_libraries(${target} PUBLIC ${arg_DEPS} PRIVATE ${arg_PRIVATE_DEPS} tpusim_warnings)
+  else()
+    if(arg_PRIVATE_DEPS)
+      message(FATAL_ERROR "tpusim_layer(${name}): a header-only layer has no PRIVATE_DEPS")
+    endif()
+    add_library(${target} INTERFACE)
+    target_include_directories(${target} INTERFACE ${farm})
+    target_link_libraries(${target} INTERFACE ${arg_DEPS})
+  endif()
+  add_library(tpu::${name} ALIAS ${target})
+  set_property(GLOBAL APPEND PROPERTY TPUSIM_LAYERS ${name})
+endfunction()
