@@ -159,6 +159,18 @@ const std::vector<ClassSpec>& class_specs() {
   return specs;
 }
 
+const ClassSpec* class_spec(const json& class_name) {
+  for (const ClassSpec& s : class_specs())
+    if (class_name == s.class_name) return &s;
+  return nullptr;
+}
+
+std::vector<std::string> class_names() {
+  std::vector<std::string> names;
+  for (const ClassSpec& s : class_specs()) names.emplace_back(s.class_name);
+  return names;
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -400,6 +412,27 @@ class Parser {
     }
   }
 
+  // Every layer whose class tpusim cannot run, in one message, before any is parsed: a user
+  // porting a model learns the whole list at once. One such layer keeps parse_layer's message.
+  void refuse_unsupported_classes(const json& layers, const std::string& lptr) const {
+    std::vector<std::string> refused;
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const json& l = layers[i];
+      if (!l.is_object()) continue;
+      const auto cls = l.find("class_name");
+      if (cls == l.end() || !cls->is_string() || *cls == "InputLayer" || class_spec(*cls)) continue;
+      if (refused.empty()) first = i;
+      const auto name = given_name(l);
+      refused.push_back(fmt::format("{}/{} {}{}", lptr, i, cls->get<std::string>(),
+                                    name ? fmt::format(" ({})", *name) : std::string()));
+    }
+    if (refused.size() < 2) return;
+    throw InputError(fmt::format(
+        "{}: {}/{}/class_name: {} layers cannot run: {} (tpusim supports InputLayer, {})", origin_,
+        lptr, first, refused.size(), join(refused), join(class_names())));
+  }
+
   // The layer list, in either form: each entry's inputs are its inbound_nodes or, without them,
   // the entry before it (the model's input for the first), as Sequential chains them.
   void build(Model& m, const json& layers, const std::string& lptr, const json* input_layers,
@@ -407,6 +440,7 @@ class Parser {
     if (!layers.is_array() || layers.empty())
       fail(lptr, layers, "must be a non-empty array of {\"class_name\", \"config\"} objects");
     collect_explicit_names(layers, lptr);
+    refuse_unsupported_classes(layers, lptr);
     std::map<std::string, std::size_t> index_of;  // layer name -> index or kModelInput
     std::string input_name;
     std::size_t prev = kModelInput;
@@ -620,18 +654,13 @@ class Parser {
                         "and ignored: {})",
                         origin_, ptr, escape_key(it.key()), join(entry_keys), join(entry_ignored)));
     const json& cls = require(entry, ptr, "class_name", "a layer class");
-    const ClassSpec* spec = nullptr;
-    std::vector<std::string> class_names;
-    for (const ClassSpec& s : class_specs()) {
-      class_names.emplace_back(s.class_name);
-      if (cls == s.class_name) spec = &s;
-    }
+    const ClassSpec* spec = class_spec(cls);
     if (!spec) {
       const auto name = given_name(entry);
       fail(ptr + "/class_name", cls,
            fmt::format("{}tpusim supports InputLayer, {}",
                        name ? fmt::format("layer {} cannot run: ", *name) : std::string(),
-                       join(class_names)));
+                       join(class_names())));
     }
 
     static const json kEmpty = json::object();

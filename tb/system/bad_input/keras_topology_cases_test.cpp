@@ -23,6 +23,14 @@ const EntryPoint kTopology{
 json functional() {
   return json::parse(read_bytes(source_path("tb/system/run/data/keras_functional.json")));
 }
+// The fixture with three layers of classes tpusim does not run.
+json three_unsupported_layers() {
+  json doc = functional();
+  doc["config"]["layers"][2]["class_name"] = "LSTM";
+  doc["config"]["layers"][3]["class_name"] = "Dropout";
+  doc["config"]["layers"][4]["class_name"] = "Reshape";
+  return doc;
+}
 Case keras(std::string name, const std::string& pointer, const json& value, std::string expect) {
   return Case{&kKeras,
               std::move(name),
@@ -54,6 +62,11 @@ std::vector<Case> cases() {
             json::parse("[null, 0, 20, 3]"), "/config/layers/0/config/batch_input_shape"),
       keras("keras_unsupported_layer", "/config/layers/2/class_name", "LSTM",
             "/config/layers/2/class_name"),
+      Case{&kKeras,
+           "keras_three_unsupported_layers_named_at_once",
+           file("model.json", three_unsupported_layers().dump()),
+           {"3 layers cannot run", "/config/layers/2 LSTM", "/config/layers/3 Dropout",
+            "/config/layers/4 Reshape"}},
       keras("keras_output_of_an_unknown_layer", "/config/output_layers",
             json::parse(R"([["ghost", 0, 0]])"), "/config/output_layers"),
       Case{&kKeras,

@@ -217,6 +217,23 @@ TEST(KerasJson, UnsupportedLayersAndGraphsAreRefusedByName) {
   EXPECT_THAT(error_of(doc), AllOf(HasSubstr("/class_name"), HasSubstr("Functional")));
 }
 
+TEST(KerasJson, EveryUnsupportedLayerIsNamedInOneMessage) {
+  const json doc = json::parse(R"({"class_name": "Sequential", "config": {"name": "m", "layers": [
+      {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 4, 8]}},
+      {"class_name": "LSTM", "config": {"name": "lstm", "units": 8}},
+      {"class_name": "Dense", "config": {"name": "d", "units": 8}},
+      {"class_name": "Dropout", "config": {"name": "drop", "rate": 0.5}},
+      {"class_name": "Dense", "config": {"units": 2}},
+      {"class_name": "Reshape", "config": {"target_shape": [2]}}]}})");
+  const std::string e = error_of(doc);
+  EXPECT_THAT(e, AllOf(HasSubstr("test.json: /config/layers/1/class_name: 3 layers cannot run: "
+                                 "/config/layers/1 LSTM (lstm), /config/layers/3 Dropout (drop), "
+                                 "/config/layers/5 Reshape"),
+                       HasSubstr("tpusim supports InputLayer, Conv2D")));
+  // The known layers between them are not the subject of the message.
+  EXPECT_THAT(e, ::testing::Not(HasSubstr("(d)")));
+}
+
 TEST(Topology, ConvolutionRowsAreIndependentValidConvolutions) {
   const Model m = load_model(kSource + "/tb/system/run/data/scalesim_conv.csv");
   EXPECT_EQ(m.name, "scalesim_conv");
