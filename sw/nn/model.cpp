@@ -13,50 +13,15 @@
 #include "hw/common/error.h"
 #include "hw/common/input_file.h"
 #include "hw/common/json_text.h"
+#include "sw/nn/ops.h"
 
 namespace tpu::nn {
 using nlohmann::json;
-
-std::uint64_t Layer::macs() const {
-  switch (kind) {
-    case LayerKind::Conv2D: return out.size() * kernel_h * kernel_w * in.c;
-    case LayerKind::Dense: return in.size() * out.c;
-    // Pooling, activations and Flatten multiply-accumulate nothing (they run on the vector unit
-    // or are a change of view).
-    case LayerKind::MaxPooling2D:
-    case LayerKind::AveragePooling2D:
-    case LayerKind::Activation:
-    case LayerKind::Flatten:
-    case LayerKind::BatchNormalization:
-    case LayerKind::ZeroPadding2D:
-    case LayerKind::GlobalAveragePooling2D:
-    case LayerKind::Add:
-    case LayerKind::Constant: return 0;
-  }
-  return 0;
-}
 
 std::uint64_t Model::macs_per_image() const {
   std::uint64_t total = 0;
   for (const Layer& l : layers) total += l.macs();
   return total;
-}
-
-std::string_view name_of(LayerKind k) {
-  switch (k) {
-    case LayerKind::Conv2D: return "Conv2D";
-    case LayerKind::MaxPooling2D: return "MaxPooling2D";
-    case LayerKind::AveragePooling2D: return "AveragePooling2D";
-    case LayerKind::Activation: return "Activation";
-    case LayerKind::Flatten: return "Flatten";
-    case LayerKind::Dense: return "Dense";
-    case LayerKind::BatchNormalization: return "BatchNormalization";
-    case LayerKind::ZeroPadding2D: return "ZeroPadding2D";
-    case LayerKind::GlobalAveragePooling2D: return "GlobalAveragePooling2D";
-    case LayerKind::Add: return "Add";
-    case LayerKind::Constant: return "Constant";
-  }
-  return "?";
 }
 
 std::vector<std::vector<std::size_t>> consumers(const Model& m) {
@@ -81,10 +46,6 @@ std::string_view name_of(Act a) {
 
 namespace {
 
-// Bounds that keep every size product inside 64 bits and every tensor addressable by 32-bit
-// element counts (the weights file and the compiler use 32-bit dimensions).
-constexpr std::uint32_t kMaxDim = 65536;
-constexpr std::uint64_t kMaxTensorElements = std::uint64_t{1} << 31;
 constexpr std::size_t kMaxNameBytes = 128;
 
 // The keys each layer class reads (Keras's argument names), and the Keras keys it accepts but
@@ -209,8 +170,6 @@ std::optional<std::uint64_t> natural(const json& v) {
     return static_cast<std::uint64_t>(v.get<std::int64_t>());
   return std::nullopt;
 }
-
-std::string show_shape(const Shape& s) { return fmt::format("{}x{}x{}", s.h, s.w, s.c); }
 
 class Parser {
  public:
@@ -590,21 +549,6 @@ class Parser {
     }
   }
 
-  // Keras's conv_output_length: "valid" keeps the windows that fit, "same" ceil(in / stride).
-  void resolve_window(Layer& l, const std::string& ptr, const json& v) const {
-    if (l.padding == Padding::Same) {
-      l.out.h = (l.in.h + l.stride_h - 1) / l.stride_h;
-      l.out.w = (l.in.w + l.stride_w - 1) / l.stride_w;
-      return;
-    }
-    if (l.kernel_h > l.in.h || l.kernel_w > l.in.w)
-      fail(ptr, v,
-           fmt::format("the {}x{} window does not fit the {} input with \"valid\" padding",
-                       l.kernel_h, l.kernel_w, show_shape(l.in)));
-    l.out.h = (l.in.h - l.kernel_h) / l.stride_h + 1;
-    l.out.w = (l.in.w - l.kernel_w) / l.stride_w + 1;
-  }
-
   void check_shape_key(const json& v, const std::string& ptr, const Shape& in, bool batch) const {
     const auto s = keras_shape(v, batch);
     if (!s || !(*s == in))
@@ -709,18 +653,8 @@ class Parser {
                         origin_, ptr, l.name));
       shapes.push_back(p == kModelInput ? input_ : m.layers[p].out);
     }
-    const std::size_t want = l.kind == LayerKind::Add ? 2 : 1;
-    if (l.kind == LayerKind::Add ? shapes.size() < want : shapes.size() != want)
-      fail(ptr + "/inbound_nodes", entry.value("inbound_nodes", json()),
-           fmt::format("layer {} ({}) takes {} input{}, it names {}", l.name, spec->class_name,
-                       l.kind == LayerKind::Add ? "2 or more" : "1",
-                       l.kind == LayerKind::Add ? "s" : "", shapes.size()));
-    const Shape in = shapes[0];
-    l.in = in;
 
-    if (const json* v = arg("batch_input_shape"))
-      check_shape_key(*v, key_ptr("batch_input_shape"), in, true);
-    if (const json* v = arg("input_shape")) check_shape_key(*v, key_ptr("input_shape"), in, false);
+    // The layer's arguments; its shapes come from the operation table (ops.h) afterwards.
     if (const json* v = arg("data_format"); v && !v->is_null() && *v != "channels_last")
       fail(key_ptr("data_format"), *v, "must be \"channels_last\": activations are NHWC");
     if (const json* v = arg("dilation_rate"); v && *v != 1 && *v != json::array({1, 1}))
@@ -734,6 +668,9 @@ class Parser {
     if (l.kind != LayerKind::ZeroPadding2D)
       if (const json* v = arg("padding")) l.padding = padding_value(*v, key_ptr("padding"));
 
+    // Keras's defaults where a message shows an argument the layer leaves out.
+    static const json kDefaultPool = 2;  // pool_size=(2, 2)
+    static const json kDefaultPad = 1;   // ZeroPadding2D's padding=(1, 1)
     switch (l.kind) {
       case LayerKind::Conv2D: {
         const json& f =
@@ -743,55 +680,29 @@ class Parser {
         std::tie(l.kernel_h, l.kernel_w) = int_or_pair(k, key_ptr("kernel_size"));
         if (const json* v = arg("strides"))
           std::tie(l.stride_h, l.stride_w) = int_or_pair(*v, key_ptr("strides"));
-        resolve_window(l, key_ptr("kernel_size"), k);
-        l.out.c = l.filters;
         break;
       }
       case LayerKind::MaxPooling2D:
       case LayerKind::AveragePooling2D: {
-        // Keras: pool_size defaults to (2, 2); strides=None means strides = pool_size.
-        static const json kDefaultPool = 2;
+        // Keras: strides=None means strides = pool_size.
         const json* pool = arg("pool_size");
         std::tie(l.kernel_h, l.kernel_w) =
             int_or_pair(pool ? *pool : kDefaultPool, key_ptr("pool_size"));
         std::tie(l.stride_h, l.stride_w) = std::pair{l.kernel_h, l.kernel_w};
         if (const json* v = arg("strides"); v && !v->is_null())
           std::tie(l.stride_h, l.stride_w) = int_or_pair(*v, key_ptr("strides"));
-        const json& shown = pool ? *pool : kDefaultPool;
-        resolve_window(l, key_ptr("pool_size"), shown);
-        l.out.c = in.c;
         break;
       }
       case LayerKind::Activation:
         l.activation = activation_value(require(cfg, cptr, "activation", "an activation name"),
                                         key_ptr("activation"));
-        l.out = in;
-        break;
-      case LayerKind::Flatten:
-        // Every resolved shape holds at most kMaxTensorElements, which fits 32 bits.
-        l.out = Shape{1, 1, static_cast<std::uint32_t>(in.size())};
         break;
       case LayerKind::Dense: {
         const json& u = require(cfg, cptr, "units", fmt::format("an integer in [1, {}]", kMaxDim));
         l.filters = uint_value(u, key_ptr("units"), 1, kMaxDim);
-        // Keras applies Dense to the last axis of a 3-D input; tpusim's chips and references
-        // treat Dense as a matrix product over the whole flat input, so the two would disagree.
-        if (in.h != 1 || in.w != 1)
-          fail(ptr + "/class_name", cls,
-               fmt::format("Dense needs a flat input (h = w = 1) but gets {}; insert a Flatten "
-                           "before it (Keras would apply it to the last axis only)",
-                           show_shape(in)));
-        l.out = Shape{1, 1, l.filters};
         break;
       }
-      case LayerKind::BatchNormalization: {
-        // Normalising any axis but the channels would need per-pixel parameters.
-        if (const json* v = arg("axis")) {
-          const json& a = v->is_array() && v->size() == 1 ? (*v)[0] : *v;
-          const bool flat = in.h == 1 && in.w == 1;
-          if (!(a == -1 || a == 3 || (flat && a == 1)))
-            fail(key_ptr("axis"), *v, "must be the channel axis: -1 or 3 (1 on a flat input)");
-        }
+      case LayerKind::BatchNormalization:
         if (const json* v = arg("epsilon")) {
           if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > 1)
             fail(key_ptr("epsilon"), *v, "must be a number in (0, 1]");
@@ -799,34 +710,45 @@ class Parser {
         }
         if (const json* v = arg("center")) l.use_bias = bool_value(*v, key_ptr("center"));
         if (const json* v = arg("scale")) l.scale = bool_value(*v, key_ptr("scale"));
-        l.out = in;
         break;
-      }
       case LayerKind::ZeroPadding2D: {
-        static const json kDefaultPad = 1;  // Keras: padding=(1, 1)
         const json* v = arg("padding");
         zero_padding(l, v ? *v : kDefaultPad, key_ptr("padding"));
-        l.out = Shape{in.h + l.pad_top + l.pad_bottom, in.w + l.pad_left + l.pad_right, in.c};
-        if (l.out.h > kMaxDim || l.out.w > kMaxDim)
-          fail(key_ptr("padding"), v ? *v : kDefaultPad,
-               fmt::format("the padded image must stay within {} pixels a side", kMaxDim));
         break;
       }
       case LayerKind::GlobalAveragePooling2D:
         if (const json* v = arg("keepdims")) bool_value(*v, key_ptr("keepdims"));
-        l.out = Shape{1, 1, in.c};
         break;
+      case LayerKind::Flatten:
       case LayerKind::Add:
-        for (std::size_t k = 1; k < shapes.size(); ++k)
-          if (!(shapes[k] == in))
-            fail(ptr + "/inbound_nodes", entry.value("inbound_nodes", json()),
-                 fmt::format("layer {} (Add): input {} is {}, input 0 is {}; Add needs equal "
-                             "shapes",
-                             l.name, k, show_shape(shapes[k]), show_shape(in)));
-        l.out = in;
-        break;
       case LayerKind::Constant: break;
     }
+
+    if (auto problem = infer_shapes(l, shapes)) {
+      const std::string& at = problem->argument;
+      if (at == kInputsArgument)
+        fail(ptr + "/inbound_nodes", entry.value("inbound_nodes", json()), problem->message);
+      if (at == kClassArgument) fail(ptr + "/class_name", cls, problem->message);
+      const json* v = arg(at.c_str());
+      const json& shown = v                   ? *v
+                          : at == "pool_size" ? kDefaultPool
+                          : at == "padding"   ? kDefaultPad
+                                              : json();
+      fail(key_ptr(at.c_str()), shown, problem->message);
+    }
+    const Shape& in = l.in;
+    // Checks of arguments against the input's shape.
+    if (const json* v = arg("batch_input_shape"))
+      check_shape_key(*v, key_ptr("batch_input_shape"), in, true);
+    if (const json* v = arg("input_shape")) check_shape_key(*v, key_ptr("input_shape"), in, false);
+    if (l.kind == LayerKind::BatchNormalization)
+      if (const json* v = arg("axis")) {
+        // Normalising any axis but the channels would need per-pixel parameters.
+        const json& a = v->is_array() && v->size() == 1 ? (*v)[0] : *v;
+        const bool flat = in.h == 1 && in.w == 1;
+        if (!(a == -1 || a == 3 || (flat && a == 1)))
+          fail(key_ptr("axis"), *v, "must be the channel axis: -1 or 3 (1 on a flat input)");
+      }
     check_tensor(l, cptr, cfg);
     return l;
   }

@@ -67,13 +67,10 @@ struct Layer {
   std::vector<std::size_t> inputs;
   Shape in, out;  // resolved by the loader; `in` is the first input's shape
 
-  [[nodiscard]] bool has_weights() const {
-    return kind == LayerKind::Conv2D || kind == LayerKind::Dense;
-  }
-  // Whether the weights file holds tensors for this layer (weights.h).
-  [[nodiscard]] bool has_parameters() const {
-    return has_weights() || kind == LayerKind::BatchNormalization;
-  }
+  // A kernel (and bias) the MXU multiplies by; tensors in the weights file (weights.h). From the
+  // operation table (ops.h), as is everything a kind means.
+  [[nodiscard]] bool has_weights() const;
+  [[nodiscard]] bool has_parameters() const;
   // Multiply-accumulates per image.
   [[nodiscard]] std::uint64_t macs() const;
 };

@@ -1,0 +1,136 @@
+#include "sw/nn/ops.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <stdexcept>
+
+namespace tpu::nn {
+namespace {
+
+constexpr std::size_t kAny = std::numeric_limits<std::size_t>::max();
+
+std::uint64_t no_macs(const Layer&) { return 0; }
+
+// Keras's conv_output_length: "valid" keeps the windows that fit, "same" is ceil(in / stride).
+InferredShape window(const Layer& l, const Shape& in, std::uint32_t channels,
+                     const char* window_argument) {
+  if (l.padding == Padding::Same)
+    return Shape{(in.h + l.stride_h - 1) / l.stride_h, (in.w + l.stride_w - 1) / l.stride_w,
+                 channels};
+  if (l.kernel_h > in.h || l.kernel_w > in.w)
+    return ShapeProblem{window_argument,
+                        fmt::format("the {}x{} window does not fit the {} input with \"valid\" "
+                                    "padding",
+                                    l.kernel_h, l.kernel_w, show_shape(in))};
+  return Shape{(in.h - l.kernel_h) / l.stride_h + 1, (in.w - l.kernel_w) / l.stride_w + 1,
+               channels};
+}
+
+InferredShape same_shape(const Layer&, const std::vector<Shape>& in) { return in[0]; }
+
+const std::vector<OpKind> kOpKinds = {
+    {LayerKind::Conv2D, "Conv2D", 1, 1, true, true,
+     [](const Layer& l, const std::vector<Shape>& in) {
+       return window(l, in[0], l.filters, "kernel_size");
+     },
+     [](const Layer& l) { return l.out.size() * l.kernel_h * l.kernel_w * l.in.c; }},
+    {LayerKind::MaxPooling2D, "MaxPooling2D", 1, 1, false, false,
+     [](const Layer& l, const std::vector<Shape>& in) {
+       return window(l, in[0], in[0].c, "pool_size");
+     },
+     no_macs},
+    {LayerKind::AveragePooling2D, "AveragePooling2D", 1, 1, false, false,
+     [](const Layer& l, const std::vector<Shape>& in) {
+       return window(l, in[0], in[0].c, "pool_size");
+     },
+     no_macs},
+    {LayerKind::Activation, "Activation", 1, 1, false, false, same_shape, no_macs},
+    {LayerKind::Flatten, "Flatten", 1, 1, false, false,
+     [](const Layer&, const std::vector<Shape>& in) -> InferredShape {
+       // Every resolved shape holds at most kMaxTensorElements, which fits 32 bits.
+       return Shape{1, 1, static_cast<std::uint32_t>(in[0].size())};
+     },
+     no_macs},
+    {LayerKind::Dense, "Dense", 1, 1, true, true,
+     [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
+       // Keras applies Dense to the last axis of a 3-D input; tpusim's chips and references
+       // treat Dense as a matrix product over the whole flat input, so the two would disagree.
+       if (in[0].h != 1 || in[0].w != 1)
+         return ShapeProblem{std::string(kClassArgument),
+                             fmt::format("Dense needs a flat input (h = w = 1) but gets {}; "
+                                         "insert a Flatten before it (Keras would apply it to "
+                                         "the last axis only)",
+                                         show_shape(in[0]))};
+       return Shape{1, 1, l.filters};
+     },
+     [](const Layer& l) { return l.in.size() * l.out.c; }},
+    {LayerKind::BatchNormalization, "BatchNormalization", 1, 1, false, true, same_shape, no_macs},
+    {LayerKind::ZeroPadding2D, "ZeroPadding2D", 1, 1, false, false,
+     [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
+       const Shape out{in[0].h + l.pad_top + l.pad_bottom, in[0].w + l.pad_left + l.pad_right,
+                       in[0].c};
+       if (out.h > kMaxDim || out.w > kMaxDim)
+         return ShapeProblem{"padding", fmt::format("the padded image must stay within {} "
+                                                    "pixels a side",
+                                                    kMaxDim)};
+       return out;
+     },
+     no_macs},
+    {LayerKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", 1, 1, false, false,
+     [](const Layer&, const std::vector<Shape>& in) -> InferredShape {
+       return Shape{1, 1, in[0].c};
+     },
+     no_macs},
+    {LayerKind::Add, "Add", 2, kAny, false, false,
+     [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
+       for (std::size_t k = 1; k < in.size(); ++k)
+         if (!(in[k] == in[0]))
+           return ShapeProblem{std::string(kInputsArgument),
+                               fmt::format("layer {} (Add): input {} is {}, input 0 is {}; Add "
+                                           "needs equal shapes",
+                                           l.name, k, show_shape(in[k]), show_shape(in[0]))};
+       return in[0];
+     },
+     no_macs},
+    // A tensor the chip holds in off-chip memory: its shape is its own argument.
+    {LayerKind::Constant, "Constant", 0, 0, false, false,
+     [](const Layer& l, const std::vector<Shape>&) -> InferredShape { return l.out; }, no_macs},
+};
+
+}  // namespace
+
+const std::vector<OpKind>& op_kinds() { return kOpKinds; }
+
+const OpKind& op_kind(LayerKind k) {
+  for (const OpKind& op : kOpKinds)
+    if (op.kind == k) return op;
+  throw std::logic_error(
+      fmt::format("layer kind {} has no entry in the operation table", static_cast<int>(k)));
+}
+
+std::optional<ShapeProblem> infer_shapes(Layer& l, const std::vector<Shape>& inputs) {
+  const OpKind& op = op_kind(l.kind);
+  if (inputs.size() < op.min_inputs || inputs.size() > op.max_inputs) {
+    const bool exact = op.min_inputs == op.max_inputs;
+    return ShapeProblem{std::string(kInputsArgument),
+                        fmt::format("layer {} ({}) takes {}{} input{}, it names {}", l.name,
+                                    op.name, op.min_inputs, exact ? "" : " or more",
+                                    exact && op.min_inputs == 1 ? "" : "s", inputs.size())};
+  }
+  InferredShape out = op.infer(l, inputs);
+  if (auto* problem = std::get_if<ShapeProblem>(&out)) return std::move(*problem);
+  l.out = std::get<Shape>(out);
+  l.in = inputs.empty() ? l.out : inputs[0];
+  return std::nullopt;
+}
+
+std::string show_shape(const Shape& s) { return fmt::format("{}x{}x{}", s.h, s.w, s.c); }
+
+std::string_view name_of(LayerKind k) { return op_kind(k).name; }
+
+bool Layer::has_weights() const { return op_kind(kind).weights; }
+bool Layer::has_parameters() const { return op_kind(kind).parameters; }
+std::uint64_t Layer::macs() const { return op_kind(kind).macs(*this); }
+
+}  // namespace tpu::nn

@@ -1,0 +1,58 @@
+// What each layer kind means, in one table: its name, how many inputs it reads, whether it has
+// weights, its output shape and its multiply-accumulates (docs/models.md, "Operation kinds").
+// The importers (model.cpp) only read arguments; every shape comes from here, so a new kind is
+// an entry in this table rather than a case in each importer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "sw/nn/model.h"
+
+namespace tpu::nn {
+
+// Bounds that keep every size product inside 64 bits and every tensor addressable by 32-bit
+// element counts (the weights file and the compiler use 32-bit dimensions).
+inline constexpr std::uint32_t kMaxDim = 65536;
+inline constexpr std::uint64_t kMaxTensorElements = std::uint64_t{1} << 31;
+
+// Why a layer's output shape cannot be inferred: the argument at fault — a Keras argument name
+// ("kernel_size", "padding"), kInputsArgument for the inputs themselves or kClassArgument for
+// the class — and what is wrong, in words a user can act on.
+struct ShapeProblem {
+  std::string argument;
+  std::string message;
+};
+inline constexpr std::string_view kInputsArgument = "inbound_nodes";
+inline constexpr std::string_view kClassArgument = "class_name";
+
+using InferredShape = std::variant<Shape, ShapeProblem>;
+
+struct OpKind {
+  LayerKind kind;
+  std::string_view name;  // Keras's class name
+  std::size_t min_inputs, max_inputs;
+  bool weights;     // a kernel (and bias) the MXU multiplies by
+  bool parameters;  // tensors in the weights file (weights.h)
+  // The output shape of `l` (its arguments read) for inputs of these shapes, in the order of
+  // l.inputs; their count is already within [min_inputs, max_inputs].
+  InferredShape (*infer)(const Layer& l, const std::vector<Shape>& inputs);
+  // Multiply-accumulates per image, shapes resolved.
+  std::uint64_t (*macs)(const Layer& l);
+};
+
+const OpKind& op_kind(LayerKind k);
+const std::vector<OpKind>& op_kinds();
+
+// Sets l.in (the first input's shape; l.out for a kind without inputs) and l.out from the
+// inputs' shapes, or returns the problem and leaves l's shapes alone.
+std::optional<ShapeProblem> infer_shapes(Layer& l, const std::vector<Shape>& inputs);
+
+std::string show_shape(const Shape& s);
+
+}  // namespace tpu::nn
