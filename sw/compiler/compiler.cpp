@@ -7,8 +7,10 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <stdexcept>
 
 #include "hw/common/error.h"
+#include "sw/nn/rewrite.h"
 
 namespace tpu::compiler {
 namespace {
@@ -530,6 +532,7 @@ class Compiler {
           out.push_back(isa::ReadMem{MemAddr(const_addr_.at(i)), ub(dst + j * out_bytes(i)),
                                      static_cast<std::uint32_t>(out_bytes(i))});
         return;
+      case LayerKind::Dropout: throw std::logic_error(nn::kIdentityRemoved);
       case LayerKind::Flatten:
       case LayerKind::BatchNormalization: return;  // they compute nothing (QuantizedModel)
     }

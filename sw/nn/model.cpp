@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -68,6 +69,7 @@ const std::vector<std::string> kWeightIgnored = {"trainable",
                                                  "activity_regularizer",
                                                  "kernel_constraint",
                                                  "bias_constraint"};
+const std::vector<std::string> kNoiseIgnored = {"trainable", "dtype", "noise_shape", "seed"};
 // Any class may carry the input shape Keras records on a model's first layer; it is checked
 // against the shape the loader resolves.
 const std::vector<std::string> kShapeKeys = {"batch_input_shape", "input_shape"};
@@ -116,6 +118,26 @@ const std::vector<ClassSpec>& class_specs() {
        {"name", "data_format", "keepdims"},
        kBaseIgnored},
       {"Add", LayerKind::Add, "add", {"name"}, kBaseIgnored},
+      // The identity at inference; their randomness (noise_shape, seed) only matters in training.
+      {"Dropout", LayerKind::Dropout, "dropout", {"name", "rate"}, kNoiseIgnored},
+      {"SpatialDropout1D",
+       LayerKind::Dropout,
+       "spatial_dropout1d",
+       {"name", "rate", "data_format"},
+       kNoiseIgnored},
+      {"SpatialDropout2D",
+       LayerKind::Dropout,
+       "spatial_dropout2d",
+       {"name", "rate", "data_format"},
+       kNoiseIgnored},
+      {"SpatialDropout3D",
+       LayerKind::Dropout,
+       "spatial_dropout3d",
+       {"name", "rate", "data_format"},
+       kNoiseIgnored},
+      {"GaussianDropout", LayerKind::Dropout, "gaussian_dropout", {"name", "rate"}, kNoiseIgnored},
+      {"AlphaDropout", LayerKind::Dropout, "alpha_dropout", {"name", "rate"}, kNoiseIgnored},
+      {"GaussianNoise", LayerKind::Dropout, "gaussian_noise", {"name", "stddev"}, kNoiseIgnored},
   };
   return specs;
 }
@@ -718,6 +740,14 @@ class Parser {
       }
       case LayerKind::GlobalAveragePooling2D:
         if (const json* v = arg("keepdims")) bool_value(*v, key_ptr("keepdims"));
+        break;
+      case LayerKind::Dropout:
+        if (const json* v = arg("rate");
+            v && (!v->is_number() || !(v->get<double>() >= 0) || !(v->get<double>() < 1)))
+          fail(key_ptr("rate"), *v, "must be a number in [0, 1)");
+        if (const json* v = arg("stddev");
+            v && (!v->is_number() || !(v->get<double>() >= 0) || !std::isfinite(v->get<double>())))
+          fail(key_ptr("stddev"), *v, "must be a finite number >= 0");
         break;
       case LayerKind::Flatten:
       case LayerKind::Add:

@@ -32,6 +32,10 @@ enum class LayerKind {
   ZeroPadding2D,
   GlobalAveragePooling2D,
   Add,
+  // The identity at inference: Keras's Dropout, SpatialDropout1D/2D/3D, GaussianDropout,
+  // AlphaDropout and GaussianNoise. Read so a user's model loads as written; removed before a
+  // model runs (inference_graph, rewrite.h).
+  Dropout,
   // A tensor the chip holds in off-chip memory, the same for every image, with seeded random
   // values: the input of a SCALE-Sim topology row, which does not read the previous row's output.
   Constant,

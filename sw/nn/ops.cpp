@@ -93,6 +93,7 @@ const std::vector<OpKind> kOpKinds = {
        return in[0];
      },
      no_macs},
+    {LayerKind::Dropout, "Dropout", 1, 1, false, false, same_shape, no_macs},
     // A tensor the chip holds in off-chip memory: its shape is its own argument.
     {LayerKind::Constant, "Constant", 0, 0, false, false,
      [](const Layer& l, const std::vector<Shape>&) -> InferredShape { return l.out; }, no_macs},

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 
 #include "hw/common/bf16.h"
 #include "hw/common/error.h"
 #include "hw/vector_unit/functions.h"
 #include "sw/nn/reference.h"
+#include "sw/nn/rewrite.h"
 
 namespace tpu::nn {
 namespace {
@@ -647,6 +649,7 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
             std::memcpy(next.bf.data() + b * l.out.size(), ql.constant.data(), ql.constant.size());
         }
         break;
+      case LayerKind::Dropout: throw std::logic_error(kIdentityRemoved);
       case LayerKind::Flatten:
       case LayerKind::BatchNormalization: break;  // never computed: they pass a tensor on
     }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "hw/common/error.h"
+#include "sw/nn/rewrite.h"
 #include "sw/nn/weights.h"
 
 namespace tpu::nn {
@@ -325,6 +326,7 @@ std::vector<float> forward_float(const Model& m, const Weights& w, const float* 
           for (std::size_t k = 1; k < l.inputs.size(); ++k)
             combine(l.out.size(), o, src(l, k), [](auto p, auto q) { return p + q; });
           break;
+        case LayerKind::Dropout: throw std::logic_error(kIdentityRemoved);
         case LayerKind::Constant: std::copy(constants[i].begin(), constants[i].end(), o); break;
       }
       if (observe) observe(i, o, l.out.size());

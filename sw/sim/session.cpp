@@ -22,6 +22,7 @@
 #include "sw/nn/model.h"
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
+#include "sw/nn/rewrite.h"
 #include "sw/nn/weights.h"
 #include "sw/report/trace_writer.h"
 #include "sw/sim/host_memory.h"
@@ -191,7 +192,8 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   if (opt.images == 0) throw InputError("--images must be >= 1");
   const double t0 = now_s();
   const std::string& model_file = opt.topology.empty() ? opt.model : opt.topology;
-  const nn::Model model = nn::load_model(model_file);
+  // Dropout and its kin are the identity at inference (docs/models.md).
+  const nn::Model model = nn::inference_graph(nn::load_model(model_file));
   check_host_memory(cfg, model, opt.images);
   std::string weights_source;
   nn::Weights weights;

@@ -7,6 +7,9 @@
 
 #include <string>
 
+#include "common/cli.h"
+#include "common/files.h"
+#include "common/temp_dir.h"
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/nn/model.h"
@@ -93,6 +96,67 @@ TEST(KerasToJsonRun, FunctionalModelIsBitExactOnInt8) {
 TEST(KerasToJsonRun, FunctionalModelIsBitExactOnBf16) {
   const sim::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
   expect_exact_with_rows(sim::run_workload(shipped("v4"), o), nn::load_model(o.model));
+}
+
+// keras_functional.json with identities where Keras users put them: a Dropout after an
+// activation, a SpatialDropout2D on one operand of the Add, a GaussianNoise on the input and a
+// Dropout as the model's output.
+nlohmann::json with_dropouts() {
+  auto doc =
+      nlohmann::json::parse(test::read_file(source("tb/system/run/data/keras_functional.json")));
+  auto& layers = doc["config"]["layers"];
+  auto insert_before = [&](const std::string& reader, const std::string& cls,
+                           const std::string& name) {
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i]["config"]["name"] != reader) continue;
+      nlohmann::json& node = layers[i]["inbound_nodes"][0][0];
+      nlohmann::json drop = {{"class_name", cls},
+                             {"config", {{"name", name}, {"rate", 0.25}}},
+                             {"inbound_nodes", {{{node[0], 0, 0, nlohmann::json::object()}}}}};
+      if (cls == "GaussianNoise") drop["config"] = {{"name", name}, {"stddev", 0.1}};
+      node[0] = name;
+      layers.insert(layers.begin() + static_cast<std::ptrdiff_t>(i), drop);
+      return;
+    }
+    ADD_FAILURE() << "no layer " << reader;
+  };
+  insert_before("conv1_pad", "GaussianNoise", "noise");
+  insert_before("pool1_pad", "Dropout", "drop_after_relu");
+  insert_before("block_add", "SpatialDropout2D", "spatial_drop");
+  const std::string last = layers.back()["config"]["name"];
+  layers.push_back({{"class_name", "Dropout"},
+                    {"config", {{"name", "drop_out"}, {"rate", 0.5}}},
+                    {"inbound_nodes", {{{last, 0, 0, nlohmann::json::object()}}}}});
+  doc["config"]["output_layers"] = {{"drop_out", 0, 0}};
+  return doc;
+}
+
+// Dropout and its kin are the identity at inference: the model runs bit-exactly and costs
+// exactly what the same model without them costs, on an int8 and a bf16 chip. Two runs, so two
+// processes of the tpusim binary (one simulation per process).
+void expect_dropouts_change_nothing(const std::string& chip) {
+  test::TempDir dir("tpusim-dropout");
+  const std::string with = dir / "with_dropouts.json";
+  test::write_file(with, with_dropouts().dump());
+  auto run = [&](const std::string& model, const std::string& report) {
+    const auto r =
+        test::run_tpusim("run --chip " + source("configs/chips/" + chip + ".json") + " --model " +
+                         model + " --random-weights --images 6 --batch 6 --json " + report);
+    EXPECT_EQ(r.status, 0) << r.out;
+    return nlohmann::json::parse(test::read_file(report));
+  };
+  const auto plain = run(source("tb/system/run/data/keras_functional.json"), dir / "plain.json");
+  const auto r = run(with, dir / "with.json");
+  EXPECT_TRUE(r["accuracy"]["bit_exact"].get<bool>());
+  EXPECT_EQ(r["totals"], plain["totals"]);
+  EXPECT_EQ(r["layers"], plain["layers"]);
+  EXPECT_EQ(r["accuracy"], plain["accuracy"]);
+}
+TEST(KerasToJsonRun, DropoutsAreTheIdentityAtInferenceOnInt8) {
+  expect_dropouts_change_nothing("v1");
+}
+TEST(KerasToJsonRun, DropoutsAreTheIdentityAtInferenceOnBf16) {
+  expect_dropouts_change_nothing("v3");
 }
 
 // A softmax across more outputs than an MXU has columns: Activate normalizes one column tile,

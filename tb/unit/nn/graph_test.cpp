@@ -16,6 +16,7 @@
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
 #include "sw/nn/weights.h"
+#include "unit/nn/layer_json.h"
 
 namespace tpu::nn {
 namespace {
@@ -26,15 +27,7 @@ using ::testing::HasSubstr;
 
 const std::string kSource = TPUSIM_SOURCE_DIR;
 
-json layer(const std::string& cls, json config, std::vector<std::string> inputs = {}) {
-  json l{{"class_name", cls}, {"config", std::move(config)}};
-  if (!inputs.empty()) {
-    json node = json::array();
-    for (const auto& n : inputs) node.push_back(json::array({n, 0, 0, json::object()}));
-    l["inbound_nodes"] = json::array({node});
-  }
-  return l;
-}
+using test::layer;
 
 std::string error_of(const json& doc) {
   try {
@@ -197,10 +190,10 @@ TEST(KerasJson, Keras3InboundNodesAndTuplesAreRead) {
 TEST(KerasJson, UnsupportedLayersAndGraphsAreRefusedByName) {
   json doc = json::parse(R"({"class_name": "Functional", "config": {"name": "m", "layers": [
       {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 8]}},
-      {"class_name": "Dropout", "config": {"name": "drop", "rate": 0.5},
+      {"class_name": "Conv1D", "config": {"name": "c1", "filters": 2, "kernel_size": 3},
        "inbound_nodes": [[["in", 0, 0, {}]]]}],
-      "input_layers": [["in", 0, 0]], "output_layers": [["drop", 0, 0]]}})");
-  EXPECT_THAT(error_of(doc), AllOf(HasSubstr("layer drop cannot run"), HasSubstr("\"Dropout\""),
+      "input_layers": [["in", 0, 0]], "output_layers": [["c1", 0, 0]]}})");
+  EXPECT_THAT(error_of(doc), AllOf(HasSubstr("layer c1 cannot run"), HasSubstr("\"Conv1D\""),
                                    HasSubstr("BatchNormalization")));
   doc = json::parse(R"({"class_name": "Functional", "config": {"name": "m", "layers": [
       {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 8]}},
@@ -222,12 +215,12 @@ TEST(KerasJson, EveryUnsupportedLayerIsNamedInOneMessage) {
       {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 4, 8]}},
       {"class_name": "LSTM", "config": {"name": "lstm", "units": 8}},
       {"class_name": "Dense", "config": {"name": "d", "units": 8}},
-      {"class_name": "Dropout", "config": {"name": "drop", "rate": 0.5}},
+      {"class_name": "Conv1D", "config": {"name": "c1", "filters": 2}},
       {"class_name": "Dense", "config": {"units": 2}},
       {"class_name": "Reshape", "config": {"target_shape": [2]}}]}})");
   const std::string e = error_of(doc);
   EXPECT_THAT(e, AllOf(HasSubstr("test.json: /config/layers/1/class_name: 3 layers cannot run: "
-                                 "/config/layers/1 LSTM (lstm), /config/layers/3 Dropout (drop), "
+                                 "/config/layers/1 LSTM (lstm), /config/layers/3 Conv1D (c1), "
                                  "/config/layers/5 Reshape"),
                        HasSubstr("tpusim supports InputLayer, Conv2D")));
   // The known layers between them are not the subject of the message.

@@ -385,9 +385,9 @@ TEST_F(ModelFile, DeepNestingIsRefusedBeforeParsing) {
 
 TEST_F(ModelFile, ErrorsNameTheFile) {
   write(
-      R"({"name": "m", "input": [28, 28, 1], "layers": [{"class_name": "Dropout", "config": {}}]})");
+      R"({"name": "m", "input": [28, 28, 1], "layers": [{"class_name": "Conv3D", "config": {}}]})");
   EXPECT_THAT(load_error(),
-              AllOf(HasSubstr(path_ + ": /layers/0/class_name"), HasSubstr("Dropout")));
+              AllOf(HasSubstr(path_ + ": /layers/0/class_name"), HasSubstr("Conv3D")));
 }
 
 }  // namespace

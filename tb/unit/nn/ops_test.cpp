@@ -46,6 +46,7 @@ TEST(OpTable, EveryLayerKindHasExactlyOneEntryAndItsKerasName) {
                                       LayerKind::ZeroPadding2D,
                                       LayerKind::GlobalAveragePooling2D,
                                       LayerKind::Add,
+                                      LayerKind::Dropout,
                                       LayerKind::Constant};
   EXPECT_EQ(op_kinds().size(), all.size());
   std::set<std::string_view> names;

@@ -1,0 +1,109 @@
+// Rewrites before a model runs (sw/nn/rewrite.h): identities at inference leave the graph and
+// their readers read what they read.
+#include "sw/nn/rewrite.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "hw/common/error.h"
+#include "sw/nn/model.h"
+#include "unit/nn/layer_json.h"
+
+namespace tpu::nn {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+using test::layer;
+
+Model functional(json layers) {
+  layers.insert(layers.begin(),
+                layer("InputLayer", {{"name", "in"}, {"batch_input_shape", {nullptr, 6, 6, 2}}}));
+  return parse_model(
+      json{{"class_name", "Functional"}, {"config", {{"name", "m"}, {"layers", layers}}}},
+      "m.json");
+}
+
+std::vector<std::string> names(const Model& m) {
+  std::vector<std::string> v;
+  for (const Layer& l : m.layers) v.push_back(l.name);
+  return v;
+}
+
+std::string error_of(const Model& m) {
+  try {
+    inference_graph(m);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+TEST(InferenceGraph, DropoutsLeaveAndTheirReadersReadTheirInputs) {
+  const Model m = functional(
+      json::array({layer("GaussianNoise", {{"name", "noise"}, {"stddev", 0.1}}, {"in"}),
+                   layer("Conv2D", {{"name", "a"}, {"filters", 2}, {"kernel_size", 1}}, {"noise"}),
+                   layer("SpatialDropout2D", {{"name", "sd"}, {"rate", 0.2}}, {"a"}),
+                   layer("Dropout", {{"name", "d2"}, {"rate", 0.2}}, {"sd"}),
+                   layer("Conv2D", {{"name", "b"}, {"filters", 2}, {"kernel_size", 1}}, {"d2"}),
+                   layer("Add", {{"name", "sum"}}, {"b", "d2"})}));
+  ASSERT_EQ(m.layers.size(), 6u);
+  EXPECT_EQ(m.layers[0].kind, LayerKind::Dropout);
+  EXPECT_EQ(m.layers[2].name, "sd");
+  const Model g = inference_graph(m);
+  EXPECT_EQ(names(g), (std::vector<std::string>{"a", "b", "sum"}));
+  EXPECT_EQ(g.layers[0].inputs, (std::vector<std::size_t>{kModelInput}));
+  EXPECT_EQ(g.layers[1].inputs, (std::vector<std::size_t>{0}));
+  EXPECT_EQ(g.layers[2].inputs, (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(g.output(), m.output());
+  EXPECT_EQ(g.macs_per_image(), m.macs_per_image());
+}
+
+TEST(InferenceGraph, AnOutputDropoutGivesTheOutputToItsInputWhenThatIsTheLastLayerLeft) {
+  const Model m = functional(
+      json::array({layer("Conv2D", {{"name", "a"}, {"filters", 2}, {"kernel_size", 1}}, {"in"}),
+                   layer("Dropout", {{"name", "out"}, {"rate", 0.5}}, {"a"})}));
+  EXPECT_EQ(names(inference_graph(m)), (std::vector<std::string>{"a"}));
+  const Model moved = functional(
+      json::array({layer("Conv2D", {{"name", "a"}, {"filters", 2}, {"kernel_size", 1}}, {"in"}),
+                   layer("Conv2D", {{"name", "b"}, {"filters", 2}, {"kernel_size", 1}}, {"in"}),
+                   layer("Dropout", {{"name", "out"}, {"rate", 0.5}}, {"a"})}));
+  EXPECT_THAT(error_of(moved), HasSubstr("layer out (Dropout), the model's output, is the "
+                                         "identity at inference and reads a"));
+}
+
+TEST(InferenceGraph, AModelOfIdentitiesComputesNothingAndIsRefused) {
+  const Model m = functional(json::array({layer("Dropout", {{"name", "d"}}, {"in"})}));
+  EXPECT_THAT(error_of(m), HasSubstr("m.json: the model computes nothing at inference"));
+}
+
+TEST(InferenceGraph, DropoutArgumentsAreCheckedAndTheirDefaultNamesFollowKeras) {
+  auto parse = [](json l) {
+    return parse_model(json{{"name", "m"}, {"input", {4, 4, 1}}, {"layers", {l}}}, "m.json");
+  };
+  EXPECT_EQ(parse(layer("SpatialDropout2D", json::object())).layers[0].name, "spatial_dropout2d");
+  EXPECT_EQ(parse(layer("AlphaDropout", {{"rate", 0.1}, {"seed", 3}, {"noise_shape", nullptr}}))
+                .layers[0]
+                .name,
+            "alpha_dropout");
+  try {
+    parse(layer("Dropout", {{"rate", 1.0}}));
+    ADD_FAILURE() << "rate 1 accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/layers/0/config/rate = 1.0 (must be a number in [0, 1))"));
+  }
+  try {
+    parse(layer("GaussianNoise", {{"stddev", -1}}));
+    ADD_FAILURE() << "stddev -1 accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/layers/0/config/stddev = -1"));
+  }
+}
+
+}  // namespace
+}  // namespace tpu::nn
