@@ -534,6 +534,7 @@ class Compiler {
         return;
       case LayerKind::Dropout: throw std::logic_error(nn::kIdentityRemoved);
       case LayerKind::Flatten:
+      case LayerKind::Reshape:
       case LayerKind::BatchNormalization: return;  // they compute nothing (QuantizedModel)
     }
   }

@@ -94,6 +94,7 @@ const std::vector<ClassSpec>& class_specs() {
        kBaseIgnored},
       {"Activation", LayerKind::Activation, "activation", {"name", "activation"}, kBaseIgnored},
       {"Flatten", LayerKind::Flatten, "flatten", {"name", "data_format"}, kBaseIgnored},
+      {"Reshape", LayerKind::Reshape, "reshape", {"name", "target_shape"}, kBaseIgnored},
       {"Dense",
        LayerKind::Dense,
        "dense",
@@ -749,6 +750,22 @@ class Parser {
             v && (!v->is_number() || !(v->get<double>() >= 0) || !std::isfinite(v->get<double>())))
           fail(key_ptr("stddev"), *v, "must be a finite number >= 0");
         break;
+      case LayerKind::Reshape: {
+        const json& t = require(cfg, cptr, "target_shape", "[n], [w, c] or [h, w, c]");
+        const std::string allowed = fmt::format(
+            "must be 1 to 3 dimensions per image, each an integer in [1, {}] or one -1", kMaxDim);
+        if (!t.is_array() || t.empty() || t.size() > 3) fail(key_ptr("target_shape"), t, allowed);
+        for (const json& d : t) {
+          if (d == -1 && std::count(l.target_shape.begin(), l.target_shape.end(), -1) == 0) {
+            l.target_shape.push_back(-1);
+          } else if (const auto n = natural(d); n && *n >= 1 && *n <= kMaxDim) {
+            l.target_shape.push_back(static_cast<std::int64_t>(*n));
+          } else {
+            fail(key_ptr("target_shape"), t, allowed);
+          }
+        }
+        break;
+      }
       case LayerKind::Flatten:
       case LayerKind::Add:
       case LayerKind::Constant: break;

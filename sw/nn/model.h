@@ -27,6 +27,9 @@ enum class LayerKind {
   AveragePooling2D,
   Activation,
   Flatten,
+  // Keras's Reshape: the same elements in the same NHWC order under another shape (a view, as
+  // Flatten).
+  Reshape,
   Dense,
   BatchNormalization,
   ZeroPadding2D,
@@ -58,6 +61,8 @@ struct Layer {
   Padding padding = Padding::Valid;
   bool use_bias = true;
   Act activation = Act::Linear;
+  // Reshape: Keras's target_shape (per image, 1 to 3 dimensions, at most one -1).
+  std::vector<std::int64_t> target_shape;
   // ZeroPadding2D: rows and columns of zeros added on each side.
   std::uint32_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   // BatchNormalization: y = gamma * (x - moving_mean) / sqrt(moving_variance + epsilon) + beta;
@@ -75,6 +80,8 @@ struct Layer {
   // operation table (ops.h), as is everything a kind means.
   [[nodiscard]] bool has_weights() const;
   [[nodiscard]] bool has_parameters() const;
+  // The output is the input's elements under another shape (Flatten, Reshape): nothing computed.
+  [[nodiscard]] bool is_view() const;
   // Multiply-accumulates per image.
   [[nodiscard]] std::uint64_t macs() const;
 };

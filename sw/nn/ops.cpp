@@ -29,30 +29,60 @@ InferredShape window(const Layer& l, const Shape& in, std::uint32_t channels,
 
 InferredShape same_shape(const Layer&, const std::vector<Shape>& in) { return in[0]; }
 
+// Keras's Reshape: one -1 takes what the others leave. Per image, [n] is 1x1xn, [w, c] is 1xwxc
+// (a sequence of w steps) and [h, w, c] itself.
+InferredShape reshape(const Layer& l, const std::vector<Shape>& in) {
+  const std::uint64_t size = in[0].size();
+  std::uint64_t known = 1;
+  for (std::int64_t d : l.target_shape)
+    if (d > 0) known *= static_cast<std::uint64_t>(d);
+  std::vector<std::uint32_t> dims;
+  for (std::int64_t d : l.target_shape) {
+    if (d > 0) {
+      dims.push_back(static_cast<std::uint32_t>(d));
+    } else if (known <= size && size % known == 0 && size / known <= kMaxDim) {
+      dims.push_back(static_cast<std::uint32_t>(size / known));
+      known = size;
+    } else {
+      known = 0;  // no whole dimension fills the -1
+    }
+  }
+  std::uint64_t total = 1;
+  for (std::uint32_t d : dims) total *= d;
+  if (known == 0 || total != size)
+    return ShapeProblem{"target_shape",
+                        fmt::format("the input {} has {} elements per image, which this shape "
+                                    "cannot hold",
+                                    show_shape(in[0]), size)};
+  while (dims.size() < 3) dims.insert(dims.begin(), 1u);
+  return Shape{dims[0], dims[1], dims[2]};
+}
+
 const std::vector<OpKind> kOpKinds = {
-    {LayerKind::Conv2D, "Conv2D", 1, 1, true, true,
+    {LayerKind::Conv2D, "Conv2D", 1, 1, true, true, false,
      [](const Layer& l, const std::vector<Shape>& in) {
        return window(l, in[0], l.filters, "kernel_size");
      },
      [](const Layer& l) { return l.out.size() * l.kernel_h * l.kernel_w * l.in.c; }},
-    {LayerKind::MaxPooling2D, "MaxPooling2D", 1, 1, false, false,
+    {LayerKind::MaxPooling2D, "MaxPooling2D", 1, 1, false, false, false,
      [](const Layer& l, const std::vector<Shape>& in) {
        return window(l, in[0], in[0].c, "pool_size");
      },
      no_macs},
-    {LayerKind::AveragePooling2D, "AveragePooling2D", 1, 1, false, false,
+    {LayerKind::AveragePooling2D, "AveragePooling2D", 1, 1, false, false, false,
      [](const Layer& l, const std::vector<Shape>& in) {
        return window(l, in[0], in[0].c, "pool_size");
      },
      no_macs},
-    {LayerKind::Activation, "Activation", 1, 1, false, false, same_shape, no_macs},
-    {LayerKind::Flatten, "Flatten", 1, 1, false, false,
+    {LayerKind::Activation, "Activation", 1, 1, false, false, false, same_shape, no_macs},
+    {LayerKind::Flatten, "Flatten", 1, 1, false, false, true,
      [](const Layer&, const std::vector<Shape>& in) -> InferredShape {
        // Every resolved shape holds at most kMaxTensorElements, which fits 32 bits.
        return Shape{1, 1, static_cast<std::uint32_t>(in[0].size())};
      },
      no_macs},
-    {LayerKind::Dense, "Dense", 1, 1, true, true,
+    {LayerKind::Reshape, "Reshape", 1, 1, false, false, true, reshape, no_macs},
+    {LayerKind::Dense, "Dense", 1, 1, true, true, false,
      [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
        // Keras applies Dense to the last axis of a 3-D input; tpusim's chips and references
        // treat Dense as a matrix product over the whole flat input, so the two would disagree.
@@ -65,8 +95,9 @@ const std::vector<OpKind> kOpKinds = {
        return Shape{1, 1, l.filters};
      },
      [](const Layer& l) { return l.in.size() * l.out.c; }},
-    {LayerKind::BatchNormalization, "BatchNormalization", 1, 1, false, true, same_shape, no_macs},
-    {LayerKind::ZeroPadding2D, "ZeroPadding2D", 1, 1, false, false,
+    {LayerKind::BatchNormalization, "BatchNormalization", 1, 1, false, true, false, same_shape,
+     no_macs},
+    {LayerKind::ZeroPadding2D, "ZeroPadding2D", 1, 1, false, false, false,
      [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
        const Shape out{in[0].h + l.pad_top + l.pad_bottom, in[0].w + l.pad_left + l.pad_right,
                        in[0].c};
@@ -77,12 +108,12 @@ const std::vector<OpKind> kOpKinds = {
        return out;
      },
      no_macs},
-    {LayerKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", 1, 1, false, false,
+    {LayerKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", 1, 1, false, false, false,
      [](const Layer&, const std::vector<Shape>& in) -> InferredShape {
        return Shape{1, 1, in[0].c};
      },
      no_macs},
-    {LayerKind::Add, "Add", 2, kAny, false, false,
+    {LayerKind::Add, "Add", 2, kAny, false, false, false,
      [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
        for (std::size_t k = 1; k < in.size(); ++k)
          if (!(in[k] == in[0]))
@@ -93,9 +124,9 @@ const std::vector<OpKind> kOpKinds = {
        return in[0];
      },
      no_macs},
-    {LayerKind::Dropout, "Dropout", 1, 1, false, false, same_shape, no_macs},
+    {LayerKind::Dropout, "Dropout", 1, 1, false, false, false, same_shape, no_macs},
     // A tensor the chip holds in off-chip memory: its shape is its own argument.
-    {LayerKind::Constant, "Constant", 0, 0, false, false,
+    {LayerKind::Constant, "Constant", 0, 0, false, false, false,
      [](const Layer& l, const std::vector<Shape>&) -> InferredShape { return l.out; }, no_macs},
 };
 
@@ -132,6 +163,7 @@ std::string_view name_of(LayerKind k) { return op_kind(k).name; }
 
 bool Layer::has_weights() const { return op_kind(kind).weights; }
 bool Layer::has_parameters() const { return op_kind(kind).parameters; }
+bool Layer::is_view() const { return op_kind(kind).view; }
 std::uint64_t Layer::macs() const { return op_kind(kind).macs(*this); }
 
 }  // namespace tpu::nn

@@ -39,6 +39,9 @@ struct OpKind {
   std::size_t min_inputs, max_inputs;
   bool weights;     // a kernel (and bias) the MXU multiplies by
   bool parameters;  // tensors in the weights file (weights.h)
+  // The output is the input's elements in the same order under another shape: nothing is
+  // computed, the tensor passes on (Flatten, Reshape).
+  bool view;
   // The output shape of `l` (its arguments read) for inputs of these shapes, in the order of
   // l.inputs; their count is already within [min_inputs, max_inputs].
   InferredShape (*infer)(const Layer& l, const std::vector<Shape>& inputs);

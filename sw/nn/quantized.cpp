@@ -161,8 +161,7 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
     bool through_pool = false;
     while (j != kModelInput && only_reader(j, reader)) {
       const Layer& k = m.layers[j];
-      if (k.kind == LayerKind::Flatten || q.layers[j].fused_into_previous ||
-          k.kind == LayerKind::MaxPooling2D) {
+      if (k.is_view() || q.layers[j].fused_into_previous || k.kind == LayerKind::MaxPooling2D) {
         through_pool = through_pool || k.kind == LayerKind::MaxPooling2D;
         reader = j;
         j = k.inputs[0];
@@ -188,8 +187,7 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
   for (std::size_t i = 0; i < L; ++i) {
     const Layer& l = m.layers[i];
     const QuantizedLayer& ql = q.layers[i];
-    const bool passes_on = l.kind == LayerKind::Flatten || ql.fused_into_previous ||
-                           ql.folded_padding ||
+    const bool passes_on = l.is_view() || ql.fused_into_previous || ql.folded_padding ||
                            (l.kind == LayerKind::Activation && l.activation == Act::Linear);
     q.tensor[i] = passes_on ? q.tensor_of(l.inputs[0]) : i;
   }
@@ -651,6 +649,7 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
         break;
       case LayerKind::Dropout: throw std::logic_error(kIdentityRemoved);
       case LayerKind::Flatten:
+      case LayerKind::Reshape:
       case LayerKind::BatchNormalization: break;  // never computed: they pass a tensor on
     }
     for (std::size_t k = 0; k < i; ++k)

@@ -318,7 +318,8 @@ std::vector<float> forward_float(const Model& m, const Weights& w, const float* 
           activate(l.activation, pixels, l.out.c, o);
           break;
         // NHWC is already (h, w, c) order in memory: Flatten changes only the shape.
-        case LayerKind::Flatten: std::copy_n(src(l, 0), l.out.size(), o); break;
+        case LayerKind::Flatten:
+        case LayerKind::Reshape: std::copy_n(src(l, 0), l.out.size(), o); break;
         case LayerKind::BatchNormalization: batch_norm(l, w.layers[i], src(l, 0), o); break;
         case LayerKind::ZeroPadding2D: zero_pad(l, src(l, 0), o); break;
         case LayerKind::Add:

@@ -345,7 +345,8 @@ class Network {
         case LayerKind::MaxPooling2D: max_pool_forward(s, in, out); break;
         case LayerKind::AveragePooling2D: avg_pool_forward(s, in, out); break;
         case LayerKind::Activation: std::copy_n(in, l.out.size(), out); break;
-        case LayerKind::Flatten: std::copy_n(in, l.out.size(), out); break;
+        case LayerKind::Flatten:
+        case LayerKind::Reshape: std::copy_n(in, l.out.size(), out); break;
         default: break;  // refused by check_weights
       }
       if (l.kind == LayerKind::Conv2D || l.kind == LayerKind::Dense ||
@@ -385,7 +386,7 @@ class Network {
       // The first layer's input is the image: no gradient needed.
       float* din = i > 0 ? grad_[i].data() : nullptr;
       const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
-      if (din && l.kind != LayerKind::Activation && l.kind != LayerKind::Flatten)
+      if (din && l.kind != LayerKind::Activation && !l.is_view())
         std::fill_n(din, l.in.size(), 0.0f);
       switch (l.kind) {
         case LayerKind::Conv2D:
@@ -410,6 +411,7 @@ class Network {
           }
           break;
         case LayerKind::Flatten:
+        case LayerKind::Reshape:
           if (din) std::copy_n(d, l.out.size(), din);
           break;
         default: break;  // refused by check_weights
@@ -671,12 +673,12 @@ class Network {
       const bool trainable = l.kind == LayerKind::Conv2D || l.kind == LayerKind::Dense ||
                              l.kind == LayerKind::MaxPooling2D ||
                              l.kind == LayerKind::AveragePooling2D ||
-                             l.kind == LayerKind::Activation || l.kind == LayerKind::Flatten;
+                             l.kind == LayerKind::Activation || l.is_view();
       if (!chained || !trainable)
         throw InputError(
             fmt::format("{}: layer {} ({}): the trainer takes a Sequential chain of "
-                        "Conv2D, MaxPooling2D, AveragePooling2D, Activation, Flatten "
-                        "and Dense layers",
+                        "Conv2D, MaxPooling2D, AveragePooling2D, Activation, Flatten, "
+                        "Reshape and Dense layers",
                         m.file, l.name, nn::name_of(l.kind)));
     }
     bool ok = w.layers.size() == m.layers.size();

@@ -28,7 +28,7 @@ json three_unsupported_layers() {
   json doc = functional();
   doc["config"]["layers"][2]["class_name"] = "LSTM";
   doc["config"]["layers"][3]["class_name"] = "GRU";
-  doc["config"]["layers"][4]["class_name"] = "Reshape";
+  doc["config"]["layers"][4]["class_name"] = "Concatenate";
   return doc;
 }
 Case keras(std::string name, const std::string& pointer, const json& value, std::string expect) {
@@ -66,7 +66,7 @@ std::vector<Case> cases() {
            "keras_three_unsupported_layers_named_at_once",
            file("model.json", three_unsupported_layers().dump()),
            {"3 layers cannot run", "/config/layers/2 LSTM", "/config/layers/3 GRU",
-            "/config/layers/4 Reshape"}},
+            "/config/layers/4 Concatenate"}},
       keras("keras_output_of_an_unknown_layer", "/config/output_layers",
             json::parse(R"([["ghost", 0, 0]])"), "/config/output_layers"),
       Case{&kKeras,

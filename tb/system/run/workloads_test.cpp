@@ -89,13 +89,17 @@ TEST(ResNetBlock, ActivationsSpillToOffChipMemoryWhenTheUnifiedBufferIsTooSmall)
             cfg.unified_buffer.bytes);
 }
 
+// `images` of the model in tb/system/run/data on a shipped chip: bit-exact, one row per layer.
+void run_exact(const std::string& model, std::uint64_t images, const std::string& chip) {
+  const sim::RunOptions o = options("tb/system/run/data/" + model, images);
+  expect_exact_with_rows(sim::run_workload(shipped(chip), o), nn::load_model(o.model));
+}
+
 TEST(KerasToJsonRun, FunctionalModelIsBitExactOnInt8) {
-  const sim::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
-  expect_exact_with_rows(sim::run_workload(shipped("v1"), o), nn::load_model(o.model));
+  run_exact("keras_functional.json", 12, "v1");
 }
 TEST(KerasToJsonRun, FunctionalModelIsBitExactOnBf16) {
-  const sim::RunOptions o = options("tb/system/run/data/keras_functional.json", 12);
-  expect_exact_with_rows(sim::run_workload(shipped("v4"), o), nn::load_model(o.model));
+  run_exact("keras_functional.json", 12, "v4");
 }
 
 // keras_functional.json with identities where Keras users put them: a Dropout after an
@@ -152,6 +156,12 @@ void expect_dropouts_change_nothing(const std::string& chip) {
   EXPECT_EQ(r["layers"], plain["layers"]);
   EXPECT_EQ(r["accuracy"], plain["accuracy"]);
 }
+
+// Reshape into a Dense, out of it into a convolution, and into a sequence: views of one
+// tensor, bit-exact on an int8 and a bf16 chip.
+TEST(ReshapeRun, ViewsOfOneTensorAreBitExactOnInt8) { run_exact("reshape_mix.json", 16, "v1"); }
+TEST(ReshapeRun, ViewsOfOneTensorAreBitExactOnBf16) { run_exact("reshape_mix.json", 16, "v3"); }
+
 TEST(KerasToJsonRun, DropoutsAreTheIdentityAtInferenceOnInt8) {
   expect_dropouts_change_nothing("v1");
 }

@@ -217,11 +217,11 @@ TEST(KerasJson, EveryUnsupportedLayerIsNamedInOneMessage) {
       {"class_name": "Dense", "config": {"name": "d", "units": 8}},
       {"class_name": "Conv1D", "config": {"name": "c1", "filters": 2}},
       {"class_name": "Dense", "config": {"units": 2}},
-      {"class_name": "Reshape", "config": {"target_shape": [2]}}]}})");
+      {"class_name": "Concatenate", "config": {"axis": -1}}]}})");
   const std::string e = error_of(doc);
   EXPECT_THAT(e, AllOf(HasSubstr("test.json: /config/layers/1/class_name: 3 layers cannot run: "
                                  "/config/layers/1 LSTM (lstm), /config/layers/3 Conv1D (c1), "
-                                 "/config/layers/5 Reshape"),
+                                 "/config/layers/5 Concatenate"),
                        HasSubstr("tpusim supports InputLayer, Conv2D")));
   // The known layers between them are not the subject of the message.
   EXPECT_THAT(e, ::testing::Not(HasSubstr("(d)")));

@@ -41,6 +41,7 @@ TEST(OpTable, EveryLayerKindHasExactlyOneEntryAndItsKerasName) {
                                       LayerKind::AveragePooling2D,
                                       LayerKind::Activation,
                                       LayerKind::Flatten,
+                                      LayerKind::Reshape,
                                       LayerKind::Dense,
                                       LayerKind::BatchNormalization,
                                       LayerKind::ZeroPadding2D,
@@ -114,6 +115,25 @@ TEST(OpTable, PaddingFlatteningAndGlobalPoolingFollowKeras) {
   EXPECT_EQ(inferred(layer(LayerKind::Flatten), {{3, 4, 5}}), (Shape{1, 1, 60}));
   EXPECT_EQ(inferred(layer(LayerKind::GlobalAveragePooling2D), {{3, 4, 5}}), (Shape{1, 1, 5}));
   EXPECT_EQ(inferred(layer(LayerKind::BatchNormalization), {{3, 4, 5}}), (Shape{3, 4, 5}));
+}
+
+TEST(OpTable, ReshapeFillsItsOneWildcardKeepsTheElementCountAndIsAView) {
+  Layer r = layer(LayerKind::Reshape);
+  r.target_shape = {-1};
+  EXPECT_EQ(inferred(r, {{28, 28, 1}}), (Shape{1, 1, 784}));
+  r.target_shape = {4, -1};
+  EXPECT_EQ(inferred(r, {{6, 6, 4}}), (Shape{1, 4, 36}));
+  r.target_shape = {2, 3, 4};
+  EXPECT_EQ(inferred(r, {{1, 1, 24}}), (Shape{2, 3, 4}));
+  r.target_shape = {5, -1};
+  const ShapeProblem p = problem_of(r, {{1, 1, 24}});
+  EXPECT_EQ(p.argument, "target_shape");
+  EXPECT_THAT(p.message, HasSubstr("the input 1x1x24 has 24 elements per image"));
+  r.target_shape = {5, 5};
+  EXPECT_EQ(problem_of(r, {{1, 1, 24}}).argument, "target_shape");
+  EXPECT_TRUE(r.is_view());
+  EXPECT_TRUE(layer(LayerKind::Flatten).is_view());
+  EXPECT_FALSE(layer(LayerKind::Activation).is_view());
 }
 
 TEST(OpTable, MacsCountTheMxusMultiplyAccumulatesOnly) {

@@ -105,5 +105,27 @@ TEST(InferenceGraph, DropoutArgumentsAreCheckedAndTheirDefaultNamesFollowKeras) 
   }
 }
 
+TEST(ReshapeArguments, TargetShapesAreOneToThreeDimensionsWithAtMostOneWildcard) {
+  auto error = [](json target) {
+    try {
+      parse_model(json{{"name", "m"},
+                       {"input", {4, 4, 1}},
+                       {"layers", {layer("Reshape", {{"target_shape", target}})}}},
+                  "m.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no InputError)");
+  };
+  EXPECT_THAT(error({-1, -1}), HasSubstr("m.json: /layers/0/config/target_shape = [-1,-1] (must "
+                                         "be 1 to 3 dimensions per image"));
+  EXPECT_THAT(error(json::array()), HasSubstr("/layers/0/config/target_shape"));
+  EXPECT_THAT(error({1, 1, 1, 16}), HasSubstr("/layers/0/config/target_shape"));
+  EXPECT_THAT(error({0, 16}), HasSubstr("/layers/0/config/target_shape"));
+  EXPECT_THAT(error({3, -1}), HasSubstr("m.json: /layers/0/config/target_shape = [3,-1] (the "
+                                        "input 4x4x1 has 16 elements per image"));
+  EXPECT_EQ(error({2, -1}), "(no InputError)");
+}
+
 }  // namespace
 }  // namespace tpu::nn
