@@ -93,6 +93,13 @@ const std::vector<ClassSpec>& class_specs() {
        {"name", "pool_size", "strides", "padding", "data_format"},
        kBaseIgnored},
       {"Activation", LayerKind::Activation, "activation", {"name", "activation"}, kBaseIgnored},
+      // Keras's activation layers, as the Activation they stand for.
+      {"ReLU",
+       LayerKind::Activation,
+       "re_lu",
+       {"name", "max_value", "negative_slope", "threshold"},
+       kBaseIgnored},
+      {"Softmax", LayerKind::Activation, "softmax", {"name", "axis"}, kBaseIgnored},
       {"Flatten", LayerKind::Flatten, "flatten", {"name", "data_format"}, kBaseIgnored},
       {"Reshape", LayerKind::Reshape, "reshape", {"name", "target_shape"}, kBaseIgnored},
       {"Dense",
@@ -347,6 +354,28 @@ class Parser {
       for (const auto& [name, act] : acts)
         if (v.get<std::string>() == name) return act;
     fail(ptr, v, "must be one of linear, relu, relu6, sigmoid, tanh, softmax");
+  }
+
+  // Keras's ReLU layer: min(max(x, 0), max_value) with slope negative_slope below threshold.
+  // The chips' activations are relu (no max_value) and relu6 (max_value 6).
+  Act relu_layer(const json* max_value, const json* negative_slope, const json* threshold,
+                 const std::string& cptr) const {
+    auto zero = [](const json* v) { return !v || (v->is_number() && v->get<double>() == 0); };
+    if (!zero(negative_slope))
+      fail(cptr + "/negative_slope", *negative_slope,
+           "must be 0: a leaky ReLU is not an activation the chips have");
+    if (!zero(threshold))
+      fail(cptr + "/threshold", *threshold, "must be 0: the chips' ReLU thresholds at 0");
+    if (!max_value || max_value->is_null()) return Act::Relu;
+    if (max_value->is_number() && max_value->get<double>() == 6) return Act::Relu6;
+    fail(cptr + "/max_value", *max_value, "must be null or 6: the chips' ReLUs are relu and relu6");
+  }
+
+  // Keras's Softmax layer, over the channels (the last axis).
+  Act softmax_layer(const json* axis, const std::string& cptr) const {
+    if (axis && !(*axis == -1 || *axis == json::array({-1})))
+      fail(cptr + "/axis", *axis, "must be -1: softmax over the last axis");
+    return Act::Softmax;
   }
 
   Padding padding_value(const json& v, const std::string& ptr) const {
@@ -717,8 +746,14 @@ class Parser {
         break;
       }
       case LayerKind::Activation:
-        l.activation = activation_value(require(cfg, cptr, "activation", "an activation name"),
-                                        key_ptr("activation"));
+        if (std::string_view(spec->class_name) == "ReLU")
+          l.activation =
+              relu_layer(arg("max_value"), arg("negative_slope"), arg("threshold"), cptr);
+        else if (std::string_view(spec->class_name) == "Softmax")
+          l.activation = softmax_layer(arg("axis"), cptr);
+        else
+          l.activation = activation_value(require(cfg, cptr, "activation", "an activation name"),
+                                          key_ptr("activation"));
         break;
       case LayerKind::Dense: {
         const json& u = require(cfg, cptr, "units", fmt::format("an integer in [1, {}]", kMaxDim));

@@ -105,6 +105,35 @@ TEST(InferenceGraph, DropoutArgumentsAreCheckedAndTheirDefaultNamesFollowKeras) 
   }
 }
 
+TEST(ActivationLayers, ReluAndSoftmaxLayersReadAsTheActivationTheyStandFor) {
+  auto parse = [](json l) {
+    const Model m = parse_model(
+        json{{"name", "m"}, {"input", {1, 1, 8}}, {"layers", {std::move(l)}}}, "m.json");
+    EXPECT_EQ(m.layers[0].kind, LayerKind::Activation);
+    return m.layers[0];
+  };
+  EXPECT_EQ(parse(layer("ReLU", json::object())).activation, Act::Relu);
+  EXPECT_EQ(parse(layer("ReLU", json::object())).name, "re_lu");
+  EXPECT_EQ(parse(layer("ReLU", {{"max_value", 6.0}, {"negative_slope", 0}})).activation,
+            Act::Relu6);
+  EXPECT_EQ(parse(layer("Softmax", {{"axis", -1}})).activation, Act::Softmax);
+  auto error = [](json l) {
+    try {
+      parse_model(json{{"name", "m"}, {"input", {1, 1, 8}}, {"layers", {std::move(l)}}}, "m.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no InputError)");
+  };
+  EXPECT_THAT(error(layer("ReLU", {{"negative_slope", 0.1}})),
+              HasSubstr("/layers/0/config/negative_slope = 0.1 (must be 0: a leaky ReLU"));
+  EXPECT_THAT(error(layer("ReLU", {{"max_value", 1.0}})),
+              HasSubstr("/layers/0/config/max_value = 1.0 (must be null or 6"));
+  EXPECT_THAT(error(layer("ReLU", {{"threshold", 0.5}})), HasSubstr("/layers/0/config/threshold"));
+  EXPECT_THAT(error(layer("Softmax", {{"axis", 1}})),
+              HasSubstr("/layers/0/config/axis = 1 (must be -1"));
+}
+
 TEST(ReshapeArguments, TargetShapesAreOneToThreeDimensionsWithAtMostOneWildcard) {
   auto error = [](json target) {
     try {
