@@ -518,7 +518,8 @@ class Compiler {
       case LayerKind::Dense: emit_weighted(out, i, src[0], dst, n, may_fuse_pool); return;
       case LayerKind::MaxPooling2D:
       case LayerKind::AveragePooling2D:
-      case LayerKind::GlobalAveragePooling2D: emit_pool(out, i, src[0], dst, n); return;
+      case LayerKind::GlobalAveragePooling2D:
+      case LayerKind::GlobalMaxPooling2D: emit_pool(out, i, src[0], dst, n); return;
       case LayerKind::Activation: emit_relu(out, src[0], dst, count, ql.out_type); return;
       case LayerKind::Add:
         for (std::size_t k = 1; k < src.size(); ++k)
@@ -597,7 +598,8 @@ class Compiler {
                  std::uint64_t dst, std::uint32_t n) {
     const Layer& l = m_.layers[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
-    const bool global = l.kind == LayerKind::GlobalAveragePooling2D;
+    const bool global =
+        l.kind == LayerKind::GlobalAveragePooling2D || l.kind == LayerKind::GlobalMaxPooling2D;
     isa::Pool p;
     p.src = ub(src), p.dst = ub(dst);
     p.in_h = static_cast<std::uint16_t>(l.in.h), p.in_w = static_cast<std::uint16_t>(l.in.w);
@@ -607,7 +609,9 @@ class Compiler {
     p.stride_h = static_cast<std::uint16_t>(global ? 1 : l.stride_h);
     p.stride_w = static_cast<std::uint16_t>(global ? 1 : l.stride_w);
     p.images = static_cast<std::uint16_t>(n);
-    p.kind = l.kind == LayerKind::MaxPooling2D ? isa::PoolKind::Max : isa::PoolKind::Avg;
+    p.kind = l.kind == LayerKind::MaxPooling2D || l.kind == LayerKind::GlobalMaxPooling2D
+                 ? isa::PoolKind::Max
+                 : isa::PoolKind::Avg;
     p.type = ql.out_type;
     out.push_back(p);
   }

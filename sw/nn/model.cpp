@@ -125,6 +125,11 @@ const std::vector<ClassSpec>& class_specs() {
        "global_average_pooling2d",
        {"name", "data_format", "keepdims"},
        kBaseIgnored},
+      {"GlobalMaxPooling2D",
+       LayerKind::GlobalMaxPooling2D,
+       "global_max_pooling2d",
+       {"name", "data_format", "keepdims"},
+       kBaseIgnored},
       {"Add", LayerKind::Add, "add", {"name"}, kBaseIgnored},
       // The identity at inference; their randomness (noise_shape, seed) only matters in training.
       {"Dropout", LayerKind::Dropout, "dropout", {"name", "rate"}, kNoiseIgnored},
@@ -775,6 +780,7 @@ class Parser {
         break;
       }
       case LayerKind::GlobalAveragePooling2D:
+      case LayerKind::GlobalMaxPooling2D:
         if (const json* v = arg("keepdims")) bool_value(*v, key_ptr("keepdims"));
         break;
       case LayerKind::Dropout:

@@ -34,6 +34,7 @@ enum class LayerKind {
   BatchNormalization,
   ZeroPadding2D,
   GlobalAveragePooling2D,
+  GlobalMaxPooling2D,
   Add,
   // The identity at inference: Keras's Dropout, SpatialDropout1D/2D/3D, GaussianDropout,
   // AlphaDropout and GaussianNoise. Read so a user's model loads as written; removed before a

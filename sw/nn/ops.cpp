@@ -113,6 +113,11 @@ const std::vector<OpKind> kOpKinds = {
        return Shape{1, 1, in[0].c};
      },
      no_macs},
+    {LayerKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", 1, 1, false, false, false,
+     [](const Layer&, const std::vector<Shape>& in) -> InferredShape {
+       return Shape{1, 1, in[0].c};
+     },
+     no_macs},
     {LayerKind::Add, "Add", 2, kAny, false, false, false,
      [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
        for (std::size_t k = 1; k < in.size(); ++k)

@@ -594,9 +594,12 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
       case LayerKind::Dense: weighted_layer(q, l, ql, ConvInput{}, in0, next, n); break;
       case LayerKind::MaxPooling2D:
       case LayerKind::AveragePooling2D: pool_layer(l, in0, next, n); break;
-      case LayerKind::GlobalAveragePooling2D: {
+      case LayerKind::GlobalAveragePooling2D:
+      case LayerKind::GlobalMaxPooling2D: {
+        // A pooling whose window is the whole image.
         Layer g = l;
-        g.kind = LayerKind::AveragePooling2D;
+        g.kind = l.kind == LayerKind::GlobalMaxPooling2D ? LayerKind::MaxPooling2D
+                                                         : LayerKind::AveragePooling2D;
         g.kernel_h = l.in.h, g.kernel_w = l.in.w, g.stride_h = 1, g.stride_w = 1;
         pool_layer(g, in0, next, n);
         break;

@@ -306,9 +306,12 @@ std::vector<float> forward_float(const Model& m, const Weights& w, const float* 
         }
         case LayerKind::MaxPooling2D:
         case LayerKind::AveragePooling2D: pool(l, src(l, 0), o); break;
-        case LayerKind::GlobalAveragePooling2D: {
+        case LayerKind::GlobalAveragePooling2D:
+        case LayerKind::GlobalMaxPooling2D: {
+          // A pooling whose window is the whole image.
           Layer g = l;
-          g.kind = LayerKind::AveragePooling2D;
+          g.kind = l.kind == LayerKind::GlobalMaxPooling2D ? LayerKind::MaxPooling2D
+                                                           : LayerKind::AveragePooling2D;
           g.kernel_h = l.in.h, g.kernel_w = l.in.w, g.padding = Padding::Valid;
           pool(g, src(l, 0), o);
           break;

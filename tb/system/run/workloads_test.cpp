@@ -170,6 +170,14 @@ TEST(KerasToJsonRun, ActivationLayersAreBitExactOnBf16) {
   run_exact("activation_layers.json", 16, "v3");
 }
 
+// GlobalMaxPooling2D beside GlobalAveragePooling2D of one tensor, their sum into a Dense.
+TEST(GlobalPoolingRun, MaxAndAverageOfOneTensorAreBitExactOnInt8) {
+  run_exact("global_pooling.json", 16, "v1");
+}
+TEST(GlobalPoolingRun, MaxAndAverageOfOneTensorAreBitExactOnBf16) {
+  run_exact("global_pooling.json", 16, "v3");
+}
+
 TEST(ReshapeRun, ViewsOfOneTensorAreBitExactOnInt8) { run_exact("reshape_mix.json", 16, "v1"); }
 TEST(ReshapeRun, ViewsOfOneTensorAreBitExactOnBf16) { run_exact("reshape_mix.json", 16, "v3"); }
 

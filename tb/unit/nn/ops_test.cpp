@@ -46,6 +46,7 @@ TEST(OpTable, EveryLayerKindHasExactlyOneEntryAndItsKerasName) {
                                       LayerKind::BatchNormalization,
                                       LayerKind::ZeroPadding2D,
                                       LayerKind::GlobalAveragePooling2D,
+                                      LayerKind::GlobalMaxPooling2D,
                                       LayerKind::Add,
                                       LayerKind::Dropout,
                                       LayerKind::Constant};
@@ -114,6 +115,7 @@ TEST(OpTable, PaddingFlatteningAndGlobalPoolingFollowKeras) {
   EXPECT_EQ(problem_of(pad, {{4, 4, 2}}).argument, "padding");
   EXPECT_EQ(inferred(layer(LayerKind::Flatten), {{3, 4, 5}}), (Shape{1, 1, 60}));
   EXPECT_EQ(inferred(layer(LayerKind::GlobalAveragePooling2D), {{3, 4, 5}}), (Shape{1, 1, 5}));
+  EXPECT_EQ(inferred(layer(LayerKind::GlobalMaxPooling2D), {{3, 4, 5}}), (Shape{1, 1, 5}));
   EXPECT_EQ(inferred(layer(LayerKind::BatchNormalization), {{3, 4, 5}}), (Shape{3, 4, 5}));
 }
 
