@@ -13,11 +13,11 @@
 #include "hw/chip/host_interface.h"
 #include "hw/chip/interconnect.h"
 #include "hw/common/clock.h"
-#include "hw/unit/trace.h"
 #include "hw/config/chip_config.h"
 #include "hw/core/tensor_core.h"
 #include "hw/memory/bandwidth.h"
 #include "hw/memory/off_chip_memory.h"
+#include "hw/unit/trace.h"
 
 namespace tpu {
 

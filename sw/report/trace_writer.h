@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "hw/unit/trace.h"
 #include "hw/config/chip_config.h"
+#include "hw/unit/trace.h"
 
 namespace tpu::report {
 

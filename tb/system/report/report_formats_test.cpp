@@ -11,8 +11,8 @@
 
 #include "common/files.h"
 #include "common/temp_dir.h"
-#include "hw/unit/trace.h"
 #include "hw/config/chip_config.h"
+#include "hw/unit/trace.h"
 #include "sw/report/formats.h"
 #include "sw/sim/session.h"
 

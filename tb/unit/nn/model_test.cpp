@@ -55,7 +55,8 @@ std::string error_of(const json& doc) {
 
 TEST(ShippedModel, IsTheTutorialNetworkWithKerasShapes) {
   const Model m = load_model(kShipped);
-  // The tutorial (docs/models.md): Conv2D(64, 3x3, valid) -> MaxPooling2D(2) -> relu -> Flatten -> Dense(10)
+  // The tutorial (docs/models.md): Conv2D(64, 3x3, valid) -> MaxPooling2D(2) -> relu -> Flatten ->
+  // Dense(10)
   // -> softmax on 28x28x1 images.
   ASSERT_EQ(m.layers.size(), 6u);
   EXPECT_EQ(m.input, (Shape{28, 28, 1}));
