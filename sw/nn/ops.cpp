@@ -40,7 +40,8 @@ InferredShape reshape(const Layer& l, const std::vector<Shape>& in) {
   for (std::int64_t d : l.target_shape) {
     if (d > 0) {
       dims.push_back(static_cast<std::uint32_t>(d));
-    } else if (known <= size && size % known == 0 && size / known <= kMaxDim) {
+    } else if (known <= size && size % known == 0) {
+      // At most kMaxTensorElements, as Flatten's output: fits 32 bits.
       dims.push_back(static_cast<std::uint32_t>(size / known));
       known = size;
     } else {

@@ -125,6 +125,8 @@ TEST(OpTable, ReshapeFillsItsOneWildcardKeepsTheElementCountAndIsAView) {
   EXPECT_EQ(inferred(r, {{28, 28, 1}}), (Shape{1, 1, 784}));
   r.target_shape = {4, -1};
   EXPECT_EQ(inferred(r, {{6, 6, 4}}), (Shape{1, 4, 36}));
+  r.target_shape = {-1};  // as Flatten: one dimension past a side's 65536 limit
+  EXPECT_EQ(inferred(r, {{224, 224, 3}}), (Shape{1, 1, 150528}));
   r.target_shape = {2, 3, 4};
   EXPECT_EQ(inferred(r, {{1, 1, 24}}), (Shape{2, 3, 4}));
   r.target_shape = {5, -1};
