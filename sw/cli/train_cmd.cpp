@@ -11,6 +11,7 @@
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
+#include "sw/import/import.h"
 #include "sw/io/output.h"
 #include "sw/nn/metrics.h"
 #include "sw/nn/quantized.h"
@@ -37,7 +38,7 @@ void run_train(const TrainCommand& cmd) {
   const std::size_t weights_out = out.add(cmd.out, "--out weights file");
   const std::size_t meta_out = out.add(meta_path.string(), "metadata beside --out");
   out.check({{cmd.model, "model"}});
-  const nn::Model model = nn::load_model(cmd.model);
+  const ir::Graph model = importers::load_model(cmd.model);
   const std::string dir = cmd.data_dir.empty() ? data::kDefaultFashionMnistDir : cmd.data_dir;
   const data::Dataset train_set = data::load_fashion_mnist(dir, "train");
   const data::Dataset test_set = data::load_fashion_mnist(dir, "t10k");
@@ -67,9 +68,8 @@ void run_train(const TrainCommand& cmd) {
   const double float_top1 =
       nn::top1(nn::forward_float(model, r.weights, images.data(), n), k, test_set.labels);
   auto quantized_top1 = [&](DType t, std::uint32_t tile_rows) {
-    const auto q =
-        nn::quantize(model, r.weights, t, tile_rows, images.data(),
-                     std::min<std::size_t>(n, nn::kCalibrationImages));
+    const auto q = nn::quantize(model, r.weights, t, tile_rows, images.data(),
+                                std::min<std::size_t>(n, nn::kCalibrationImages));
     return nn::top1(nn::forward_quantized(q, images.data(), n), k, test_set.labels);
   };
   const double int8_top1 = quantized_top1(DType::Int8, kInt8TileRows);

@@ -15,9 +15,9 @@
 namespace tpu::compiler {
 namespace {
 
-using nn::kModelInput;
-using nn::Layer;
-using nn::LayerKind;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
 
 constexpr std::uint64_t kAlign = 64;             // region alignment in the UB and memories
 constexpr std::uint64_t kParamRecordBytes = 12;  // isa::Activate: {bias, scale, shift}
@@ -34,14 +34,14 @@ void put(std::vector<std::uint8_t>& v, T x) {
   v.insert(v.end(), p, p + sizeof x);
 }
 
-isa::ActFunc act_func(nn::Act a) {
+isa::ActFunc act_func(ir::Act a) {
   switch (a) {
-    case nn::Act::Linear: return isa::ActFunc::None;
-    case nn::Act::Relu: return isa::ActFunc::Relu;
-    case nn::Act::Relu6: return isa::ActFunc::Relu6;
-    case nn::Act::Sigmoid: return isa::ActFunc::Sigmoid;
-    case nn::Act::Tanh: return isa::ActFunc::Tanh;
-    case nn::Act::Softmax: return isa::ActFunc::Softmax;
+    case ir::Act::Linear: return isa::ActFunc::None;
+    case ir::Act::Relu: return isa::ActFunc::Relu;
+    case ir::Act::Relu6: return isa::ActFunc::Relu6;
+    case ir::Act::Sigmoid: return isa::ActFunc::Sigmoid;
+    case ir::Act::Tanh: return isa::ActFunc::Tanh;
+    case ir::Act::Softmax: return isa::ActFunc::Softmax;
   }
   return isa::ActFunc::None;
 }
@@ -107,14 +107,14 @@ class Compiler {
   Program run() {
     if (opt_.images == 0) throw InputError("compile: no images to run");
     if (opt_.batch == 0) throw InputError("compile: --batch must be >= 1");
-    if (m_.layers.empty() || q_.tensor.back() == kModelInput)
+    if (m_.ops.empty() || q_.tensor.back() == kGraphInput)
       throw InputError(fmt::format("{}: the model computes nothing", m_.file));
     out_tensor_ = q_.tensor.back();
-    last_read_.assign(m_.layers.size(), m_.layers.size());
-    for (std::size_t i = 0; i < m_.layers.size(); ++i)
+    last_read_.assign(m_.ops.size(), m_.ops.size());
+    for (std::size_t i = 0; i < m_.ops.size(); ++i)
       if (q_.computes(i))
         for (std::size_t t : reads(i))
-          if (t != kModelInput) last_read_[t] = i;
+          if (t != kGraphInput) last_read_[t] = i;
     check_layers();
     plan_weights();
     layout_host();
@@ -137,46 +137,46 @@ class Compiler {
       p_.memory_image.push_back({addr, q_.layers[layer].constant});
     for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) emit_core(c);
     p_.layers.push_back({"setup", "host I/O and parameter loads", 0});
-    for (const Layer& l : m_.layers)
-      p_.layers.push_back({l.name, std::string(nn::name_of(l.kind)), l.macs()});
+    for (const Op& l : m_.ops)
+      p_.layers.push_back({l.name, std::string(ir::name_of(l.kind)), l.macs()});
     return std::move(p_);
   }
 
  private:
-  [[noreturn]] void fail(const Layer& l, const std::string& what) const {
+  [[noreturn]] void fail(const Op& l, const std::string& what) const {
     throw InputError(
-        fmt::format("{}: layer {} ({}): {}", m_.file, l.name, nn::name_of(l.kind), what));
+        fmt::format("{}: layer {} ({}): {}", m_.file, l.name, ir::name_of(l.kind), what));
   }
 
   // Bytes per image of layer i's output tensor (or the model input's) in the unified buffer.
   [[nodiscard]] std::uint64_t out_bytes(std::size_t i) const {
-    if (i == kModelInput) return p_.input_bytes_per_image;
-    return m_.layers[i].out.size() * size_of(q_.layers[i].out_type);
+    if (i == kGraphInput) return p_.input_bytes_per_image;
+    return m_.ops[i].out.size() * size_of(q_.layers[i].out_type);
   }
   // The tensors computing layer i reads, in operand order.
   [[nodiscard]] std::vector<std::size_t> reads(std::size_t i) const {
-    const Layer& l = m_.layers[i];
-    if (l.kind == LayerKind::Constant) return {};
-    if (l.kind == LayerKind::Conv2D) return {q_.conv_input(i).tensor};
+    const Op& l = m_.ops[i];
+    if (l.kind == OpKind::Constant) return {};
+    if (l.kind == OpKind::Conv2D) return {q_.conv_input(i).tensor};
     std::vector<std::size_t> r;
     for (std::size_t p : l.inputs) r.push_back(q_.tensor_of(p));
     return r;
   }
   [[nodiscard]] bool has_constants() const {
-    return std::any_of(m_.layers.begin(), m_.layers.end(),
-                       [](const Layer& l) { return l.kind == LayerKind::Constant; });
+    return std::any_of(m_.ops.begin(), m_.ops.end(),
+                       [](const Op& l) { return l.kind == OpKind::Constant; });
   }
 
   // What the ISA's fields cannot express, named before anything is emitted.
   void check_layers() const {
-    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+    for (std::size_t i = 0; i < m_.ops.size(); ++i) {
       if (!q_.computes(i)) continue;
-      const Layer& l = m_.layers[i];
+      const Op& l = m_.ops[i];
       for (std::uint32_t v : {l.in.h, l.in.w, l.in.c, l.out.h, l.out.w})
-        if (v > 65535 && l.kind != LayerKind::Dense && l.kind != LayerKind::Constant)
+        if (v > 65535 && l.kind != OpKind::Dense && l.kind != OpKind::Constant)
           fail(l, "image dimensions and channels must fit the ISA's 16-bit fields");
       for (std::size_t t : reads(i))
-        if (t != kModelInput && q_.layers[t].out_type != q_.act_type && !l.has_weights())
+        if (t != kGraphInput && q_.layers[t].out_type != q_.act_type && !l.has_weights())
           fail(l, fmt::format("reads a {} tensor; the vector unit takes {}",
                               name_of(q_.layers[t].out_type), name_of(q_.act_type)));
     }
@@ -185,18 +185,17 @@ class Compiler {
   // 1. Weight tiles and parameter records, laid out in off-chip memory; constants after them.
   void plan_weights() {
     const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols;
-    plans_.resize(m_.layers.size());
-    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
-      const Layer& l = m_.layers[i];
+    plans_.resize(m_.ops.size());
+    for (std::size_t i = 0; i < m_.ops.size(); ++i) {
+      const Op& l = m_.ops[i];
       if (!l.has_weights()) continue;
       const nn::QuantizedLayer& ql = q_.layers[i];
       WeightedPlan& p = plans_[i];
-      const std::uint64_t K = l.kind == LayerKind::Dense
-                                  ? l.in.size()
-                                  : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
+      const std::uint64_t K =
+          l.kind == OpKind::Dense ? l.in.size() : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
       if (K > std::numeric_limits<std::uint32_t>::max() || l.out.c > 65535)
         fail(l, fmt::format("K = {} and N = {} must fit 32 and 16 bits", K, l.out.c));
-      if (l.kind == LayerKind::Conv2D && K > 65535u + R)
+      if (l.kind == OpKind::Conv2D && K > 65535u + R)
         fail(l, fmt::format("a window of {} values exceeds the 16-bit k_first field", K));
       p.K = static_cast<std::uint32_t>(K);
       p.N = l.out.c;
@@ -238,8 +237,8 @@ class Compiler {
     weights_addr_ = 0;
     params_addr_ = align(weights_.size());
     mem_end_ = align(params_addr_ + params_.size());
-    for (std::size_t i = 0; i < m_.layers.size(); ++i)
-      if (m_.layers[i].kind == LayerKind::Constant) {
+    for (std::size_t i = 0; i < m_.ops.size(); ++i)
+      if (m_.ops[i].kind == OpKind::Constant) {
         const_addr_[i] = mem_end_;
         mem_end_ = align(mem_end_ + q_.layers[i].constant.size());
       }
@@ -256,7 +255,7 @@ class Compiler {
     p_.input_bytes_per_image = m_.input.size() * e_;
     p_.input_addr = 0;
     p_.output_addr = align(opt_.images * p_.input_bytes_per_image);
-    const std::size_t last = m_.layers.size() - 1;
+    const std::size_t last = m_.ops.size() - 1;
     p_.output_type = q_.layers[last].out_type;
     p_.output_scale = q_.layers[last].out_scale;
     p_.output_elements = m_.output().size();
@@ -288,11 +287,11 @@ class Compiler {
     const std::uint64_t ub_bytes = cfg_.unified_buffer.bytes;
     std::uint64_t per_image = 2 * align(p_.input_bytes_per_image);
     std::uint64_t zeros_per_image = 0;
-    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+    for (std::size_t i = 0; i < m_.ops.size(); ++i) {
       if (!q_.computes(i)) continue;
       per_image += out_bytes(i);
-      const LayerKind k = m_.layers[i].kind;
-      if (k == LayerKind::Activation || k == LayerKind::ZeroPadding2D)
+      const OpKind k = m_.ops[i].kind;
+      if (k == OpKind::Activation || k == OpKind::ZeroPadding2D)
         zeros_per_image = std::max(zeros_per_image, out_bytes(i));
     }
     per_image += zeros_per_image;
@@ -310,8 +309,8 @@ class Compiler {
     at += align(p_.input_bytes_per_image * mb);
     in_ub_[1] = at;
     at += align(p_.input_bytes_per_image * mb);
-    tensor_ub_.assign(m_.layers.size(), 0);
-    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+    tensor_ub_.assign(m_.ops.size(), 0);
+    for (std::size_t i = 0; i < m_.ops.size(); ++i) {
       if (!q_.computes(i)) continue;
       tensor_ub_[i] = at;
       at += align(out_bytes(i) * mb);
@@ -334,14 +333,14 @@ class Compiler {
     p_.micro_batch = static_cast<std::uint32_t>(std::min<std::uint64_t>(per_core_, 65535));
     p_.ub_bytes_used = work_ub_;
     Arena arena;
-    home_.assign(m_.layers.size(), 0);
+    home_.assign(m_.ops.size(), 0);
     const std::uint64_t mb = p_.micro_batch;
-    for (std::size_t i = 0; i < m_.layers.size(); ++i) {
-      if (!q_.computes(i) || m_.layers[i].kind == LayerKind::Constant) continue;
+    for (std::size_t i = 0; i < m_.ops.size(); ++i) {
+      if (!q_.computes(i) || m_.ops[i].kind == OpKind::Constant) continue;
       home_[i] = arena.alloc(out_bytes(i) * mb);
       for (std::size_t t = 0; t <= i; ++t)
-        if (q_.computes(t) && m_.layers[t].kind != LayerKind::Constant &&
-            (last_read_[t] == i || (t == i && last_read_[t] == m_.layers.size())))
+        if (q_.computes(t) && m_.ops[t].kind != OpKind::Constant &&
+            (last_read_[t] == i || (t == i && last_read_[t] == m_.ops.size())))
           arena.release(home_[t], out_bytes(t) * mb);
     }
     act_addr_ = align(mem_end_);
@@ -402,13 +401,13 @@ class Compiler {
       tag(out, 0);
       if (pass + 1 < passes) read_input(pass + 1);  // one micro-batch ahead
       input_ub_ = in_ub_[pass % 2];
-      pooled_.assign(m_.layers.size(), false);
-      for (std::size_t i = 0; i < m_.layers.size(); ++i) {
+      pooled_.assign(m_.ops.size(), false);
+      for (std::size_t i = 0; i < m_.ops.size(); ++i) {
         if (!q_.computes(i)) continue;
         tag(out, static_cast<std::uint32_t>(i + 1));
         if (pooled_[i]) continue;
         std::vector<std::uint64_t> src;
-        for (std::size_t t : reads(i)) src.push_back(t == kModelInput ? input_ub_ : tensor_ub_[t]);
+        for (std::size_t t : reads(i)) src.push_back(t == kGraphInput ? input_ub_ : tensor_ub_[t]);
         emit_compute(out, i, src, tensor_ub_[i], static_cast<std::uint32_t>(n), true);
       }
       tag(out, 0);
@@ -423,8 +422,8 @@ class Compiler {
     const std::uint64_t mb = p_.micro_batch;
     for (std::uint64_t s = first; s < last; s += mb) {
       const std::uint64_t n = std::min(mb, last - s);
-      for (std::size_t i = 0; i < m_.layers.size(); ++i) {
-        if (!q_.computes(i) || m_.layers[i].kind == LayerKind::Constant) continue;
+      for (std::size_t i = 0; i < m_.ops.size(); ++i) {
+        if (!q_.computes(i) || m_.ops[i].kind == OpKind::Constant) continue;
         tag(out, static_cast<std::uint32_t>(i + 1));
         emit_spilled_layer(out, i, s, n);
       }
@@ -435,7 +434,7 @@ class Compiler {
   // two buffer sets, each group's output written back while the next computes.
   void emit_spilled_layer(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t s,
                           std::uint64_t n) {
-    const Layer& l = m_.layers[i];
+    const Op& l = m_.ops[i];
     const std::vector<std::size_t> in = reads(i);
     std::uint64_t per_image = align(out_bytes(i));
     for (std::size_t t : in) per_image += align(out_bytes(t));
@@ -471,10 +470,10 @@ class Compiler {
       for (std::size_t k = 0; k < in.size(); ++k) {
         const std::size_t src = in[k];
         const std::uint64_t bytes = out_bytes(src), dst = in_slot[t % sets][k];
-        if (src == kModelInput) {
+        if (src == kGraphInput) {
           out.push_back(isa::ReadHost{HostAddr(p_.input_addr + (s + g0) * bytes), ub(dst),
                                       static_cast<std::uint32_t>(cnt * bytes)});
-        } else if (m_.layers[src].kind == LayerKind::Constant) {
+        } else if (m_.ops[src].kind == OpKind::Constant) {
           for (std::uint64_t j = 0; j < cnt; ++j)
             out.push_back(isa::ReadMem{MemAddr(const_addr_.at(src)), ub(dst + j * bytes),
                                        static_cast<std::uint32_t>(bytes)});
@@ -498,45 +497,45 @@ class Compiler {
                                      HostAddr(p_.output_addr + (s + g0) * bytes),
                                      static_cast<std::uint32_t>(cnt * bytes)});
       // The output goes off-chip too only if a later layer reads it.
-      if (i != out_tensor_ || last_read_[i] != m_.layers.size())
+      if (i != out_tensor_ || last_read_[i] != m_.ops.size())
         out.push_back(isa::WriteMem{ub(out_slot[t % sets]),
                                     MemAddr(home_base + home_[i] + g0 * bytes),
                                     static_cast<std::uint32_t>(cnt * bytes)});
     }
   }
 
-  // Layer i on n images whose operands sit at `src` (per tensor read) and whose output goes to
+  // Op i on n images whose operands sit at `src` (per tensor read) and whose output goes to
   // `dst`, all in the unified buffer.
   void emit_compute(std::vector<isa::Instruction>& out, std::size_t i,
                     const std::vector<std::uint64_t>& src, std::uint64_t dst, std::uint32_t n,
                     bool may_fuse_pool) {
-    const Layer& l = m_.layers[i];
+    const Op& l = m_.ops[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
     const std::uint64_t count = l.out.size() * n;
     switch (l.kind) {
-      case LayerKind::Conv2D:
-      case LayerKind::Dense: emit_weighted(out, i, src[0], dst, n, may_fuse_pool); return;
-      case LayerKind::MaxPooling2D:
-      case LayerKind::AveragePooling2D:
-      case LayerKind::GlobalAveragePooling2D:
-      case LayerKind::GlobalMaxPooling2D: emit_pool(out, i, src[0], dst, n); return;
-      case LayerKind::Activation: emit_relu(out, src[0], dst, count, ql.out_type); return;
-      case LayerKind::Add:
+      case OpKind::Conv2D:
+      case OpKind::Dense: emit_weighted(out, i, src[0], dst, n, may_fuse_pool); return;
+      case OpKind::MaxPooling2D:
+      case OpKind::AveragePooling2D:
+      case OpKind::GlobalAveragePooling2D:
+      case OpKind::GlobalMaxPooling2D: emit_pool(out, i, src[0], dst, n); return;
+      case OpKind::Activation: emit_relu(out, src[0], dst, count, ql.out_type); return;
+      case OpKind::Add:
         for (std::size_t k = 1; k < src.size(); ++k)
           emit_eltwise(out, isa::EltOp::Add, k == 1 ? src[0] : dst, src[k], dst, count,
                        ql.out_type);
         return;
-      case LayerKind::ZeroPadding2D: emit_zero_padding(out, i, src[0], dst, n); return;
-      case LayerKind::Constant:
+      case OpKind::ZeroPadding2D: emit_zero_padding(out, i, src[0], dst, n); return;
+      case OpKind::Constant:
         // Resident schedule only: the constant's copy for each image of the micro-batch.
         for (std::uint32_t j = 0; j < n; ++j)
           out.push_back(isa::ReadMem{MemAddr(const_addr_.at(i)), ub(dst + j * out_bytes(i)),
                                      static_cast<std::uint32_t>(out_bytes(i))});
         return;
-      case LayerKind::Dropout: throw std::logic_error(nn::kIdentityRemoved);
-      case LayerKind::Flatten:
-      case LayerKind::Reshape:
-      case LayerKind::BatchNormalization: return;  // they compute nothing (QuantizedModel)
+      case OpKind::Dropout: throw std::logic_error(nn::kIdentityRemoved);
+      case OpKind::Flatten:
+      case OpKind::Reshape:
+      case OpKind::BatchNormalization: return;  // they compute nothing (QuantizedModel)
     }
   }
 
@@ -575,7 +574,7 @@ class Compiler {
   // zero region and each row copied (max(x, x) is x) into place.
   void emit_zero_padding(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
                          std::uint64_t dst, std::uint32_t n) {
-    const Layer& l = m_.layers[i];
+    const Op& l = m_.ops[i];
     const DType type = q_.layers[i].out_type;
     const std::uint64_t es = size_of(type), c = l.in.c;
     const std::uint64_t row = std::uint64_t{l.in.w} * c;
@@ -596,10 +595,10 @@ class Compiler {
 
   void emit_pool(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
                  std::uint64_t dst, std::uint32_t n) {
-    const Layer& l = m_.layers[i];
+    const Op& l = m_.ops[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
     const bool global =
-        l.kind == LayerKind::GlobalAveragePooling2D || l.kind == LayerKind::GlobalMaxPooling2D;
+        l.kind == OpKind::GlobalAveragePooling2D || l.kind == OpKind::GlobalMaxPooling2D;
     isa::Pool p;
     p.src = ub(src), p.dst = ub(dst);
     p.in_h = static_cast<std::uint16_t>(l.in.h), p.in_w = static_cast<std::uint16_t>(l.in.w);
@@ -609,31 +608,31 @@ class Compiler {
     p.stride_h = static_cast<std::uint16_t>(global ? 1 : l.stride_h);
     p.stride_w = static_cast<std::uint16_t>(global ? 1 : l.stride_w);
     p.images = static_cast<std::uint16_t>(n);
-    p.kind = l.kind == LayerKind::MaxPooling2D || l.kind == LayerKind::GlobalMaxPooling2D
+    p.kind = l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D
                  ? isa::PoolKind::Max
                  : isa::PoolKind::Avg;
     p.type = ql.out_type;
     out.push_back(p);
   }
 
-  // The pooling layer that computes next, if it reads layer i's tensor, or m_.layers.size().
+  // The pooling layer that computes next, if it reads layer i's tensor, or m_.ops.size().
   [[nodiscard]] std::size_t pool_after(std::size_t i) const {
-    for (std::size_t p = i + 1; p < m_.layers.size(); ++p) {
+    for (std::size_t p = i + 1; p < m_.ops.size(); ++p) {
       if (!q_.computes(p)) continue;
-      const Layer& l = m_.layers[p];
-      const bool pool = l.kind == LayerKind::MaxPooling2D || l.kind == LayerKind::AveragePooling2D;
-      return pool && q_.tensor_of(l.inputs[0]) == i ? p : m_.layers.size();
+      const Op& l = m_.ops[p];
+      const bool pool = l.kind == OpKind::MaxPooling2D || l.kind == OpKind::AveragePooling2D;
+      return pool && q_.tensor_of(l.inputs[0]) == i ? p : m_.ops.size();
     }
-    return m_.layers.size();
+    return m_.ops.size();
   }
 
   void emit_weighted(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
                      std::uint64_t dst, std::uint32_t n, bool may_fuse_pool) {
-    const Layer& l = m_.layers[i];
+    const Op& l = m_.ops[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
     const WeightedPlan& p = plans_[i];
     const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols, M = cfg_.mxu.count;
-    const bool conv = l.kind == LayerKind::Conv2D;
+    const bool conv = l.kind == OpKind::Conv2D;
     const std::uint32_t e_out = size_of(ql.out_type);
     if (conv) {
       const nn::ConvInput ci = q_.conv_input(i);
@@ -661,11 +660,11 @@ class Compiler {
     // the next layer does not wait for the whole micro-batch: chunks then hold whole images.
     const std::uint64_t pixels = std::uint64_t{l.out.h} * l.out.w;
     const std::size_t pool =
-        conv && may_fuse_pool && p.n_tiles == 1 ? pool_after(i) : m_.layers.size();
-    const bool fuse_pool = pool < m_.layers.size() && chunk >= pixels;
+        conv && may_fuse_pool && p.n_tiles == 1 ? pool_after(i) : m_.ops.size();
+    const bool fuse_pool = pool < m_.ops.size() && chunk >= pixels;
     // A softmax across more columns than one MXU tile: each tile is activated to fp32 logits and
     // the whole rows are normalized once every tile is in (Activate sees one tile's columns).
-    const bool row_softmax = ql.fused_activation == nn::Act::Softmax && p.n_tiles > 1;
+    const bool row_softmax = ql.fused_activation == ir::Act::Softmax && p.n_tiles > 1;
     if (row_softmax && p.N > 65535) fail(l, "a softmax across more than 65535 values");
     if (fuse_pool) {
       chunk = chunk / pixels * pixels;
@@ -741,7 +740,7 @@ class Compiler {
   }
 
   const nn::QuantizedModel& q_;
-  const nn::Model& m_;
+  const ir::Graph& m_;
   const ChipConfig& cfg_;
   const Options& opt_;
   const std::uint32_t e_;  // bytes per activation element

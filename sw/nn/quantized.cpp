@@ -15,6 +15,13 @@
 #include "sw/nn/rewrite.h"
 
 namespace tpu::nn {
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 namespace {
 
 // int8 symmetric range: -127..127 (no -128), so negation never overflows.
@@ -92,20 +99,20 @@ float range_of(float lo, float hi, Act f) {
 
 }  // namespace
 
-std::size_t calibration_images(const Model& m) {
+std::size_t calibration_images(const Graph& m) {
   const std::uint64_t macs = std::max<std::uint64_t>(m.macs_per_image(), 1);
   return static_cast<std::size_t>(
       std::clamp<std::uint64_t>(kCalibrationMacs / macs, 1, kCalibrationImages));
 }
 
 ConvInput QuantizedModel::conv_input(std::size_t layer) const {
-  const Layer& l = model->layers[layer];
+  const Op& l = model->ops[layer];
   ConvInput c;
   std::size_t p = l.inputs[0];
   std::uint32_t extra_top = 0, extra_left = 0;
   c.shape = l.in;
-  if (p != kModelInput && layers[p].folded_padding) {
-    const Layer& zp = model->layers[p];
+  if (p != kGraphInput && layers[p].folded_padding) {
+    const Op& zp = model->ops[p];
     extra_top = zp.pad_top, extra_left = zp.pad_left;
     c.shape = zp.in;
     p = zp.inputs[0];
@@ -116,7 +123,7 @@ ConvInput QuantizedModel::conv_input(std::size_t layer) const {
   return c;
 }
 
-QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std::uint32_t tile_rows,
+QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std::uint32_t tile_rows,
                         const float* calibration, std::size_t n_cal) {
   if (input_type != DType::Int8 && input_type != DType::Bf16)
     throw InputError("quantize: the MXU input type must be int8 or bf16");
@@ -124,14 +131,14 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
   q.model = &m;
   q.act_type = input_type;
   q.tile_rows = tile_rows;
-  const std::size_t L = m.layers.size();
+  const std::size_t L = m.ops.size();
   q.layers.resize(L);
   const auto readers = consumers(m);
   // Whether layer p's only reader is c (so an operation fused into p changes nothing else).
   auto only_reader = [&](std::size_t p, std::size_t c) {
-    return p != kModelInput && readers[p].size() == 1 && readers[p][0] == c;
+    return p != kGraphInput && readers[p].size() == 1 && readers[p][0] == c;
   };
-  auto refuse = [&](const Layer& l, const std::string& why) {
+  auto refuse = [&](const Op& l, const std::string& why) {
     throw InputError(fmt::format("{}: layer {} ({}): {}", m.file, l.name, name_of(l.kind), why));
   };
 
@@ -142,12 +149,12 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
   std::vector<std::size_t> value_layer(L);  // the float layer whose output a weighted layer's is
   std::vector<std::size_t> bn_of(L, L);     // the BatchNormalization folded into layer i
   for (std::size_t i = 0; i < L; ++i) {
-    const Layer& l = m.layers[i];
+    const Op& l = m.ops[i];
     value_layer[i] = i;
     if (l.has_weights()) q.layers[i].fused_activation = l.activation;
-    if (l.kind == LayerKind::BatchNormalization) {
+    if (l.kind == OpKind::BatchNormalization) {
       const std::size_t p = l.inputs[0];
-      if (p == kModelInput || !m.layers[p].has_weights() || !only_reader(p, i) ||
+      if (p == kGraphInput || !m.ops[p].has_weights() || !only_reader(p, i) ||
           q.layers[p].fused_activation != Act::Linear || bn_of[p] != L)
         refuse(l,
                "the chip applies a BatchNormalization only folded into the Conv2D or Dense "
@@ -156,20 +163,20 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
       bn_of[p] = i;
       value_layer[p] = i;
     }
-    if (l.kind != LayerKind::Activation || l.activation == Act::Linear) continue;
+    if (l.kind != OpKind::Activation || l.activation == Act::Linear) continue;
     std::size_t j = l.inputs[0], reader = i;
     bool through_pool = false;
-    while (j != kModelInput && only_reader(j, reader)) {
-      const Layer& k = m.layers[j];
-      if (k.is_view() || q.layers[j].fused_into_previous || k.kind == LayerKind::MaxPooling2D) {
-        through_pool = through_pool || k.kind == LayerKind::MaxPooling2D;
+    while (j != kGraphInput && only_reader(j, reader)) {
+      const Op& k = m.ops[j];
+      if (k.is_view() || q.layers[j].fused_into_previous || k.kind == OpKind::MaxPooling2D) {
+        through_pool = through_pool || k.kind == OpKind::MaxPooling2D;
         reader = j;
         j = k.inputs[0];
         continue;
       }
       break;
     }
-    if (j == kModelInput || !only_reader(j, reader) || !m.layers[j].has_weights()) continue;
+    if (j == kGraphInput || !only_reader(j, reader) || !m.ops[j].has_weights()) continue;
     QuantizedLayer& producer = q.layers[j];
     if (producer.fused_activation != Act::Linear) continue;
     if (through_pool && !monotonic(l.activation)) continue;
@@ -177,18 +184,18 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
     q.layers[i].fused_into_previous = true;
   }
   for (std::size_t i = 0; i < L; ++i) {
-    const Layer& l = m.layers[i];
-    if (l.kind != LayerKind::ZeroPadding2D || readers[i].empty()) continue;
+    const Op& l = m.ops[i];
+    if (l.kind != OpKind::ZeroPadding2D || readers[i].empty()) continue;
     q.layers[i].folded_padding = std::all_of(readers[i].begin(), readers[i].end(), [&](auto r) {
-      return m.layers[r].kind == LayerKind::Conv2D;
+      return m.ops[r].kind == OpKind::Conv2D;
     });
   }
   q.tensor.resize(L);
   for (std::size_t i = 0; i < L; ++i) {
-    const Layer& l = m.layers[i];
+    const Op& l = m.ops[i];
     const QuantizedLayer& ql = q.layers[i];
     const bool passes_on = l.is_view() || ql.fused_into_previous || ql.folded_padding ||
-                           (l.kind == LayerKind::Activation && l.activation == Act::Linear);
+                           (l.kind == OpKind::Activation && l.activation == Act::Linear);
     q.tensor[i] = passes_on ? q.tensor_of(l.inputs[0]) : i;
   }
 
@@ -196,22 +203,22 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
   //    follow it; every other tensor keeps the chip's activation type.
   std::size_t last_weighted = L;
   for (std::size_t i = 0; i < L; ++i)
-    if (m.layers[i].has_weights()) last_weighted = i;
+    if (m.ops[i].has_weights()) last_weighted = i;
   bool final_float = last_weighted < L;
   for (std::size_t i = last_weighted + 1; i < L && final_float; ++i)
     final_float = q.tensor[i] == last_weighted;
 
   // 3. What the chip cannot run, named before anything is built.
   for (std::size_t i = 0; i < L; ++i) {
-    const Layer& l = m.layers[i];
+    const Op& l = m.ops[i];
     const QuantizedLayer& ql = q.layers[i];
-    if (l.kind == LayerKind::Activation && !ql.fused_into_previous &&
+    if (l.kind == OpKind::Activation && !ql.fused_into_previous &&
         !(l.activation == Act::Relu || l.activation == Act::Linear))
       throw InputError(
           fmt::format("{}: layer {} ({} {}): the chip applies this activation only "
                       "fused into the Conv2D or Dense before it",
                       m.file, l.name, name_of(l.kind), name_of(l.activation)));
-    if ((l.kind == LayerKind::MaxPooling2D || l.kind == LayerKind::AveragePooling2D) &&
+    if ((l.kind == OpKind::MaxPooling2D || l.kind == OpKind::AveragePooling2D) &&
         l.padding != Padding::Valid)
       throw InputError(
           fmt::format("{}: layer {} ({}): the vector unit pools with padding "
@@ -222,7 +229,7 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
       if (final_float && q.tensor_of(p) == last_weighted)
         refuse(l, fmt::format("it reads the fp32 output of {}, the last weighted layer; the "
                               "vector unit works on {} tensors",
-                              m.layers[last_weighted].name, name_of(input_type)));
+                              m.ops[last_weighted].name, name_of(input_type)));
   }
 
   // 4. int8 ranges: one float pass over the calibration images records each layer's range.
@@ -250,14 +257,14 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
   for (std::size_t k = 0; k <= L; ++k) sc.parent[k] = k;
   std::vector<std::size_t> source(L + 1, 0);
   auto source_of = [&](std::size_t tensor) {
-    return sc.find(tensor == kModelInput ? 0 : source[tensor + 1]);
+    return sc.find(tensor == kGraphInput ? 0 : source[tensor + 1]);
   };
   for (std::size_t i = 0; i < L; ++i) {
     if (!q.computes(i)) continue;
-    const Layer& l = m.layers[i];
-    if (l.has_weights() || l.kind == LayerKind::Constant) {
+    const Op& l = m.ops[i];
+    if (l.has_weights() || l.kind == OpKind::Constant) {
       source[i + 1] = i + 1;
-    } else if (l.kind == LayerKind::Add) {
+    } else if (l.kind == OpKind::Add) {
       const std::size_t root = source_of(q.tensor_of(l.inputs[0]));
       for (std::size_t k = 1; k < l.inputs.size(); ++k) {
         const std::size_t other = source_of(q.tensor_of(l.inputs[k]));
@@ -276,9 +283,9 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
   class_fixed[sc.find(0)] = scale_for(in_range);
   for (std::size_t i = 0; i < L; ++i) {
     if (!q.computes(i) || input_type != DType::Int8) continue;
-    const Layer& l = m.layers[i];
+    const Op& l = m.ops[i];
     const std::size_t root = sc.find(source[i + 1]);
-    if (l.kind == LayerKind::Constant) {
+    if (l.kind == OpKind::Constant) {
       const auto v = constant_values(l);
       float r = 0.0f;
       for (float x : v) r = std::max(r, std::fabs(x));
@@ -292,7 +299,7 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
       const std::size_t v = value_layer[i];
       class_range[root] =
           std::max(class_range[root], range_of(lo[v], hi[v], q.layers[i].fused_activation));
-    } else if (l.kind == LayerKind::Add) {
+    } else if (l.kind == OpKind::Add) {
       class_range[root] = std::max(class_range[root], range_of(lo[i], hi[i], Act::Linear));
     }
   }
@@ -302,15 +309,15 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
   };
 
   // 6. Parameters, layer by layer.
-  q.input_scale = input_type == DType::Int8 ? scale_of_tensor(kModelInput) : 1.0f;
+  q.input_scale = input_type == DType::Int8 ? scale_of_tensor(kGraphInput) : 1.0f;
   for (std::size_t i = 0; i < L; ++i) {
-    const Layer& l = m.layers[i];
+    const Op& l = m.ops[i];
     QuantizedLayer& ql = q.layers[i];
     const std::size_t own = q.tensor[i];
     const bool out_float = final_float && own == last_weighted;
     ql.out_type = out_float ? DType::Fp32 : input_type;
     ql.out_scale = input_type == DType::Int8 && !out_float ? scale_of_tensor(own) : 1.0f;
-    if (l.kind == LayerKind::Constant) {
+    if (l.kind == OpKind::Constant) {
       const auto v = constant_values(l);
       for (float x : v) {
         if (input_type == DType::Int8) {
@@ -341,7 +348,7 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
     std::vector<float> bias = w.layers[i].bias;
     bias.resize(cout, 0.0f);
     if (bn_of[i] != L) {
-      const Layer& bn = m.layers[bn_of[i]];
+      const Op& bn = m.ops[bn_of[i]];
       const LayerWeights& bw = w.layers[bn_of[i]];
       for (std::uint32_t c = 0; c < cout; ++c) {
         const float inv = bw.gamma[c] / std::sqrt(bw.moving_variance[c] + bn.epsilon);
@@ -358,8 +365,8 @@ QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std:
       ql.scale_f32.assign(cout, 1.0f);
       continue;
     }
-    const float in_scale = scale_of_tensor(l.kind == LayerKind::Conv2D ? q.conv_input(i).tensor
-                                                                       : q.tensor_of(l.inputs[0]));
+    const float in_scale = scale_of_tensor(l.kind == OpKind::Conv2D ? q.conv_input(i).tensor
+                                                                    : q.tensor_of(l.inputs[0]));
     ql.weight_scale.assign(cout, 0.0f);
     for (std::size_t k = 0; k < k_total; ++k)
       for (std::uint32_t c = 0; c < cout; ++c)
@@ -411,9 +418,9 @@ namespace {
 
 // Conv2D and Dense in the chip's arithmetic. A Dense layer is a 1x1 "convolution" of a 1x1
 // image whose channels are the flattened input: the same loop covers both.
-void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLayer& ql,
+void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
                     const ConvInput& geometry, const Tensor& in, Tensor& out, std::size_t n) {
-  const bool dense = l.kind == LayerKind::Dense;
+  const bool dense = l.kind == OpKind::Dense;
   const std::uint32_t ih = dense ? 1 : geometry.shape.h, iw = dense ? 1 : geometry.shape.w;
   const std::uint32_t ic = dense ? static_cast<std::uint32_t>(l.in.size()) : geometry.shape.c;
   const std::uint32_t kh = dense ? 1 : l.kernel_h, kw = dense ? 1 : l.kernel_w;
@@ -518,11 +525,11 @@ void weighted_layer(const QuantizedModel& q, const Layer& l, const QuantizedLaye
       }
 }
 
-void pool_layer(const Layer& l, const Tensor& in, Tensor& out, std::size_t n) {
+void pool_layer(const Op& l, const Tensor& in, Tensor& out, std::size_t n) {
   out.type = in.type;
   const std::uint64_t oh = l.out.h, ow = l.out.w, c = l.in.c;
   resize(out, n * oh * ow * c);
-  const bool avg = l.kind == LayerKind::AveragePooling2D;
+  const bool avg = l.kind == OpKind::AveragePooling2D;
   const auto window = static_cast<std::int32_t>(l.kernel_h * l.kernel_w);
   for (std::size_t b = 0; b < n; ++b)
     for (std::uint64_t oy = 0; oy < oh; ++oy)
@@ -556,8 +563,8 @@ void pool_layer(const Layer& l, const Tensor& in, Tensor& out, std::size_t n) {
 }  // namespace
 
 std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n) {
-  const Model& m = *q.model;
-  const std::size_t L = m.layers.size();
+  const Graph& m = *q.model;
+  const std::size_t L = m.ops.size();
   Tensor input;
   input.type = q.act_type;
   const auto enc = encode_input(q, images, n);
@@ -568,49 +575,49 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
     std::memcpy(input.bf.data(), enc.data(), enc.size());
 
   // Tensors are dropped after their last reader, so a deep network holds only what is live.
-  const std::size_t out_tensor = L == 0 ? kModelInput : q.tensor[L - 1];
+  const std::size_t out_tensor = L == 0 ? kGraphInput : q.tensor[L - 1];
   std::vector<std::size_t> last_read(L, 0);
   for (std::size_t i = 0; i < L; ++i)
     if (q.computes(i))
-      for (std::size_t p : m.layers[i].inputs) {
+      for (std::size_t p : m.ops[i].inputs) {
         const std::size_t t =
-            m.layers[i].kind == LayerKind::Conv2D ? q.conv_input(i).tensor : q.tensor_of(p);
-        if (t != kModelInput) last_read[t] = i;
+            m.ops[i].kind == OpKind::Conv2D ? q.conv_input(i).tensor : q.tensor_of(p);
+        if (t != kGraphInput) last_read[t] = i;
       }
   std::vector<Tensor> t(L);
-  auto get = [&](std::size_t k) -> const Tensor& { return k == kModelInput ? input : t[k]; };
+  auto get = [&](std::size_t k) -> const Tensor& { return k == kGraphInput ? input : t[k]; };
   for (std::size_t i = 0; i < L; ++i) {
     if (!q.computes(i)) continue;
-    const Layer& l = m.layers[i];
+    const Op& l = m.ops[i];
     const QuantizedLayer& ql = q.layers[i];
     Tensor& next = t[i];
-    const Tensor& in0 = get(q.tensor_of(l.inputs.empty() ? kModelInput : l.inputs[0]));
+    const Tensor& in0 = get(q.tensor_of(l.inputs.empty() ? kGraphInput : l.inputs[0]));
     switch (l.kind) {
-      case LayerKind::Conv2D: {
+      case OpKind::Conv2D: {
         const ConvInput ci = q.conv_input(i);
         weighted_layer(q, l, ql, ci, get(ci.tensor), next, n);
         break;
       }
-      case LayerKind::Dense: weighted_layer(q, l, ql, ConvInput{}, in0, next, n); break;
-      case LayerKind::MaxPooling2D:
-      case LayerKind::AveragePooling2D: pool_layer(l, in0, next, n); break;
-      case LayerKind::GlobalAveragePooling2D:
-      case LayerKind::GlobalMaxPooling2D: {
+      case OpKind::Dense: weighted_layer(q, l, ql, ConvInput{}, in0, next, n); break;
+      case OpKind::MaxPooling2D:
+      case OpKind::AveragePooling2D: pool_layer(l, in0, next, n); break;
+      case OpKind::GlobalAveragePooling2D:
+      case OpKind::GlobalMaxPooling2D: {
         // A pooling whose window is the whole image.
-        Layer g = l;
-        g.kind = l.kind == LayerKind::GlobalMaxPooling2D ? LayerKind::MaxPooling2D
-                                                         : LayerKind::AveragePooling2D;
+        Op g = l;
+        g.kind =
+            l.kind == OpKind::GlobalMaxPooling2D ? OpKind::MaxPooling2D : OpKind::AveragePooling2D;
         g.kernel_h = l.in.h, g.kernel_w = l.in.w, g.stride_h = 1, g.stride_w = 1;
         pool_layer(g, in0, next, n);
         break;
       }
-      case LayerKind::Activation:
+      case OpKind::Activation:
         // A standalone ReLU: the chip's elementwise max(x, +0).
         next = in0;
         for (auto& v : next.i8) v = relu(v);
         for (auto& v : next.bf) v = max_bf16(Bf16{v}, Bf16{0}).bits;
         break;
-      case LayerKind::ZeroPadding2D: {
+      case OpKind::ZeroPadding2D: {
         // Zeros, then each row copied as the chip copies it: max(x, x).
         next.type = in0.type;
         resize(next, n * l.out.size());
@@ -629,7 +636,7 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
           }
         break;
       }
-      case LayerKind::Add:
+      case OpKind::Add:
         // The chip's eltwise add, operand after operand (int8: equal scales, saturating).
         next = in0;
         for (std::size_t k = 1; k < l.inputs.size(); ++k) {
@@ -640,7 +647,7 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
             next.bf[e] = add_bf16(Bf16{next.bf[e]}, Bf16{o.bf[e]}).bits;
         }
         break;
-      case LayerKind::Constant:
+      case OpKind::Constant:
         next.type = q.act_type;
         resize(next, n * l.out.size());
         for (std::size_t b = 0; b < n; ++b) {
@@ -650,10 +657,10 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
             std::memcpy(next.bf.data() + b * l.out.size(), ql.constant.data(), ql.constant.size());
         }
         break;
-      case LayerKind::Dropout: throw std::logic_error(kIdentityRemoved);
-      case LayerKind::Flatten:
-      case LayerKind::Reshape:
-      case LayerKind::BatchNormalization: break;  // never computed: they pass a tensor on
+      case OpKind::Dropout: throw std::logic_error(kIdentityRemoved);
+      case OpKind::Flatten:
+      case OpKind::Reshape:
+      case OpKind::BatchNormalization: break;  // never computed: they pass a tensor on
     }
     for (std::size_t k = 0; k < i; ++k)
       if (q.computes(k) && last_read[k] == i && k != out_tensor) t[k] = Tensor{};
@@ -661,7 +668,7 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
   const Tensor& cur = get(out_tensor);
   const std::size_t count = n * m.output().size();
   std::vector<float> out(count);
-  const float scale = out_tensor == kModelInput ? q.input_scale : q.layers[out_tensor].out_scale;
+  const float scale = out_tensor == kGraphInput ? q.input_scale : q.layers[out_tensor].out_scale;
   for (std::size_t i = 0; i < count; ++i)
     out[i] = cur.type == DType::Int8 ? static_cast<float>(cur.i8[i]) * scale : value_at(cur, i);
   return out;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "hw/common/dtype.h"
-#include "sw/nn/model.h"
+#include "sw/ir/graph.h"
 #include "sw/nn/weights.h"
 
 namespace tpu::nn {
@@ -25,7 +25,7 @@ inline constexpr std::size_t kCalibrationImages = 256;
 // Float multiply-accumulates the calibration may spend: a model of more than
 // kCalibrationMacs / kCalibrationImages MACs per image calibrates on fewer images (at least one).
 inline constexpr std::uint64_t kCalibrationMacs = std::uint64_t{1} << 32;
-std::size_t calibration_images(const Model& m);
+std::size_t calibration_images(const ir::Graph& m);
 
 struct QuantizedLayer {
   // Tensor of this layer's output as it sits in the unified buffer.
@@ -40,9 +40,9 @@ struct QuantizedLayer {
   std::vector<std::int32_t> bias_i32;
   std::vector<std::int32_t> multiplier;  // int8 out: Q31; fp32 out from int acc: unused
   std::vector<std::int32_t> shift;
-  std::vector<float> bias_f32;         // bf16 chips
-  std::vector<float> scale_f32;        // fp32 out: dequantization scale (int) or 1.0 (float)
-  Act fused_activation = Act::Linear;  // applied by the Activate instruction
+  std::vector<float> bias_f32;   // bf16 chips
+  std::vector<float> scale_f32;  // fp32 out: dequantization scale (int) or 1.0 (float)
+  ir::Act fused_activation = ir::Act::Linear;  // applied by the Activate instruction
   // An Activation or BatchNormalization applied by the Conv2D or Dense that produces its input
   // (BatchNormalization folded into its weights and bias).
   bool fused_into_previous = false;
@@ -52,30 +52,30 @@ struct QuantizedLayer {
   std::vector<std::uint8_t> constant;
 };
 
-// Where a Conv2D reads its input: the tensor (a layer index or kModelInput) and its shape, and
+// Where a Conv2D reads its input: the tensor (a layer index or ir::kGraphInput) and its shape, and
 // the zeros before the first row and column (SAME padding plus a folded ZeroPadding2D); rows and
 // columns past the end are zeros too.
 struct ConvInput {
-  std::size_t tensor = kModelInput;
-  Shape shape;
+  std::size_t tensor = ir::kGraphInput;
+  ir::Shape shape;
   std::uint32_t pad_top = 0, pad_left = 0;
 };
 
 struct QuantizedModel {
-  const Model* model = nullptr;
+  const ir::Graph* model = nullptr;
   DType act_type = DType::Int8;        // int8 or bf16
   std::uint32_t tile_rows = 0;         // K per weight tile (mxu.rows): the bf16 summation order
   float input_scale = 1.0f;            // int8: q = round(x / input_scale)
   std::vector<QuantizedLayer> layers;  // one per model layer
   // Per layer, the layer whose computed tensor holds its output: itself, or for layers that
   // compute nothing of their own (Flatten, fused layers, linear activations, folded padding) the
-  // tensor they pass on; kModelInput for the input. Only layers with tensor[i] == i run.
+  // tensor they pass on; ir::kGraphInput for the input. Only layers with tensor[i] == i run.
   std::vector<std::size_t> tensor;
 
   [[nodiscard]] bool computes(std::size_t i) const { return tensor[i] == i; }
-  // The tensor that holds producer p's output (p a layer index or kModelInput).
+  // The tensor that holds producer p's output (p a layer index or ir::kGraphInput).
   [[nodiscard]] std::size_t tensor_of(std::size_t p) const {
-    return p == kModelInput ? kModelInput : tensor[p];
+    return p == ir::kGraphInput ? ir::kGraphInput : tensor[p];
   }
   [[nodiscard]] ConvInput conv_input(std::size_t layer) const;
 };
@@ -83,8 +83,8 @@ struct QuantizedModel {
 // Builds the quantized model for a chip whose MXU takes `input_type` in tiles of `tile_rows`.
 // `calibration` holds n_cal images (floats, NHWC) used for int8 activation ranges (the first
 // calibration_images(m) of them). Throws InputError naming the layer the chip cannot run.
-QuantizedModel quantize(const Model& m, const Weights& w, DType input_type, std::uint32_t tile_rows,
-                        const float* calibration, std::size_t n_cal);
+QuantizedModel quantize(const ir::Graph& m, const Weights& w, DType input_type,
+                        std::uint32_t tile_rows, const float* calibration, std::size_t n_cal);
 
 // Converts float images into the chip's input encoding (int8 or bf16, little-endian bytes).
 std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images, std::size_t n);

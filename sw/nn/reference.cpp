@@ -15,6 +15,13 @@
 #include "sw/nn/weights.h"
 
 namespace tpu::nn {
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 namespace {
 
 // Output channels are computed in blocks of whole 4-lane vectors, so the inner loops run on SSE
@@ -70,7 +77,7 @@ struct Packed {
   std::vector<float> kernel, bias;
 };
 
-Packed pack(const Layer& l, const LayerWeights& w) {
+Packed pack(const Op& l, const LayerWeights& w) {
   Packed p;
   p.cout = l.out.c;
   p.cout_padded = round_up(p.cout, kLane);
@@ -122,7 +129,7 @@ void window_all(const Window& w, const float* bias, float* out) {
 }
 
 // `out` holds out.h x out.w x cout_padded floats.
-void conv2d(const Layer& l, const Packed& p, const float* in, float* out) {
+void conv2d(const Op& l, const Packed& p, const float* in, float* out) {
   const std::int64_t pt = pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
   const std::int64_t pl = pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
   const std::int64_t ih = l.in.h, iw = l.in.w;
@@ -149,7 +156,7 @@ void conv2d(const Layer& l, const Packed& p, const float* in, float* out) {
   }
 }
 
-void dense(const Layer& l, const Packed& p, const float* in, float* out) {
+void dense(const Op& l, const Packed& p, const float* in, float* out) {
   Window w{};
   w.in = in;
   w.rows = 1;
@@ -162,8 +169,8 @@ void dense(const Layer& l, const Packed& p, const float* in, float* out) {
 
 // TensorFlow's pooling: SAME windows are clipped to the image, so max ignores the padding and
 // average divides by the number of pixels inside (tf.nn.avg_pool).
-void pool(const Layer& l, const float* in, float* out) {
-  const bool is_max = l.kind == LayerKind::MaxPooling2D;
+void pool(const Op& l, const float* in, float* out) {
+  const bool is_max = l.kind == OpKind::MaxPooling2D;
   const std::int64_t pt = pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
   const std::int64_t pl = pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
   const std::int64_t ih = l.in.h, iw = l.in.w;
@@ -229,7 +236,7 @@ void activate(Act a, std::size_t pixels, std::uint32_t c, float* v) {
 
 // Keras's batch_normalization at inference: inv = gamma / sqrt(variance + epsilon),
 // y = x * inv + (beta - mean * inv), per channel.
-void batch_norm(const Layer& l, const LayerWeights& w, const float* in, float* out) {
+void batch_norm(const Op& l, const LayerWeights& w, const float* in, float* out) {
   const std::uint32_t c = l.out.c;
   std::vector<float> inv(c), off(c);
   for (std::uint32_t k = 0; k < c; ++k) {
@@ -241,7 +248,7 @@ void batch_norm(const Layer& l, const LayerWeights& w, const float* in, float* o
     for (std::uint32_t k = 0; k < c; ++k) out[p * c + k] = in[p * c + k] * inv[k] + off[k];
 }
 
-void zero_pad(const Layer& l, const float* in, float* out) {
+void zero_pad(const Op& l, const float* in, float* out) {
   std::fill(out, out + l.out.size(), 0.0f);
   const std::size_t row = std::size_t{l.in.w} * l.in.c;
   for (std::uint32_t y = 0; y < l.in.h; ++y)
@@ -251,49 +258,49 @@ void zero_pad(const Layer& l, const float* in, float* out) {
 
 }  // namespace
 
-std::vector<float> constant_values(const Layer& l) {
+std::vector<float> constant_values(const Op& l) {
   std::mt19937_64 rng(l.seed);
   std::vector<float> v(l.out.size());
   for (auto& x : v) x = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-52 - 1.0);
   return v;
 }
 
-std::vector<float> forward_float(const Model& m, const Weights& w, const float* input,
+std::vector<float> forward_float(const Graph& m, const Weights& w, const float* input,
                                  std::size_t n) {
   return forward_float(m, w, input, n, nullptr);
 }
 
-std::vector<float> forward_float(const Model& m, const Weights& w, const float* input,
+std::vector<float> forward_float(const Graph& m, const Weights& w, const float* input,
                                  std::size_t n, const LayerObserver& observe) {
   check_weights(m, w);
-  const std::size_t L = m.layers.size();
+  const std::size_t L = m.ops.size();
   std::vector<Packed> packed(L);
   std::vector<std::vector<float>> out(L);
   std::vector<std::vector<float>> constants(L);
   for (std::size_t i = 0; i < L; ++i) {
-    const Layer& l = m.layers[i];
+    const Op& l = m.ops[i];
     if (l.has_weights()) packed[i] = pack(l, w.layers[i]);
     const std::size_t c = l.has_weights() ? packed[i].cout_padded : l.out.c;
     out[i].resize(std::size_t{l.out.h} * l.out.w * c);
-    if (l.kind == LayerKind::Constant) constants[i] = constant_values(l);
+    if (l.kind == OpKind::Constant) constants[i] = constant_values(l);
   }
   const Shape out_shape = m.output();
   std::vector<float> result(n * out_shape.size());
   for (std::size_t img = 0; img < n; ++img) {
     const float* image = input + img * m.input.size();
-    auto src = [&](const Layer& l, std::size_t k) {
+    auto src = [&](const Op& l, std::size_t k) {
       const std::size_t p = l.inputs[k];
-      return p == kModelInput ? image : out[p].data();
+      return p == kGraphInput ? image : out[p].data();
     };
     for (std::size_t i = 0; i < L; ++i) {
-      const Layer& l = m.layers[i];
+      const Op& l = m.ops[i];
       const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
       float* o = out[i].data();
       switch (l.kind) {
-        case LayerKind::Conv2D:
-        case LayerKind::Dense: {
+        case OpKind::Conv2D:
+        case OpKind::Dense: {
           const Packed& p = packed[i];
-          if (l.kind == LayerKind::Conv2D)
+          if (l.kind == OpKind::Conv2D)
             conv2d(l, p, src(l, 0), o);
           else
             dense(l, p, src(l, 0), o);
@@ -304,34 +311,34 @@ std::vector<float> forward_float(const Model& m, const Weights& w, const float* 
           activate(l.activation, pixels, l.out.c, o);
           break;
         }
-        case LayerKind::MaxPooling2D:
-        case LayerKind::AveragePooling2D: pool(l, src(l, 0), o); break;
-        case LayerKind::GlobalAveragePooling2D:
-        case LayerKind::GlobalMaxPooling2D: {
+        case OpKind::MaxPooling2D:
+        case OpKind::AveragePooling2D: pool(l, src(l, 0), o); break;
+        case OpKind::GlobalAveragePooling2D:
+        case OpKind::GlobalMaxPooling2D: {
           // A pooling whose window is the whole image.
-          Layer g = l;
-          g.kind = l.kind == LayerKind::GlobalMaxPooling2D ? LayerKind::MaxPooling2D
-                                                           : LayerKind::AveragePooling2D;
+          Op g = l;
+          g.kind = l.kind == OpKind::GlobalMaxPooling2D ? OpKind::MaxPooling2D
+                                                        : OpKind::AveragePooling2D;
           g.kernel_h = l.in.h, g.kernel_w = l.in.w, g.padding = Padding::Valid;
           pool(g, src(l, 0), o);
           break;
         }
-        case LayerKind::Activation:
+        case OpKind::Activation:
           std::copy_n(src(l, 0), l.out.size(), o);
           activate(l.activation, pixels, l.out.c, o);
           break;
         // NHWC is already (h, w, c) order in memory: Flatten changes only the shape.
-        case LayerKind::Flatten:
-        case LayerKind::Reshape: std::copy_n(src(l, 0), l.out.size(), o); break;
-        case LayerKind::BatchNormalization: batch_norm(l, w.layers[i], src(l, 0), o); break;
-        case LayerKind::ZeroPadding2D: zero_pad(l, src(l, 0), o); break;
-        case LayerKind::Add:
+        case OpKind::Flatten:
+        case OpKind::Reshape: std::copy_n(src(l, 0), l.out.size(), o); break;
+        case OpKind::BatchNormalization: batch_norm(l, w.layers[i], src(l, 0), o); break;
+        case OpKind::ZeroPadding2D: zero_pad(l, src(l, 0), o); break;
+        case OpKind::Add:
           std::copy_n(src(l, 0), l.out.size(), o);
           for (std::size_t k = 1; k < l.inputs.size(); ++k)
             combine(l.out.size(), o, src(l, k), [](auto p, auto q) { return p + q; });
           break;
-        case LayerKind::Dropout: throw std::logic_error(kIdentityRemoved);
-        case LayerKind::Constant: std::copy(constants[i].begin(), constants[i].end(), o); break;
+        case OpKind::Dropout: throw std::logic_error(kIdentityRemoved);
+        case OpKind::Constant: std::copy(constants[i].begin(), constants[i].end(), o); break;
       }
       if (observe) observe(i, o, l.out.size());
     }

@@ -8,16 +8,23 @@
 #include "hw/common/error.h"
 
 namespace tpu::nn {
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 
-Model inference_graph(Model m) {
-  // Where each old layer's output now comes from: a new index, or kModelInput.
-  std::vector<std::size_t> source(m.layers.size(), kModelInput);
-  std::vector<Layer> kept;
-  kept.reserve(m.layers.size());
-  auto remap = [&](std::size_t p) { return p == kModelInput ? kModelInput : source[p]; };
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    Layer& l = m.layers[i];
-    if (l.kind == LayerKind::Dropout) {
+Graph inference_graph(Graph m) {
+  // Where each old layer's output now comes from: a new index, or kGraphInput.
+  std::vector<std::size_t> source(m.ops.size(), kGraphInput);
+  std::vector<Op> kept;
+  kept.reserve(m.ops.size());
+  auto remap = [&](std::size_t p) { return p == kGraphInput ? kGraphInput : source[p]; };
+  for (std::size_t i = 0; i < m.ops.size(); ++i) {
+    Op& l = m.ops[i];
+    if (l.kind == OpKind::Dropout) {
       source[i] = remap(l.inputs.at(0));
       continue;
     }
@@ -34,9 +41,9 @@ Model inference_graph(Model m) {
     throw InputError(fmt::format(
         "{}: layer {} ({}), the model's output, is the identity at inference and reads {}, which "
         "is not the last layer that remains; tpusim's output is the last layer",
-        m.file, m.layers.back().name, name_of(LayerKind::Dropout),
-        out == kModelInput ? std::string("the model's input") : kept[out].name));
-  m.layers = std::move(kept);
+        m.file, m.ops.back().name, name_of(OpKind::Dropout),
+        out == kGraphInput ? std::string("the model's input") : kept[out].name));
+  m.ops = std::move(kept);
   return m;
 }
 

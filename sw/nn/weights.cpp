@@ -19,6 +19,13 @@
 #include "sw/io/output.h"
 
 namespace tpu::nn {
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 namespace {
 
 // docs/weights.md describes the layout byte by byte.
@@ -42,18 +49,18 @@ struct Expected {
 };
 
 // Keras's shapes: Conv2D kernel [kh, kw, cin, cout], Dense kernel [in, units], bias [units].
-std::vector<std::uint32_t> kernel_dims(const Layer& l) {
-  if (l.kind == LayerKind::Conv2D) return {l.kernel_h, l.kernel_w, l.in.c, l.out.c};
+std::vector<std::uint32_t> kernel_dims(const Op& l) {
+  if (l.kind == OpKind::Conv2D) return {l.kernel_h, l.kernel_w, l.in.c, l.out.c};
   return {static_cast<std::uint32_t>(l.in.size()), l.out.c};
 }
 
 // Tensors in the order save_weights writes them: model order, kernel before bias; Keras's
 // BatchNormalization order gamma, beta, moving_mean, moving_variance.
-std::vector<std::pair<std::string, Expected>> expected_tensors(const Model& m) {
+std::vector<std::pair<std::string, Expected>> expected_tensors(const Graph& m) {
   std::vector<std::pair<std::string, Expected>> out;
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const Layer& l = m.layers[i];
-    if (l.kind == LayerKind::BatchNormalization) {
+  for (std::size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& l = m.ops[i];
+    if (l.kind == OpKind::BatchNormalization) {
       const std::vector<std::uint32_t> c = {l.out.c};
       if (l.scale) out.push_back({l.name + "/gamma", Expected{i, Role::Gamma, c}});
       if (l.use_bias) out.push_back({l.name + "/beta", Expected{i, Role::Beta, c}});
@@ -83,10 +90,10 @@ auto& tensor_of(LW& w, Role r) {
 }
 
 // Keras's defaults for the BatchNormalization tensors a layer without scale or center omits.
-void fill_bn_defaults(const Model& m, Weights& w) {
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const Layer& l = m.layers[i];
-    if (l.kind != LayerKind::BatchNormalization) continue;
+void fill_bn_defaults(const Graph& m, Weights& w) {
+  for (std::size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& l = m.ops[i];
+    if (l.kind != OpKind::BatchNormalization) continue;
     if (!l.scale) w.layers[i].gamma.assign(l.out.c, 1.0f);
     if (!l.use_bias) w.layers[i].beta.assign(l.out.c, 0.0f);
   }
@@ -177,14 +184,14 @@ class Reader {
 
 }  // namespace
 
-void check_weights(const Model& m, const Weights& w) {
-  if (w.layers.size() != m.layers.size())
+void check_weights(const Graph& m, const Weights& w) {
+  if (w.layers.size() != m.ops.size())
     throw InputError(fmt::format("{}: weights for {} layers, the model has {}", m.file,
-                                 w.layers.size(), m.layers.size()));
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const Layer& l = m.layers[i];
+                                 w.layers.size(), m.ops.size()));
+  for (std::size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& l = m.ops[i];
     const LayerWeights& lw = w.layers[i];
-    if (l.kind == LayerKind::BatchNormalization) {
+    if (l.kind == OpKind::BatchNormalization) {
       for (const auto* v : {&lw.gamma, &lw.beta, &lw.moving_mean, &lw.moving_variance})
         if (v->size() != l.out.c)
           throw InputError(
@@ -206,13 +213,13 @@ void check_weights(const Model& m, const Weights& w) {
   }
 }
 
-Weights random_weights(const Model& m, std::uint64_t seed) {
+Weights random_weights(const Graph& m, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   Weights w;
-  w.layers.resize(m.layers.size());
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const Layer& l = m.layers[i];
-    if (l.kind == LayerKind::BatchNormalization) {
+  w.layers.resize(m.ops.size());
+  for (std::size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& l = m.ops[i];
+    if (l.kind == OpKind::BatchNormalization) {
       LayerWeights& bn = w.layers[i];
       bn.gamma.assign(l.out.c, 1.0f);
       bn.beta.assign(l.out.c, 0.0f);
@@ -224,8 +231,8 @@ Weights random_weights(const Model& m, std::uint64_t seed) {
     // Glorot & Bengio 2010 (Keras's glorot_uniform): U(-limit, limit) with
     // limit = sqrt(6 / (fan_in + fan_out)); a convolution's fans count its receptive field.
     const double receptive =
-        l.kind == LayerKind::Conv2D ? static_cast<double>(l.kernel_h) * l.kernel_w : 1.0;
-    const double fan_in = l.kind == LayerKind::Conv2D ? receptive * l.in.c : double(l.in.size());
+        l.kind == OpKind::Conv2D ? static_cast<double>(l.kernel_h) * l.kernel_w : 1.0;
+    const double fan_in = l.kind == OpKind::Conv2D ? receptive * l.in.c : double(l.in.size());
     const double fan_out = receptive * l.out.c;
     const double limit = std::sqrt(6.0 / (fan_in + fan_out));
     LayerWeights& lw = w.layers[i];
@@ -242,7 +249,7 @@ Weights random_weights(const Model& m, std::uint64_t seed) {
   return w;
 }
 
-Weights load_weights(const std::string& path, const Model& m) {
+Weights load_weights(const std::string& path, const Graph& m) {
   Reader in(path);
   std::array<std::uint8_t, 4> magic{};
   in.read(magic.data(), magic.size(), "the magic");
@@ -270,7 +277,7 @@ Weights load_weights(const std::string& path, const Model& m) {
                                  m.file, expected.size(), needed));
 
   Weights w;
-  w.layers.resize(m.layers.size());
+  w.layers.resize(m.ops.size());
   std::map<std::string, bool> seen;
   for (std::uint32_t t = 0; t < count; ++t) {
     const std::string where = fmt::format("tensor {}", t);
@@ -287,7 +294,7 @@ Weights load_weights(const std::string& path, const Model& m) {
     if (seen[name]) throw InputError(fmt::format("{}: tensor \"{}\" appears twice", path, name));
     seen[name] = true;
     const Expected& e = *it->second;
-    const Layer& l = m.layers[e.layer];
+    const Op& l = m.ops[e.layer];
 
     const std::uint32_t rank = in.u32(fmt::format("tensor \"{}\"'s rank", name));
     if (rank == 0 || rank > kMaxRank)
@@ -328,14 +335,13 @@ Weights load_weights(const std::string& path, const Model& m) {
   if (in.remaining() != 0)
     throw InputError(fmt::format("{}: {} bytes after the last tensor (offset {})", path,
                                  in.remaining(), in.pos()));
-  for (std::size_t i = 0; i < m.layers.size(); ++i)
-    if (m.layers[i].has_weights() && !m.layers[i].use_bias)
-      w.layers[i].bias.assign(m.layers[i].out.c, 0.0f);
+  for (std::size_t i = 0; i < m.ops.size(); ++i)
+    if (m.ops[i].has_weights() && !m.ops[i].use_bias) w.layers[i].bias.assign(m.ops[i].out.c, 0.0f);
   fill_bn_defaults(m, w);
   return w;
 }
 
-std::string weights_bytes(const Model& m, const Weights& w) {
+std::string weights_bytes(const Graph& m, const Weights& w) {
   check_weights(m, w);
   std::string bytes(kMagic.begin(), kMagic.end());
   auto put = [&](std::uint32_t v) {
@@ -355,7 +361,7 @@ std::string weights_bytes(const Model& m, const Weights& w) {
   return bytes;
 }
 
-void save_weights(const std::string& path, const Model& m, const Weights& w) {
+void save_weights(const std::string& path, const Graph& m, const Weights& w) {
   io::write_file(path, weights_bytes(m, w));
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "sw/nn/model.h"
+#include "sw/ir/graph.h"
 
 namespace tpu::nn {
 
@@ -26,16 +26,16 @@ struct Weights {
 // Seeded random weights (Glorot-uniform kernels, zero biases; BatchNormalization gamma 1, beta 0,
 // moving mean 0, moving variance 1, as Keras initialises), for performance studies of models
 // without trained weights.
-Weights random_weights(const Model& m, std::uint64_t seed);
+Weights random_weights(const ir::Graph& m, std::uint64_t seed);
 // Throws InputError naming the file and what is wrong (bad magic, truncated, a tensor whose
 // name or shape does not match the model's layer).
-Weights load_weights(const std::string& path, const Model& m);
+Weights load_weights(const std::string& path, const ir::Graph& m);
 // Throws InputError naming the model file and the layer when `w` does not hold exactly the
 // tensors `m`'s layers need (count, kernel and bias sizes, BatchNormalization parameters).
-void check_weights(const Model& m, const Weights& w);
+void check_weights(const ir::Graph& m, const Weights& w);
 // The file's bytes (docs/weights.md).
-std::string weights_bytes(const Model& m, const Weights& w);
+std::string weights_bytes(const ir::Graph& m, const Weights& w);
 // Writes weights_bytes() through the output writer (sw/io/output.h).
-void save_weights(const std::string& path, const Model& m, const Weights& w);
+void save_weights(const std::string& path, const ir::Graph& m, const Weights& w);
 
 }  // namespace tpu::nn

@@ -96,16 +96,16 @@ std::string limits_in_force() {
 
 }  // namespace
 
-HostMemory host_memory_needed(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images) {
+HostMemory host_memory_needed(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images) {
   const double n = static_cast<double>(images);
   HostMemory h;
   double largest = static_cast<double>(m.input.size());
-  for (const nn::Layer& l : m.layers) {
+  for (const ir::Op& l : m.ops) {
     largest = std::max(largest, static_cast<double>(l.out.size()));
     double params = 0;
-    if (l.kind == nn::LayerKind::Conv2D)
+    if (l.kind == ir::OpKind::Conv2D)
       params = static_cast<double>(l.kernel_h) * l.kernel_w * l.in.c * l.out.c + l.out.c;
-    else if (l.kind == nn::LayerKind::Dense)
+    else if (l.kind == ir::OpKind::Dense)
       params = static_cast<double>(l.in.size()) * l.out.c + l.out.c;
     h.weights += params * kBytesPerWeight;
   }
@@ -171,7 +171,7 @@ std::string out_of_memory_message() {
       limits_in_force());
 }
 
-void check_host_memory(const ChipConfig& cfg, const nn::Model& m, std::uint64_t images) {
+void check_host_memory(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images) {
   const HostLimit limit = host_memory_limit();
   const HostMemory h = host_memory_needed(cfg, m, images);
   if (h.total() <= static_cast<double>(limit.bytes)) return;

@@ -16,10 +16,10 @@
 #include "sw/compiler/compiler.h"
 #include "sw/data/idx.h"
 #include "sw/driver/driver.h"
+#include "sw/import/import.h"
 #include "sw/io/output.h"
 #include "sw/io/signals.h"
 #include "sw/nn/metrics.h"
-#include "sw/nn/model.h"
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
 #include "sw/nn/rewrite.h"
@@ -53,10 +53,10 @@ std::vector<float> random_images(std::size_t count, std::uint64_t seed) {
   return v;
 }
 
-Inputs load_inputs(const nn::Model& m, const RunOptions& opt) {
+Inputs load_inputs(const ir::Graph& m, const RunOptions& opt) {
   Inputs in;
   const std::size_t per = m.input.size();
-  const bool fashion = m.input == nn::Shape{28, 28, 1};
+  const bool fashion = m.input == ir::Shape{28, 28, 1};
   if (!fashion) {
     in.images = random_images(opt.images * per, opt.seed);
     // Only the images calibration will use: 256 random ResNet-50 inputs would be 154 MB. The
@@ -193,7 +193,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   const double t0 = now_s();
   const std::string& model_file = opt.topology.empty() ? opt.model : opt.topology;
   // Dropout and its kin are the identity at inference (docs/models.md).
-  const nn::Model model = nn::inference_graph(nn::load_model(model_file));
+  const ir::Graph model = nn::inference_graph(importers::load_model(model_file));
   check_host_memory(cfg, model, opt.images);
   std::string weights_source;
   nn::Weights weights;

@@ -20,10 +20,10 @@
 namespace tpu::train {
 namespace {
 
-using nn::Act;
-using nn::Layer;
-using nn::LayerKind;
-using nn::Padding;
+using ir::Act;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
 
 // Four fp32 lanes (GCC/Clang vector extension, one SSE register at -O2 without target flags).
 // Each lane computes the scalar expression, so results do not depend on the vector width.
@@ -155,7 +155,7 @@ struct Param {
 };
 
 struct LayerState {
-  const Layer* l = nullptr;
+  const Op* l = nullptr;
   // The activation the forward pass applies: a final softmax is left to the loss (fused).
   Act act = Act::Linear;
   std::int64_t pad_top = 0, pad_left = 0;
@@ -175,7 +175,7 @@ struct Window {
 };
 
 Window window(const LayerState& s, std::uint32_t oy, std::uint32_t ox) {
-  const Layer& l = *s.l;
+  const Op& l = *s.l;
   Window w;
   w.y0 = std::int64_t{oy} * l.stride_h - s.pad_top;
   w.x0 = std::int64_t{ox} * l.stride_w - s.pad_left;
@@ -301,15 +301,15 @@ void activate_backward(Act a, std::size_t pixels, std::size_t c, const float* y,
 // order of its images, so the summation order is fixed.
 class Network {
  public:
-  Network(const nn::Model& m, nn::Weights w) {
+  Network(const ir::Graph& m, nn::Weights w) {
     check_weights(m, w);
-    layers_.resize(m.layers.size());
-    act_.resize(m.layers.size() + 1);
-    grad_.resize(m.layers.size() + 1);
+    layers_.resize(m.ops.size());
+    act_.resize(m.ops.size() + 1);
+    grad_.resize(m.ops.size() + 1);
     act_[0].resize(m.input.size());
     grad_[0].resize(m.input.size());
-    for (std::size_t i = 0; i < m.layers.size(); ++i) {
-      const Layer& l = m.layers[i];
+    for (std::size_t i = 0; i < m.ops.size(); ++i) {
+      const Op& l = m.ops[i];
       LayerState& s = layers_[i];
       s.l = &l;
       s.act = l.activation;
@@ -319,9 +319,9 @@ class Network {
         s.kernel.init(std::move(w.layers[i].kernel));
         s.bias.init(std::move(w.layers[i].bias));
         s.kernel_t.resize(s.kernel.value.size());
-        if (l.kind == LayerKind::Dense) s.grad_t.resize(s.kernel.value.size());
+        if (l.kind == OpKind::Dense) s.grad_t.resize(s.kernel.value.size());
       }
-      if (l.kind == LayerKind::MaxPooling2D) s.argmax.resize(l.out.size());
+      if (l.kind == OpKind::MaxPooling2D) s.argmax.resize(l.out.size());
       act_[i + 1].resize(l.out.size());
       grad_[i + 1].resize(l.out.size());
     }
@@ -335,22 +335,21 @@ class Network {
   void forward() {
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       LayerState& s = layers_[i];
-      const Layer& l = *s.l;
+      const Op& l = *s.l;
       const float* in = act_[i].data();
       float* out = act_[i + 1].data();
       const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
       switch (l.kind) {
-        case LayerKind::Conv2D: conv_forward(s, in, out); break;
-        case LayerKind::Dense: dense_forward(s, in, out); break;
-        case LayerKind::MaxPooling2D: max_pool_forward(s, in, out); break;
-        case LayerKind::AveragePooling2D: avg_pool_forward(s, in, out); break;
-        case LayerKind::Activation: std::copy_n(in, l.out.size(), out); break;
-        case LayerKind::Flatten:
-        case LayerKind::Reshape: std::copy_n(in, l.out.size(), out); break;
+        case OpKind::Conv2D: conv_forward(s, in, out); break;
+        case OpKind::Dense: dense_forward(s, in, out); break;
+        case OpKind::MaxPooling2D: max_pool_forward(s, in, out); break;
+        case OpKind::AveragePooling2D: avg_pool_forward(s, in, out); break;
+        case OpKind::Activation: std::copy_n(in, l.out.size(), out); break;
+        case OpKind::Flatten:
+        case OpKind::Reshape: std::copy_n(in, l.out.size(), out); break;
         default: break;  // refused by check_weights
       }
-      if (l.kind == LayerKind::Conv2D || l.kind == LayerKind::Dense ||
-          l.kind == LayerKind::Activation)
+      if (l.kind == OpKind::Conv2D || l.kind == OpKind::Dense || l.kind == OpKind::Activation)
         activate(s.act, pixels, l.out.c, out);
     }
   }
@@ -379,39 +378,38 @@ class Network {
   void backward() {
     for (std::size_t i = layers_.size(); i-- > 0;) {
       LayerState& s = layers_[i];
-      const Layer& l = *s.l;
+      const Op& l = *s.l;
       const float* in = act_[i].data();
       const float* out = act_[i + 1].data();
       float* d = grad_[i + 1].data();
       // The first layer's input is the image: no gradient needed.
       float* din = i > 0 ? grad_[i].data() : nullptr;
       const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
-      if (din && l.kind != LayerKind::Activation && !l.is_view())
-        std::fill_n(din, l.in.size(), 0.0f);
+      if (din && l.kind != OpKind::Activation && !l.is_view()) std::fill_n(din, l.in.size(), 0.0f);
       switch (l.kind) {
-        case LayerKind::Conv2D:
+        case OpKind::Conv2D:
           activate_backward(s.act, pixels, l.out.c, out, d);
           conv_backward(s, in, d, din);
           break;
-        case LayerKind::Dense:
+        case OpKind::Dense:
           activate_backward(s.act, pixels, l.out.c, out, d);
           dense_backward(s, in, d, din);
           break;
-        case LayerKind::MaxPooling2D:
+        case OpKind::MaxPooling2D:
           if (din)
             for (std::size_t e = 0; e < l.out.size(); ++e) din[s.argmax[e]] += d[e];
           break;
-        case LayerKind::AveragePooling2D:
+        case OpKind::AveragePooling2D:
           if (din) avg_pool_backward(s, d, din);
           break;
-        case LayerKind::Activation:
+        case OpKind::Activation:
           if (din) {
             std::copy_n(d, l.out.size(), din);
             activate_backward(s.act, pixels, l.out.c, out, din);
           }
           break;
-        case LayerKind::Flatten:
-        case LayerKind::Reshape:
+        case OpKind::Flatten:
+        case OpKind::Reshape:
           if (din) std::copy_n(d, l.out.size(), din);
           break;
         default: break;  // refused by check_weights
@@ -482,15 +480,15 @@ class Network {
     }
   }
 
-  static std::size_t taps(const Layer& l) {
-    return l.kind == LayerKind::Conv2D ? std::size_t{l.kernel_h} * l.kernel_w : 1;
+  static std::size_t taps(const Op& l) {
+    return l.kind == OpKind::Conv2D ? std::size_t{l.kernel_h} * l.kernel_w : 1;
   }
 
   // out = conv(in, kernel) + bias; the taps in (ky, kx, ci) order, zero inputs skipped (their
   // products add nothing).
   // out = conv(in, kernel) + bias, each output pixel's taps in (ky, kx, ci) order.
   static void conv_forward(const LayerState& s, const float* in, float* out) {
-    const Layer& l = *s.l;
+    const Op& l = *s.l;
     const std::size_t cin = l.in.c, cout = l.out.c, kw = l.kernel_w, iw = l.in.w;
     const float* k = s.kernel.value.data();
     for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
@@ -521,7 +519,7 @@ class Network {
   // Kernel gradient: per tap, the sum over the output pixels whose window holds it of
   // input x output gradient (pixels in scan order); then bias and input gradients.
   static void conv_backward(LayerState& s, const float* in, const float* d, float* din) {
-    const Layer& l = *s.l;
+    const Op& l = *s.l;
     const std::size_t cin = l.in.c, cout = l.out.c, kw = l.kernel_w, iw = l.in.w, ow = l.out.w;
     float* gk = s.kernel.grad.data();
     for (std::size_t ky = 0; ky < l.kernel_h; ++ky) {
@@ -571,7 +569,7 @@ class Network {
 
   // Dense through the transposed kernel: one contiguous dot product per unit.
   static void dense_forward(const LayerState& s, const float* in, float* out) {
-    const Layer& l = *s.l;
+    const Op& l = *s.l;
     const std::size_t n = l.in.size(), units = l.out.c;
     for (std::size_t j = 0; j < units; ++j) {
       out[j] = dot(n, in, s.kernel_t.data() + j * n);
@@ -580,7 +578,7 @@ class Network {
   }
 
   static void dense_backward(LayerState& s, const float* in, const float* d, float* din) {
-    const Layer& l = *s.l;
+    const Op& l = *s.l;
     const std::size_t n = l.in.size(), units = l.out.c;
     if (l.use_bias) add(units, d, s.bias.grad.data());
     for (std::size_t j = 0; j < units; ++j) axpy(n, d[j], in, s.grad_t.data() + j * n);
@@ -591,7 +589,7 @@ class Network {
   // TensorFlow's pooling: windows clipped to the image; ties go to the first maximum in scan
   // order, which also receives the gradient.
   static void max_pool_forward(LayerState& s, const float* in, float* out) {
-    const Layer& l = *s.l;
+    const Op& l = *s.l;
     const std::size_t c = l.in.c;
     for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
       for (std::uint32_t ox = 0; ox < l.out.w; ++ox) {
@@ -632,7 +630,7 @@ class Network {
 
   // tf.nn.avg_pool: the mean over the window's pixels inside the image.
   static void avg_pool_forward(const LayerState& s, const float* in, float* out) {
-    const Layer& l = *s.l;
+    const Op& l = *s.l;
     const std::size_t c = l.in.c;
     for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
       for (std::uint32_t ox = 0; ox < l.out.w; ++ox) {
@@ -649,7 +647,7 @@ class Network {
   }
 
   static void avg_pool_backward(const LayerState& s, const float* d, float* din) {
-    const Layer& l = *s.l;
+    const Op& l = *s.l;
     const std::size_t c = l.in.c;
     for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
       for (std::uint32_t ox = 0; ox < l.out.w; ++ox) {
@@ -663,29 +661,28 @@ class Network {
       }
   }
 
-  static void check_weights(const nn::Model& m, const nn::Weights& w) {
+  static void check_weights(const ir::Graph& m, const nn::Weights& w) {
     // The trainer runs chains of the classes below; graphs and the other classes are inference
     // only (docs/models.md).
-    for (std::size_t i = 0; i < m.layers.size(); ++i) {
-      const Layer& l = m.layers[i];
+    for (std::size_t i = 0; i < m.ops.size(); ++i) {
+      const Op& l = m.ops[i];
       const bool chained =
-          l.inputs.size() == 1 && l.inputs[0] == (i == 0 ? nn::kModelInput : i - 1);
-      const bool trainable = l.kind == LayerKind::Conv2D || l.kind == LayerKind::Dense ||
-                             l.kind == LayerKind::MaxPooling2D ||
-                             l.kind == LayerKind::AveragePooling2D ||
-                             l.kind == LayerKind::Activation || l.is_view();
+          l.inputs.size() == 1 && l.inputs[0] == (i == 0 ? ir::kGraphInput : i - 1);
+      const bool trainable = l.kind == OpKind::Conv2D || l.kind == OpKind::Dense ||
+                             l.kind == OpKind::MaxPooling2D || l.kind == OpKind::AveragePooling2D ||
+                             l.kind == OpKind::Activation || l.is_view();
       if (!chained || !trainable)
         throw InputError(
             fmt::format("{}: layer {} ({}): the trainer takes a Sequential chain of "
                         "Conv2D, MaxPooling2D, AveragePooling2D, Activation, Flatten, "
                         "Reshape and Dense layers",
-                        m.file, l.name, nn::name_of(l.kind)));
+                        m.file, l.name, ir::name_of(l.kind)));
     }
-    bool ok = w.layers.size() == m.layers.size();
-    for (std::size_t i = 0; ok && i < m.layers.size(); ++i) {
-      const Layer& l = m.layers[i];
+    bool ok = w.layers.size() == m.ops.size();
+    for (std::size_t i = 0; ok && i < m.ops.size(); ++i) {
+      const Op& l = m.ops[i];
       if (!l.has_weights()) continue;
-      const std::size_t fan_in = l.kind == LayerKind::Dense ? l.in.size() : taps(l) * l.in.c;
+      const std::size_t fan_in = l.kind == OpKind::Dense ? l.in.size() : taps(l) * l.in.c;
       ok = w.layers[i].kernel.size() == fan_in * l.out.c && w.layers[i].bias.size() == l.out.c;
     }
     if (!ok)
@@ -697,24 +694,24 @@ class Network {
   std::vector<std::vector<float>> act_, grad_;  // per layer input; [layers] = logits
 };
 
-void check_trainable(const nn::Model& m, const data::Dataset& d, const char* role) {
-  if (m.layers.empty()) throw InputError(fmt::format("{}: the model has no layers", m.file));
-  const Layer& last = m.layers.back();
+void check_trainable(const ir::Graph& m, const data::Dataset& d, const char* role) {
+  if (m.ops.empty()) throw InputError(fmt::format("{}: the model has no layers", m.file));
+  const Op& last = m.ops.back();
   const Act final_act = last.activation;
   const bool softmax_last =
-      final_act == Act::Softmax && (last.kind == LayerKind::Activation || last.has_weights());
+      final_act == Act::Softmax && (last.kind == OpKind::Activation || last.has_weights());
   if (!softmax_last)
     throw InputError(
         fmt::format("{}: layer {} ({}): the trainer needs a softmax as the last "
                     "layer (fused with the cross-entropy loss)",
-                    m.file, last.name, nn::name_of(last.kind)));
-  const nn::Shape out = m.output();
+                    m.file, last.name, ir::name_of(last.kind)));
+  const ir::Shape out = m.output();
   if (out.h != 1 || out.w != 1)
     throw InputError(
         fmt::format("{}: output {}x{}x{} (the trainer needs a flat output of class "
                     "probabilities, 1x1xC)",
                     m.file, out.h, out.w, out.c));
-  const nn::Shape image{d.images.rows, d.images.cols, 1};
+  const ir::Shape image{d.images.rows, d.images.cols, 1};
   if (!(m.input == image))
     throw InputError(fmt::format("{}: input {}x{}x{}, but the {} images are {}x{}x1", m.file,
                                  m.input.h, m.input.w, m.input.c, role, d.images.rows,
@@ -740,18 +737,18 @@ void load_image(const data::Dataset& d, std::size_t i, float scale, float* dst) 
 
 // Where an input scale can be folded: the first weighted layer, reached only through layers
 // that commute with a positive factor (pooling, Flatten, relu, linear).
-std::size_t scale_target(const nn::Model& m) {
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const Layer& l = m.layers[i];
+std::size_t scale_target(const ir::Graph& m) {
+  for (std::size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& l = m.ops[i];
     if (l.has_weights()) return i;
     const bool homogeneous =
-        l.kind != LayerKind::Activation || l.activation == Act::Relu || l.activation == Act::Linear;
+        l.kind != OpKind::Activation || l.activation == Act::Relu || l.activation == Act::Linear;
     if (!homogeneous)
       throw InputError(
           fmt::format("{}: layer {} ({} {}) before the first weighted layer does not "
                       "commute with an input scale (training option input_scale "
                       "must be 1 for this model)",
-                      m.file, l.name, nn::name_of(l.kind), nn::name_of(l.activation)));
+                      m.file, l.name, ir::name_of(l.kind), ir::name_of(l.activation)));
   }
   throw InputError(fmt::format("{}: no weighted layer to train", m.file));
 }
@@ -772,7 +769,7 @@ Evaluation run_evaluation(Network& net, const data::Dataset& d, float scale) {
 
 }  // namespace
 
-TrainResult train(const nn::Model& m, const data::Dataset& data, const TrainOptions& opt,
+TrainResult train(const ir::Graph& m, const data::Dataset& data, const TrainOptions& opt,
                   const data::Dataset* validation, const ProgressFn& progress) {
   auto bad = [](const char* key, double v, const char* allowed) {
     return InputError(fmt::format("training option {} = {} ({})", key, v, allowed));
@@ -863,7 +860,7 @@ TrainResult train(const nn::Model& m, const data::Dataset& data, const TrainOpti
   return result;
 }
 
-Evaluation evaluate(const nn::Model& m, const nn::Weights& w, const data::Dataset& data) {
+Evaluation evaluate(const ir::Graph& m, const nn::Weights& w, const data::Dataset& data) {
   check_trainable(m, data, "evaluation");
   const FlushDenormals ftz;
   Network net(m, w);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "sw/data/idx.h"
-#include "sw/nn/model.h"
+#include "sw/ir/graph.h"
 #include "sw/nn/weights.h"
 
 namespace tpu::train {
@@ -63,7 +63,7 @@ struct TrainResult {
 // model must end in a softmax over a flat output (fused with the loss); its input must be rows x
 // cols x 1 of the data set. `progress` is called after every batch. Throws InputError for options,
 // models or data it cannot train.
-TrainResult train(const nn::Model& m, const data::Dataset& data, const TrainOptions& opt,
+TrainResult train(const ir::Graph& m, const data::Dataset& data, const TrainOptions& opt,
                   const data::Dataset* validation = nullptr, const ProgressFn& progress = {});
 
 // Mean loss and top-1 accuracy of `w` on `data` with raw pixels (trained weights already hold
@@ -71,6 +71,6 @@ TrainResult train(const nn::Model& m, const data::Dataset& data, const TrainOpti
 struct Evaluation {
   double loss = 0.0, accuracy = 0.0;
 };
-Evaluation evaluate(const nn::Model& m, const nn::Weights& w, const data::Dataset& data);
+Evaluation evaluate(const ir::Graph& m, const nn::Weights& w, const data::Dataset& data);
 
 }  // namespace tpu::train

@@ -2,12 +2,12 @@
 // raise InputError; anything else is a finding. A loaded model's figures must be computable.
 #include "fuzz_file.h"
 #include "hw/common/error.h"
-#include "sw/nn/model.h"
+#include "sw/ir/graph.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string path = tpu::fuzz::write_input("model.json", data, size);
   try {
-    const tpu::nn::Model m = tpu::nn::load_model(path);
+    const tpu::ir::Graph m = tpu::importers::load_model(path);
     (void)m.macs_per_image();
     (void)m.output().size();
   } catch (const tpu::InputError&) {

@@ -14,7 +14,8 @@
 #include "hw/mxu/mxu_factory.h"
 #include "hw/mxu/rtl_mxu.h"
 #include "sw/data/idx.h"
-#include "sw/nn/model.h"
+#include "sw/import/import.h"
+#include "sw/ir/graph.h"
 #include "sw/nn/quantized.h"
 #include "sw/nn/weights.h"
 
@@ -135,12 +136,12 @@ std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::size_t n) {
 // The trained, int8-quantized CNN for an array of cfg.mxu.rows rows (as `tpusim run` quantizes
 // it), calibrated on the first test images, and those images encoded for the chip.
 struct FashionMnist {
-  nn::Model model;
+  ir::Graph model;
   nn::QuantizedModel q;
   std::vector<std::uint8_t> images;  // encoded, NHWC int8
-  std::size_t layer(nn::LayerKind kind) const {
-    for (std::size_t i = 0; i < model.layers.size(); ++i)
-      if (model.layers[i].kind == kind) return i;
+  std::size_t layer(ir::OpKind kind) const {
+    for (std::size_t i = 0; i < model.ops.size(); ++i)
+      if (model.ops[i].kind == kind) return i;
     throw InputError("fashion_mnist_cnn has no such layer");
   }
 };
@@ -148,7 +149,7 @@ struct FashionMnist {
 FashionMnist load_fashion_mnist(const ChipConfig& cfg, std::uint32_t images) {
   const std::string root = TPUSIM_SOURCE_DIR;
   FashionMnist fm;
-  fm.model = nn::load_model(root + "/configs/models/fashion_mnist_cnn.json");
+  fm.model = importers::load_model(root + "/configs/models/fashion_mnist_cnn.json");
   const nn::Weights w = nn::load_weights(root + "/configs/weights/fashion_mnist_cnn.bin", fm.model);
   const data::Dataset ds = data::load_fashion_mnist(data::kDefaultFashionMnistDir, "t10k");
   const std::size_t per = fm.model.input.size();
@@ -308,8 +309,8 @@ Stimulus back_to_back(const ChipConfig& cfg, std::uint32_t b, std::uint32_t tile
 
 Stimulus fashion_mnist_conv(const ChipConfig& cfg, std::uint32_t images) {
   const FashionMnist fm = load_fashion_mnist(cfg, images);
-  const nn::Layer& conv = fm.model.layers[fm.layer(nn::LayerKind::Conv2D)];
-  const nn::QuantizedLayer& ql = fm.q.layers[fm.layer(nn::LayerKind::Conv2D)];
+  const ir::Op& conv = fm.model.ops[fm.layer(ir::OpKind::Conv2D)];
+  const nn::QuantizedLayer& ql = fm.q.layers[fm.layer(ir::OpKind::Conv2D)];
   const std::uint32_t K = conv.kernel_h * conv.kernel_w * conv.in.c, N = conv.filters;
   Builder bld{cfg, {}, 0, 0};
   bld.s.name = fmt::format("Fashion-MNIST {} ({}x{}x{} kernels) on {} test images", conv.name,
@@ -350,8 +351,8 @@ Stimulus fashion_mnist_conv(const ChipConfig& cfg, std::uint32_t images) {
 
 Stimulus fashion_mnist_dense(const ChipConfig& cfg, std::uint32_t b, std::uint32_t tiles) {
   const FashionMnist fm = load_fashion_mnist(cfg, 1);
-  const nn::Layer& dense = fm.model.layers[fm.layer(nn::LayerKind::Dense)];
-  const nn::QuantizedLayer& ql = fm.q.layers[fm.layer(nn::LayerKind::Dense)];
+  const ir::Op& dense = fm.model.ops[fm.layer(ir::OpKind::Dense)];
+  const nn::QuantizedLayer& ql = fm.q.layers[fm.layer(ir::OpKind::Dense)];
   const auto K = static_cast<std::uint32_t>(dense.in.size());
   const std::uint32_t N = dense.filters;
   std::mt19937_64 rng(b);

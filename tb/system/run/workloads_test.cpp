@@ -12,7 +12,8 @@
 #include "common/temp_dir.h"
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
-#include "sw/nn/model.h"
+#include "sw/import/import.h"
+#include "sw/ir/graph.h"
 #include "sw/nn/rewrite.h"
 #include "sw/sim/session.h"
 
@@ -38,18 +39,18 @@ sim::RunOptions options(const std::string& model, std::uint64_t images) {
 
 // Bit-exact with the quantized reference; one row per model layer (after setup) in model order,
 // the rows adding up to the totals.
-void expect_exact_with_rows(const ordered_json& r, const nn::Model& m) {
+void expect_exact_with_rows(const ordered_json& r, const ir::Graph& m) {
   ASSERT_TRUE(r.contains("accuracy"));
   EXPECT_TRUE(r["accuracy"]["bit_exact"].get<bool>());
   const auto& rows = r["layers"];
-  ASSERT_EQ(rows.size(), m.layers.size() + 1);
+  ASSERT_EQ(rows.size(), m.ops.size() + 1);
   double cycles = 0;
   std::uint64_t macs = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (i > 0) {
-      EXPECT_EQ(rows[i]["name"].get<std::string>(), m.layers[i - 1].name);
+      EXPECT_EQ(rows[i]["name"].get<std::string>(), m.ops[i - 1].name);
       EXPECT_EQ(rows[i]["macs"].get<std::uint64_t>(),
-                m.layers[i - 1].macs() * r["workload"]["images"].get<std::uint64_t>());
+                m.ops[i - 1].macs() * r["workload"]["images"].get<std::uint64_t>());
     }
     cycles += rows[i]["cycles"].get<double>();
     macs += rows[i]["macs"].get<std::uint64_t>();
@@ -69,7 +70,7 @@ const ordered_json& row(const ordered_json& r, const std::string& name) {
 ordered_json run_block(const ChipConfig& cfg) {
   const sim::RunOptions o = options("configs/models/resnet50_block.json", 4);
   const ordered_json r = sim::run_workload(cfg, o);
-  expect_exact_with_rows(r, nn::load_model(o.model));
+  expect_exact_with_rows(r, importers::load_model(o.model));
   EXPECT_EQ(row(r, "conv2_block1_2_bn")["macs"].get<std::uint64_t>(), 0u)
       << "a folded normalisation does no work of its own";
   return r;
@@ -95,7 +96,7 @@ void run_exact(const std::string& model, std::uint64_t images, const std::string
   const sim::RunOptions o = options("tb/system/run/data/" + model, images);
   // The report's rows are the layers that run: Dropout and its kin leave before (rewrite.h).
   expect_exact_with_rows(sim::run_workload(shipped(chip), o),
-                         nn::inference_graph(nn::load_model(o.model)));
+                         nn::inference_graph(importers::load_model(o.model)));
 }
 
 TEST(KerasToJsonRun, FunctionalModelIsBitExactOnInt8) {
@@ -195,8 +196,8 @@ TEST(KerasToJsonRun, DropoutsAreTheIdentityAtInferenceOnBf16) {
 void run_wide_softmax(const std::string& chip) {
   const ChipConfig cfg = shipped(chip);
   const sim::RunOptions o = options("tb/system/run/data/wide_softmax.json", 16);
-  const nn::Model m = nn::load_model(o.model);
-  ASSERT_GT(m.layers.back().out.c, cfg.mxu.cols) << "the test needs logits wider than a tile";
+  const ir::Graph m = importers::load_model(o.model);
+  ASSERT_GT(m.ops.back().out.c, cfg.mxu.cols) << "the test needs logits wider than a tile";
   const ordered_json r = sim::run_workload(cfg, o);
   expect_exact_with_rows(r, m);
 }
@@ -208,7 +209,7 @@ ordered_json run_topology(const std::string& chip, const std::string& csv) {
   o.random_weights = false;
   o.topology = source("tb/system/run/data/" + csv);
   const ordered_json r = sim::run_workload(shipped(chip), o);
-  expect_exact_with_rows(r, nn::load_model(o.topology));
+  expect_exact_with_rows(r, importers::load_model(o.topology));
   EXPECT_EQ(r["workload"]["model_file"].get<std::string>(), o.topology);
   return r;
 }

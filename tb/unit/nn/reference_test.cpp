@@ -18,11 +18,22 @@
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
-#include "sw/nn/model.h"
+#include "sw/import/import.h"
+#include "sw/ir/graph.h"
 #include "sw/nn/weights.h"
 
 namespace tpu::nn {
 namespace {
+using importers::load_model;
+using importers::parse_model;
+using importers::parse_topology;
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 
 using nlohmann::json;
 
@@ -67,10 +78,10 @@ void naive_activation(Act a, Tensor& t) {
   }
 }
 
-std::vector<double> naive_forward(const Model& m, const Weights& wts, const float* image) {
+std::vector<double> naive_forward(const Graph& m, const Weights& wts, const float* image) {
   Tensor t{m.input.h, m.input.w, m.input.c, std::vector<double>(image, image + m.input.size())};
-  for (std::size_t li = 0; li < m.layers.size(); ++li) {
-    const Layer& l = m.layers[li];
+  for (std::size_t li = 0; li < m.ops.size(); ++li) {
+    const Op& l = m.ops[li];
     Tensor o{l.out.h, l.out.w, l.out.c, std::vector<double>(l.out.size(), 0.0)};
     const std::int64_t pt = tf_pad_top(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
     const std::int64_t pl = tf_pad_top(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
@@ -78,7 +89,7 @@ std::vector<double> naive_forward(const Model& m, const Weights& wts, const floa
       return y >= 0 && x >= 0 && y < std::int64_t(l.in.h) && x < std::int64_t(l.in.w);
     };
     switch (l.kind) {
-      case LayerKind::Conv2D:
+      case OpKind::Conv2D:
         for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
           for (std::uint32_t ox = 0; ox < l.out.w; ++ox)
             for (std::uint32_t co = 0; co < l.out.c; ++co) {
@@ -97,8 +108,8 @@ std::vector<double> naive_forward(const Model& m, const Weights& wts, const floa
             }
         naive_activation(l.activation, o);
         break;
-      case LayerKind::MaxPooling2D:
-      case LayerKind::AveragePooling2D:
+      case OpKind::MaxPooling2D:
+      case OpKind::AveragePooling2D:
         for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
           for (std::uint32_t ox = 0; ox < l.out.w; ++ox)
             for (std::uint32_t ch = 0; ch < l.out.c; ++ch) {
@@ -113,15 +124,15 @@ std::vector<double> naive_forward(const Model& m, const Weights& wts, const floa
                   sum += t.at(std::uint32_t(y), std::uint32_t(x), ch);
                   ++n;
                 }
-              o.at(oy, ox, ch) = l.kind == LayerKind::MaxPooling2D ? best : sum / n;
+              o.at(oy, ox, ch) = l.kind == OpKind::MaxPooling2D ? best : sum / n;
             }
         break;
-      case LayerKind::Activation:
+      case OpKind::Activation:
         o.v = t.v;
         naive_activation(l.activation, o);
         break;
-      case LayerKind::Flatten: o.v = t.v; break;
-      case LayerKind::Dense:
+      case OpKind::Flatten: o.v = t.v; break;
+      case OpKind::Dense:
         for (std::uint32_t j = 0; j < l.out.c; ++j) {
           double s = l.use_bias ? wts.layers[li].bias[j] : 0.0;
           for (std::size_t i = 0; i < t.v.size(); ++i)
@@ -144,7 +155,7 @@ float uniform(std::mt19937_64& rng, double lo, double hi) {
   return static_cast<float>(lo + (hi - lo) * double(rng() >> 11) * 0x1.0p-53);
 }
 
-Weights random_with_biases(const Model& m, std::uint64_t seed) {
+Weights random_with_biases(const Graph& m, std::uint64_t seed) {
   Weights w = random_weights(m, seed);
   std::mt19937_64 rng(seed + 1);
   for (auto& lw : w.layers)
@@ -152,7 +163,7 @@ Weights random_with_biases(const Model& m, std::uint64_t seed) {
   return w;
 }
 
-Model model_of(json layers, json input) {
+Graph model_of(json layers, json input) {
   return parse_model(
       json{{"name", "t"}, {"input", std::move(input)}, {"layers", std::move(layers)}}, "test.json");
 }
@@ -161,7 +172,7 @@ json layer(const std::string& cls, json config) {
   return json{{"class_name", cls}, {"config", std::move(config)}};
 }
 
-void expect_matches_naive(const Model& m, const Weights& w, std::size_t images,
+void expect_matches_naive(const Graph& m, const Weights& w, std::size_t images,
                           std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<float> in(images * m.input.size());
@@ -177,7 +188,7 @@ void expect_matches_naive(const Model& m, const Weights& w, std::size_t images,
 }
 
 TEST(FloatReference, StridedSameConvolutionsPoolingAndAllActivationsMatchTheDefinitions) {
-  const Model m = model_of(
+  const Graph m = model_of(
       json::array({
           layer("Conv2D", {{"filters", 5},
                            {"kernel_size", 3},
@@ -203,7 +214,7 @@ TEST(FloatReference, StridedSameConvolutionsPoolingAndAllActivationsMatchTheDefi
 }
 
 TEST(FloatReference, ValidPoolingAndDenseActivationsMatchTheDefinitions) {
-  const Model m = model_of(
+  const Graph m = model_of(
       json::array({
           layer("Conv2D", {{"filters", 37}, {"kernel_size", 3}, {"padding", "same"}}),
           layer("AveragePooling2D", {{"pool_size", 2}}),
@@ -221,7 +232,7 @@ TEST(FloatReference, ValidPoolingAndDenseActivationsMatchTheDefinitions) {
 }
 
 TEST(FloatReference, ShippedModelMatchesTheDefinitions) {
-  const Model m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
+  const Graph m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
   expect_matches_naive(m, random_with_biases(m, 31), 2, 32);
 }
 
@@ -229,7 +240,7 @@ TEST(FloatReference, ShippedModelMatchesTheDefinitions) {
 // input pixels its window covers inside the image.
 std::vector<float> box_sums(std::uint32_t side, std::uint32_t k, std::uint32_t s,
                             const std::vector<float>& in) {
-  const Model m = model_of(json::array({layer("Conv2D", {{"filters", 1},
+  const Graph m = model_of(json::array({layer("Conv2D", {{"filters", 1},
                                                          {"kernel_size", k},
                                                          {"strides", s},
                                                          {"padding", "same"},
@@ -274,7 +285,7 @@ TEST(FloatReference, StridedSamePaddingSplitsTheTotalPaddingAsTensorFlow) {
 }
 
 TEST(FloatReference, SameAveragePoolingDividesByThePixelsInside) {
-  const Model m =
+  const Graph m =
       model_of(json::array({layer("AveragePooling2D", {{"pool_size", 2}, {"padding", "same"}})}),
                json::array({3, 3, 1}));
   const std::vector<float> in = {1, 2, 4, 8, 16, 32, 64, 128, 256};
@@ -287,7 +298,7 @@ TEST(FloatReference, SameAveragePoolingDividesByThePixelsInside) {
 }
 
 TEST(FloatReference, SoftmaxOfHugeLogitsStaysFiniteAndSumsToOne) {
-  const Model m = model_of(json::array({layer("Activation", {{"activation", "softmax"}})}),
+  const Graph m = model_of(json::array({layer("Activation", {{"activation", "softmax"}})}),
                            json::array({1, 2, 3}));
   const std::vector<float> in = {1e4f, 1e4f - 1, -1e4f, 88.0f, 89.0f, 90.0f};
   const auto out = forward_float(m, Weights{std::vector<LayerWeights>(1)}, in.data(), 1);
@@ -303,7 +314,7 @@ TEST(FloatReference, SoftmaxOfHugeLogitsStaysFiniteAndSumsToOne) {
 }
 
 TEST(FloatReference, FlattenIsRowColumnChannelOrder) {
-  const Model m = model_of(json::array({layer("Flatten", json::object()),
+  const Graph m = model_of(json::array({layer("Flatten", json::object()),
                                         layer("Dense", {{"units", 1}, {"use_bias", false}})}),
                            json::array({2, 3, 4}));
   Weights w = random_weights(m, 1);
@@ -317,7 +328,7 @@ TEST(FloatReference, FlattenIsRowColumnChannelOrder) {
 }
 
 TEST(FloatReference, WeightsOfAnotherModelAreRefused) {
-  const Model m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
+  const Graph m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
   Weights w = random_weights(m, 1);
   w.layers[4].kernel.resize(10);
   const std::vector<float> in(m.input.size());
@@ -333,7 +344,7 @@ TEST(ArgmaxRows, PicksTheFirstOfEqualMaxima) {
 // The weights tpusim ships must classify the Fashion-MNIST test set at least as well as the
 // issue demands (>= 90% top-1), and exactly as configs/weights/fashion_mnist_cnn.json records.
 TEST(ShippedWeights, ReachNinetyPercentTop1OnTheTestSetAsRecorded) {
-  const Model m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
+  const Graph m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
   const Weights w = load_weights(kSource + "/configs/weights/fashion_mnist_cnn.bin", m);
   const data::Dataset d = data::load_fashion_mnist(data::kDefaultFashionMnistDir, "t10k");
   // The tutorial feeds raw 0-255 pixels cast to float.

@@ -10,18 +10,29 @@
 #include <vector>
 
 #include "hw/common/error.h"
-#include "sw/nn/model.h"
-#include "unit/nn/layer_json.h"
+#include "sw/import/import.h"
+#include "sw/ir/graph.h"
+#include "unit/import/layer_json.h"
 
 namespace tpu::nn {
 namespace {
+using importers::load_model;
+using importers::parse_model;
+using importers::parse_topology;
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 
 using nlohmann::json;
 using ::testing::HasSubstr;
 
 using test::layer;
 
-Model functional(json layers) {
+Graph functional(json layers) {
   layers.insert(layers.begin(),
                 layer("InputLayer", {{"name", "in"}, {"batch_input_shape", {nullptr, 6, 6, 2}}}));
   return parse_model(
@@ -29,13 +40,13 @@ Model functional(json layers) {
       "m.json");
 }
 
-std::vector<std::string> names(const Model& m) {
+std::vector<std::string> names(const Graph& m) {
   std::vector<std::string> v;
-  for (const Layer& l : m.layers) v.push_back(l.name);
+  for (const Op& l : m.ops) v.push_back(l.name);
   return v;
 }
 
-std::string error_of(const Model& m) {
+std::string error_of(const Graph& m) {
   try {
     inference_graph(m);
   } catch (const InputError& e) {
@@ -45,31 +56,31 @@ std::string error_of(const Model& m) {
 }
 
 TEST(InferenceGraph, DropoutsLeaveAndTheirReadersReadTheirInputs) {
-  const Model m = functional(
+  const Graph m = functional(
       json::array({layer("GaussianNoise", {{"name", "noise"}, {"stddev", 0.1}}, {"in"}),
                    layer("Conv2D", {{"name", "a"}, {"filters", 2}, {"kernel_size", 1}}, {"noise"}),
                    layer("SpatialDropout2D", {{"name", "sd"}, {"rate", 0.2}}, {"a"}),
                    layer("Dropout", {{"name", "d2"}, {"rate", 0.2}}, {"sd"}),
                    layer("Conv2D", {{"name", "b"}, {"filters", 2}, {"kernel_size", 1}}, {"d2"}),
                    layer("Add", {{"name", "sum"}}, {"b", "d2"})}));
-  ASSERT_EQ(m.layers.size(), 6u);
-  EXPECT_EQ(m.layers[0].kind, LayerKind::Dropout);
-  EXPECT_EQ(m.layers[2].name, "sd");
-  const Model g = inference_graph(m);
+  ASSERT_EQ(m.ops.size(), 6u);
+  EXPECT_EQ(m.ops[0].kind, OpKind::Dropout);
+  EXPECT_EQ(m.ops[2].name, "sd");
+  const Graph g = inference_graph(m);
   EXPECT_EQ(names(g), (std::vector<std::string>{"a", "b", "sum"}));
-  EXPECT_EQ(g.layers[0].inputs, (std::vector<std::size_t>{kModelInput}));
-  EXPECT_EQ(g.layers[1].inputs, (std::vector<std::size_t>{0}));
-  EXPECT_EQ(g.layers[2].inputs, (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(g.ops[0].inputs, (std::vector<std::size_t>{kGraphInput}));
+  EXPECT_EQ(g.ops[1].inputs, (std::vector<std::size_t>{0}));
+  EXPECT_EQ(g.ops[2].inputs, (std::vector<std::size_t>{1, 0}));
   EXPECT_EQ(g.output(), m.output());
   EXPECT_EQ(g.macs_per_image(), m.macs_per_image());
 }
 
 TEST(InferenceGraph, AnOutputDropoutGivesTheOutputToItsInputWhenThatIsTheLastLayerLeft) {
-  const Model m = functional(
+  const Graph m = functional(
       json::array({layer("Conv2D", {{"name", "a"}, {"filters", 2}, {"kernel_size", 1}}, {"in"}),
                    layer("Dropout", {{"name", "out"}, {"rate", 0.5}}, {"a"})}));
   EXPECT_EQ(names(inference_graph(m)), (std::vector<std::string>{"a"}));
-  const Model moved = functional(
+  const Graph moved = functional(
       json::array({layer("Conv2D", {{"name", "a"}, {"filters", 2}, {"kernel_size", 1}}, {"in"}),
                    layer("Conv2D", {{"name", "b"}, {"filters", 2}, {"kernel_size", 1}}, {"in"}),
                    layer("Dropout", {{"name", "out"}, {"rate", 0.5}}, {"a"})}));
@@ -78,7 +89,7 @@ TEST(InferenceGraph, AnOutputDropoutGivesTheOutputToItsInputWhenThatIsTheLastLay
 }
 
 TEST(InferenceGraph, AModelOfIdentitiesComputesNothingAndIsRefused) {
-  const Model m = functional(json::array({layer("Dropout", {{"name", "d"}}, {"in"})}));
+  const Graph m = functional(json::array({layer("Dropout", {{"name", "d"}}, {"in"})}));
   EXPECT_THAT(error_of(m), HasSubstr("m.json: the model computes nothing at inference"));
 }
 
@@ -86,9 +97,9 @@ TEST(InferenceGraph, DropoutArgumentsAreCheckedAndTheirDefaultNamesFollowKeras) 
   auto parse = [](json l) {
     return parse_model(json{{"name", "m"}, {"input", {4, 4, 1}}, {"layers", {l}}}, "m.json");
   };
-  EXPECT_EQ(parse(layer("SpatialDropout2D", json::object())).layers[0].name, "spatial_dropout2d");
+  EXPECT_EQ(parse(layer("SpatialDropout2D", json::object())).ops[0].name, "spatial_dropout2d");
   EXPECT_EQ(parse(layer("AlphaDropout", {{"rate", 0.1}, {"seed", 3}, {"noise_shape", nullptr}}))
-                .layers[0]
+                .ops[0]
                 .name,
             "alpha_dropout");
   try {
@@ -107,10 +118,10 @@ TEST(InferenceGraph, DropoutArgumentsAreCheckedAndTheirDefaultNamesFollowKeras) 
 
 TEST(ActivationLayers, ReluAndSoftmaxLayersReadAsTheActivationTheyStandFor) {
   auto parse = [](json l) {
-    const Model m = parse_model(
+    const Graph m = parse_model(
         json{{"name", "m"}, {"input", {1, 1, 8}}, {"layers", {std::move(l)}}}, "m.json");
-    EXPECT_EQ(m.layers[0].kind, LayerKind::Activation);
-    return m.layers[0];
+    EXPECT_EQ(m.ops[0].kind, OpKind::Activation);
+    return m.ops[0];
   };
   EXPECT_EQ(parse(layer("ReLU", json::object())).activation, Act::Relu);
   EXPECT_EQ(parse(layer("ReLU", json::object())).name, "re_lu");

@@ -18,10 +18,21 @@
 #include <vector>
 
 #include "hw/common/error.h"
-#include "sw/nn/model.h"
+#include "sw/import/import.h"
+#include "sw/ir/graph.h"
 
 namespace tpu::nn {
 namespace {
+using importers::load_model;
+using importers::parse_model;
+using importers::parse_topology;
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -29,7 +40,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // conv (bias) -> flatten -> dense without bias -> dense with bias: every tensor kind.
-Model small_model() {
+Graph small_model() {
   const json doc = {
       {"name", "small"},
       {"input", {5, 4, 2}},
@@ -112,7 +123,7 @@ void write_small_tensors(FileWriter& w) {
   w.tensor("e/bias", {2});
 }
 
-std::string load_error(const std::string& path, const Model& m) {
+std::string load_error(const std::string& path, const Graph& m) {
   try {
     load_weights(path, m);
   } catch (const InputError& e) {
@@ -136,19 +147,19 @@ bool same_bits(const Weights& a, const Weights& b) {
 }
 
 TEST(RandomWeights, AreGlorotUniformWithZeroBiases) {
-  const Model m =
+  const Graph m =
       load_model(std::string(TPUSIM_SOURCE_DIR) + "/configs/models/fashion_mnist_cnn.json");
   const Weights w = random_weights(m, 42);
-  ASSERT_EQ(w.layers.size(), m.layers.size());
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const Layer& l = m.layers[i];
+  ASSERT_EQ(w.layers.size(), m.ops.size());
+  for (std::size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& l = m.ops[i];
     if (!l.has_weights()) {
       EXPECT_TRUE(w.layers[i].kernel.empty());
       continue;
     }
     // Glorot & Bengio 2010, Keras glorot_uniform: fans count the receptive field.
-    const double rf = l.kind == LayerKind::Conv2D ? double(l.kernel_h) * l.kernel_w : 1.0;
-    const double fan_in = l.kind == LayerKind::Conv2D ? rf * l.in.c : double(l.in.size());
+    const double rf = l.kind == OpKind::Conv2D ? double(l.kernel_h) * l.kernel_w : 1.0;
+    const double fan_in = l.kind == OpKind::Conv2D ? rf * l.in.c : double(l.in.size());
     const double fan_out = rf * l.out.c;
     const double limit = std::sqrt(6.0 / (fan_in + fan_out));
     const auto& k = w.layers[i].kernel;
@@ -170,14 +181,14 @@ TEST(RandomWeights, AreGlorotUniformWithZeroBiases) {
 }
 
 TEST(RandomWeights, AreDeterministicForASeed) {
-  const Model m = small_model();
+  const Graph m = small_model();
   EXPECT_TRUE(same_bits(random_weights(m, 7), random_weights(m, 7)));
   EXPECT_FALSE(same_bits(random_weights(m, 7), random_weights(m, 8)));
 }
 
 TEST(WeightsFile, RoundTripKeepsEveryBit) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   Weights w = random_weights(m, 3);
   // Values that must survive exactly: biases, signed zero, extremes.
   w.layers[0].bias = {-0.0f, std::numeric_limits<float>::denorm_min(),
@@ -189,7 +200,7 @@ TEST(WeightsFile, RoundTripKeepsEveryBit) {
 
 TEST(WeightsFile, LayerWithoutBiasStoresNoBiasAndLoadsZeros) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   const Weights w = random_weights(m, 3);
   save_weights(dir.file("w.bin"), m, w);
   const Weights back = load_weights(dir.file("w.bin"), m);
@@ -198,7 +209,7 @@ TEST(WeightsFile, LayerWithoutBiasStoresNoBiasAndLoadsZeros) {
 
 TEST(WeightsFile, LayoutIsTheDocumentedOne) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   const Weights w = random_weights(m, 5);
   save_weights(dir.file("w.bin"), m, w);
   FileWriter expected;
@@ -221,7 +232,7 @@ TEST(WeightsFile, LayoutIsTheDocumentedOne) {
 
 TEST(WeightsFile, TensorsMayComeInAnyOrder) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   FileWriter f;
   f.header(5);
   f.tensor("e/bias", {2}, 1.0f);
@@ -238,7 +249,7 @@ TEST(WeightsFile, TensorsMayComeInAnyOrder) {
 
 TEST(WeightsFile, SaveReplacesTheFileAtomicallyAndLeavesNoTemporary) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   write_raw(dir.file("w.bin"), {'o', 'l', 'd'});
   save_weights(dir.file("w.bin"), m, random_weights(m, 1));
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"w.bin"});
@@ -247,7 +258,7 @@ TEST(WeightsFile, SaveReplacesTheFileAtomicallyAndLeavesNoTemporary) {
 
 TEST(WeightsFile, SaveIntoAMissingDirectoryFailsAndNamesIt) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   const std::string path = dir.file("absent/w.bin");
   try {
     save_weights(path, m, random_weights(m, 1));
@@ -260,7 +271,7 @@ TEST(WeightsFile, SaveIntoAMissingDirectoryFailsAndNamesIt) {
 
 TEST(WeightsFile, SaveNeedsAFileName) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   EXPECT_THROW(save_weights("", m, random_weights(m, 1)), InputError);
   EXPECT_THROW(save_weights(dir.file("") + "/", m, random_weights(m, 1)), InputError);
   EXPECT_TRUE(dir.entries().empty());
@@ -268,7 +279,7 @@ TEST(WeightsFile, SaveNeedsAFileName) {
 
 TEST(WeightsFile, SaveRefusesWeightsOfAnotherShape) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   Weights w = random_weights(m, 1);
   w.layers[2].kernel.pop_back();
   EXPECT_THROW(save_weights(dir.file("w.bin"), m, w), InputError);
@@ -368,7 +379,7 @@ std::vector<BadFile> bad_files() {
 
 TEST(WeightsFile, MalformedFilesAreRefusedNamingFileAndTensor) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   for (const BadFile& c : bad_files()) {
     FileWriter f;
     c.build(f);
@@ -382,7 +393,7 @@ TEST(WeightsFile, MalformedFilesAreRefusedNamingFileAndTensor) {
 
 TEST(WeightsFile, EveryTruncationIsAnInputError) {
   TempDir dir;
-  const Model m = small_model();
+  const Graph m = small_model();
   FileWriter f;
   f.header(5);
   write_small_tensors(f);

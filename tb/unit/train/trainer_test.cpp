@@ -14,7 +14,8 @@
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
-#include "sw/nn/model.h"
+#include "sw/import/import.h"
+#include "sw/ir/graph.h"
 #include "sw/nn/reference.h"
 #include "sw/nn/weights.h"
 
@@ -65,7 +66,7 @@ TrainOptions short_run(std::uint64_t seed) {
 }
 
 TEST(Trainer, SameSeedGivesBitIdenticalWeightsAndLosses) {
-  const nn::Model m = nn::load_model(kShippedModel);
+  const ir::Graph m = importers::load_model(kShippedModel);
   const data::Dataset d = train_subset();
   const TrainResult a = train(m, d, short_run(5));
   const TrainResult b = train(m, d, short_run(5));
@@ -79,7 +80,7 @@ TEST(Trainer, SameSeedGivesBitIdenticalWeightsAndLosses) {
 }
 
 TEST(Trainer, LossDecreasesEveryEpoch) {
-  const nn::Model m = nn::load_model(kShippedModel);
+  const ir::Graph m = importers::load_model(kShippedModel);
   const TrainResult r = train(m, train_subset(), short_run(5));
   ASSERT_EQ(r.epochs.size(), 3u);
   for (std::size_t e = 1; e < r.epochs.size(); ++e)
@@ -87,7 +88,7 @@ TEST(Trainer, LossDecreasesEveryEpoch) {
 }
 
 TEST(Trainer, RawPixelTrainingAsTheTutorialIsDeterministicToo) {
-  const nn::Model m = nn::load_model(kShippedModel);
+  const ir::Graph m = importers::load_model(kShippedModel);
   const data::Dataset d = first_images(train_subset(), 128);
   TrainOptions o;
   o.epochs = 1;
@@ -98,7 +99,7 @@ TEST(Trainer, RawPixelTrainingAsTheTutorialIsDeterministicToo) {
 // The returned weights take raw pixels: evaluated on raw pixels they score what the trainer
 // measured on scaled pixels during the last epoch.
 TEST(Trainer, InputScaleIsFoldedIntoTheFirstKernel) {
-  const nn::Model m = nn::load_model(kShippedModel);
+  const ir::Graph m = importers::load_model(kShippedModel);
   const data::Dataset d = train_subset();
   TrainOptions o = short_run(5);
   o.epochs = 1;
@@ -117,7 +118,7 @@ TEST(Trainer, InputScaleIsFoldedIntoTheFirstKernel) {
 }
 
 TEST(Trainer, ProgressReportsEveryBatchAndEachEpochOnce) {
-  const nn::Model m = nn::load_model(kShippedModel);
+  const ir::Graph m = importers::load_model(kShippedModel);
   const data::Dataset d = first_images(train_subset(), 100);
   TrainOptions o = short_run(1);
   o.epochs = 2;
@@ -136,7 +137,7 @@ TEST(Trainer, ProgressReportsEveryBatchAndEachEpochOnce) {
 }
 
 // A model with every layer kind and activation, on small hand-made images.
-nn::Model gradient_model() {
+ir::Graph gradient_model() {
   auto layer = [](const std::string& cls, json cfg) {
     return json{{"class_name", cls}, {"config", std::move(cfg)}};
   };
@@ -160,7 +161,7 @@ nn::Model gradient_model() {
            layer("Dense", {{"units", 3}}),
            layer("Activation", {{"activation", "softmax"}}),
        })}};
-  return nn::parse_model(doc, "grad.json");
+  return importers::parse_model(doc, "grad.json");
 }
 
 data::Dataset small_images(std::size_t n, std::uint32_t classes, std::uint64_t seed) {
@@ -180,7 +181,7 @@ data::Dataset small_images(std::size_t n, std::uint32_t classes, std::uint64_t s
 // proportional to the gradient, so every parameter's step must match the finite-difference
 // gradient of the mean loss.
 TEST(Trainer, FirstStepMatchesFiniteDifferenceGradientsThroughEveryLayerKind) {
-  const nn::Model m = gradient_model();
+  const ir::Graph m = gradient_model();
   const data::Dataset d = small_images(16, 3, 9);
   TrainOptions o;
   o.epochs = 1;
@@ -193,8 +194,8 @@ TEST(Trainer, FirstStepMatchesFiniteDifferenceGradientsThroughEveryLayerKind) {
   const nn::Weights before = nn::random_weights(m, o.seed);
   const nn::Weights after = train(m, d, o).weights;
   const double h = 1e-3;
-  for (std::size_t li = 0; li < m.layers.size(); ++li) {
-    if (!m.layers[li].has_weights()) continue;
+  for (std::size_t li = 0; li < m.ops.size(); ++li) {
+    if (!m.ops[li].has_weights()) continue;
     std::size_t clear = 0;
     for (int which = 0; which < 2; ++which) {
       const std::size_t n =
@@ -213,16 +214,16 @@ TEST(Trainer, FirstStepMatchesFiniteDifferenceGradientsThroughEveryLayerKind) {
         // Float rounding of the loss leaves the difference quotient good to ~1e-5; the float
         // update resolves ~1e-7.
         EXPECT_NEAR(double(a) - double(b), step, 0.03 * std::abs(step) + 1e-6)
-            << m.layers[li].name << (which == 0 ? " kernel " : " bias ") << k << " g " << g;
+            << m.ops[li].name << (which == 0 ? " kernel " : " bias ") << k << " g " << g;
         clear += std::abs(g) > 1e-3 ? 1 : 0;
       }
     }
     // Gradients reach every weighted layer through every layer kind after it.
-    EXPECT_GE(clear, 5u) << m.layers[li].name;
+    EXPECT_GE(clear, 5u) << m.ops[li].name;
   }
 }
 
-std::string train_error(const nn::Model& m, const data::Dataset& d, const TrainOptions& o) {
+std::string train_error(const ir::Graph& m, const data::Dataset& d, const TrainOptions& o) {
   try {
     train(m, d, o);
   } catch (const InputError& e) {
@@ -232,14 +233,14 @@ std::string train_error(const nn::Model& m, const data::Dataset& d, const TrainO
 }
 
 TEST(Trainer, RefusesWhatItCannotTrain) {
-  const nn::Model m = gradient_model();
+  const ir::Graph m = gradient_model();
   const data::Dataset d = small_images(4, 3, 1);
   TrainOptions o;
   o.batch = 0;
   EXPECT_THAT(train_error(m, d, o), HasSubstr("batch = 0"));
   o = TrainOptions{};
   o.input_scale = 0.5f;
-  const nn::Model squashed = nn::parse_model(
+  const ir::Graph squashed = importers::parse_model(
       json{{"name", "s"},
            {"input", {6, 6, 1}},
            {"layers",
@@ -258,13 +259,13 @@ TEST(Trainer, RefusesWhatItCannotTrain) {
   big.images.pixels.resize(4 * 9);
   EXPECT_THAT(train_error(m, big, TrainOptions{}), HasSubstr("images are 3x3x1"));
 
-  const nn::Model no_softmax =
-      nn::parse_model(json{{"name", "n"},
-                           {"input", {6, 6, 1}},
-                           {"layers",
-                            {{{"class_name", "Flatten"}, {"config", json::object()}},
-                             {{"class_name", "Dense"}, {"config", {{"units", 3}}}}}}},
-                      "n.json");
+  const ir::Graph no_softmax =
+      importers::parse_model(json{{"name", "n"},
+                                  {"input", {6, 6, 1}},
+                                  {"layers",
+                                   {{{"class_name", "Flatten"}, {"config", json::object()}},
+                                    {{"class_name", "Dense"}, {"config", {{"units", 3}}}}}}},
+                             "n.json");
   EXPECT_THAT(train_error(no_softmax, d, TrainOptions{}), HasSubstr("needs a softmax as the last"));
 }
 

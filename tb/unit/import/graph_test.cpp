@@ -2,6 +2,8 @@
 // Sequential and Functional forms, SCALE-Sim topology CSVs; and the new layers in the float and
 // quantized references (BatchNormalization folding, Add on a shared int8 scale, ZeroPadding2D,
 // GlobalAveragePooling2D), checked against definitions written here.
+#include "sw/ir/graph.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,14 +14,24 @@
 #include <vector>
 
 #include "hw/common/error.h"
-#include "sw/nn/model.h"
+#include "sw/import/import.h"
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
 #include "sw/nn/weights.h"
-#include "unit/nn/layer_json.h"
+#include "unit/import/layer_json.h"
 
 namespace tpu::nn {
 namespace {
+using importers::load_model;
+using importers::parse_model;
+using importers::parse_topology;
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 
 using nlohmann::json;
 using ::testing::AllOf;
@@ -47,9 +59,9 @@ std::string error_of_topology(const std::string& text) {
   return "(no InputError)";
 }
 
-std::size_t index_of(const Model& m, const std::string& name) {
-  for (std::size_t i = 0; i < m.layers.size(); ++i)
-    if (m.layers[i].name == name) return i;
+std::size_t index_of(const Graph& m, const std::string& name) {
+  for (std::size_t i = 0; i < m.ops.size(); ++i)
+    if (m.ops[i].name == name) return i;
   ADD_FAILURE() << "no layer " << name;
   return 0;
 }
@@ -69,21 +81,21 @@ json residual_doc() {
 }
 
 TEST(GraphModel, InboundNodesNameEachLayersInputs) {
-  const Model m = parse_model(residual_doc(), "t");
-  ASSERT_EQ(m.layers.size(), 4u);
-  EXPECT_EQ(m.layers[0].inputs, std::vector<std::size_t>{kModelInput});
-  EXPECT_EQ(m.layers[1].inputs, std::vector<std::size_t>{kModelInput});
-  EXPECT_EQ(m.layers[2].inputs, (std::vector<std::size_t>{0, 1}));
-  EXPECT_EQ(m.layers[2].out, (Shape{6, 6, 3}));
-  EXPECT_EQ(m.layers[3].inputs, std::vector<std::size_t>{2});
+  const Graph m = parse_model(residual_doc(), "t");
+  ASSERT_EQ(m.ops.size(), 4u);
+  EXPECT_EQ(m.ops[0].inputs, std::vector<std::size_t>{kGraphInput});
+  EXPECT_EQ(m.ops[1].inputs, std::vector<std::size_t>{kGraphInput});
+  EXPECT_EQ(m.ops[2].inputs, (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(m.ops[2].out, (Shape{6, 6, 3}));
+  EXPECT_EQ(m.ops[3].inputs, std::vector<std::size_t>{2});
   const auto readers = consumers(m);
   EXPECT_EQ(readers[0], std::vector<std::size_t>{2});
 }
 
 TEST(GraphModel, LayersWithoutInboundNodesChainLikeSequential) {
-  const Model m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
-  for (std::size_t i = 0; i < m.layers.size(); ++i)
-    EXPECT_EQ(m.layers[i].inputs, std::vector<std::size_t>{i == 0 ? kModelInput : i - 1});
+  const Graph m = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
+  for (std::size_t i = 0; i < m.ops.size(); ++i)
+    EXPECT_EQ(m.ops[i].inputs, std::vector<std::size_t>{i == 0 ? kGraphInput : i - 1});
 }
 
 TEST(GraphModel, AddOfUnequalShapesAndUnknownInputsAreRefusedByName) {
@@ -98,7 +110,7 @@ TEST(GraphModel, AddOfUnequalShapesAndUnknownInputsAreRefusedByName) {
 }
 
 TEST(GraphModel, ZeroPaddingAndGlobalPoolingShapesFollowKeras) {
-  const Model m =
+  const Graph m =
       parse_model(json{{"name", "p"},
                        {"input", {5, 7, 3}},
                        {"layers",
@@ -106,25 +118,25 @@ TEST(GraphModel, ZeroPaddingAndGlobalPoolingShapesFollowKeras) {
                          layer("ZeroPadding2D", {{"name", "z2"}, {"padding", 2}}),
                          layer("GlobalAveragePooling2D", {{"name", "g"}})}}},
                   "t");
-  EXPECT_EQ(m.layers[0].out, (Shape{5 + 1 + 2, 7 + 3 + 0, 3}));
-  EXPECT_EQ(m.layers[1].out, (Shape{8 + 4, 10 + 4, 3}));
-  EXPECT_EQ(m.layers[2].out, (Shape{1, 1, 3}));
+  EXPECT_EQ(m.ops[0].out, (Shape{5 + 1 + 2, 7 + 3 + 0, 3}));
+  EXPECT_EQ(m.ops[1].out, (Shape{8 + 4, 10 + 4, 3}));
+  EXPECT_EQ(m.ops[2].out, (Shape{1, 1, 3}));
 }
 
 TEST(KerasJson, FunctionalToJsonFixtureLoadsWithKerasShapes) {
-  const Model m = load_model(kSource + "/tb/system/run/data/keras_functional.json");
+  const Graph m = load_model(kSource + "/tb/system/run/data/keras_functional.json");
   EXPECT_EQ(m.name, "tiny_resnet");
   EXPECT_EQ(m.input, (Shape{20, 20, 3}));
-  EXPECT_EQ(m.layers.size(), 20u) << "the InputLayer is the model's input, not a layer";
-  const Layer& pad = m.layers[index_of(m, "conv1_pad")];
+  EXPECT_EQ(m.ops.size(), 20u) << "the InputLayer is the model's input, not a layer";
+  const Op& pad = m.ops[index_of(m, "conv1_pad")];
   EXPECT_EQ(pad.out, (Shape{22, 22, 3}));
-  const Layer& pool = m.layers[index_of(m, "pool1_pool")];
+  const Op& pool = m.ops[index_of(m, "pool1_pool")];
   EXPECT_EQ(pool.out, (Shape{(22 - 3) / 2 + 1, (22 - 3) / 2 + 1, 16}));
-  const Layer& add = m.layers[index_of(m, "block_add")];
+  const Op& add = m.ops[index_of(m, "block_add")];
   EXPECT_EQ(add.inputs,
             (std::vector<std::size_t>{index_of(m, "block_0_bn"), index_of(m, "block_3_bn")}));
-  const Layer& bn = m.layers[index_of(m, "conv1_bn")];
-  EXPECT_EQ(bn.kind, LayerKind::BatchNormalization);
+  const Op& bn = m.ops[index_of(m, "conv1_bn")];
+  EXPECT_EQ(bn.kind, OpKind::BatchNormalization);
   EXPECT_FLOAT_EQ(bn.epsilon, 1.001e-5f);
   EXPECT_EQ(m.output(), (Shape{1, 1, 10}));
 }
@@ -143,10 +155,10 @@ TEST(KerasJson, SequentialToJsonReadsTheInputFromItsInputLayerOrFirstLayer) {
                      layer("Dense", {{"name", "dense"}, {"units", 10}})}}}},
                  {"keras_version", "2.13.1"},
                  {"backend", "tensorflow"}};
-  Model m = parse_model(seq, "t");
+  Graph m = parse_model(seq, "t");
   EXPECT_EQ(m.input, (Shape{28, 28, 1}));
-  EXPECT_EQ(m.layers.size(), 2u);
-  EXPECT_EQ(m.layers[1].out, (Shape{1, 1, 10}));
+  EXPECT_EQ(m.ops.size(), 2u);
+  EXPECT_EQ(m.ops[1].out, (Shape{1, 1, 10}));
   // Older Keras records the input on the first layer instead of an InputLayer.
   const json old{
       {"class_name", "Sequential"},
@@ -181,10 +193,10 @@ TEST(KerasJson, Keras3InboundNodesAndTuplesAreRead) {
          {layer("InputLayer", {{"name", "in"}, {"batch_shape", {nullptr, 4, 4, 2}}}), c, add}},
         {"input_layers", {"in", 0, 0}},
         {"output_layers", {"sum", 0, 0}}}}};
-  const Model m = parse_model(doc, "t");
-  ASSERT_EQ(m.layers.size(), 2u);
-  EXPECT_EQ(m.layers[0].kernel_h, 1u);
-  EXPECT_EQ(m.layers[1].inputs, (std::vector<std::size_t>{kModelInput, 0}));
+  const Graph m = parse_model(doc, "t");
+  ASSERT_EQ(m.ops.size(), 2u);
+  EXPECT_EQ(m.ops[0].kernel_h, 1u);
+  EXPECT_EQ(m.ops[1].inputs, (std::vector<std::size_t>{kGraphInput, 0}));
 }
 
 TEST(KerasJson, UnsupportedLayersAndGraphsAreRefusedByName) {
@@ -228,47 +240,47 @@ TEST(KerasJson, EveryUnsupportedLayerIsNamedInOneMessage) {
 }
 
 TEST(Topology, ConvolutionRowsAreIndependentValidConvolutions) {
-  const Model m = load_model(kSource + "/tb/system/run/data/scalesim_conv.csv");
+  const Graph m = load_model(kSource + "/tb/system/run/data/scalesim_conv.csv");
   EXPECT_EQ(m.name, "scalesim_conv");
   // Rows: Conv1 30x30x3, 3x3, 16 filters, stride 2; Conv2 14x14x16 3x3 40; CB2a_1 12x12x40 1x1 24.
-  ASSERT_EQ(m.layers.size(), 5u) << "rows after the first read a constant of their own";
+  ASSERT_EQ(m.ops.size(), 5u) << "rows after the first read a constant of their own";
   EXPECT_EQ(m.input, (Shape{30, 30, 3}));
-  const Layer& c1 = m.layers[0];
+  const Op& c1 = m.ops[0];
   EXPECT_EQ(c1.out, (Shape{(30 - 3) / 2 + 1, (30 - 3) / 2 + 1, 16}));
   EXPECT_FALSE(c1.use_bias);
-  const Layer& c2 = m.layers[index_of(m, "Conv2")];
+  const Op& c2 = m.ops[index_of(m, "Conv2")];
   ASSERT_EQ(c2.inputs.size(), 1u);
-  const Layer& src = m.layers[c2.inputs[0]];
-  EXPECT_EQ(src.kind, LayerKind::Constant);
+  const Op& src = m.ops[c2.inputs[0]];
+  EXPECT_EQ(src.kind, OpKind::Constant);
   EXPECT_EQ(src.out, (Shape{14, 14, 16}));
   EXPECT_EQ(c2.out, (Shape{12, 12, 40}));
-  EXPECT_NE(m.layers[c2.inputs[0]].seed, m.layers[m.layers[4].inputs[0]].seed);
+  EXPECT_NE(m.ops[c2.inputs[0]].seed, m.ops[m.ops[4].inputs[0]].seed);
 }
 
 TEST(Topology, GemmRowsAreMByKTimesKByN) {
-  const Model m = parse_topology("Layer, M, N, K,\nfc, 64, 200, 300,\n", "g.csv");
-  ASSERT_EQ(m.layers.size(), 1u);
+  const Graph m = parse_topology("Op, M, N, K,\nfc, 64, 200, 300,\n", "g.csv");
+  ASSERT_EQ(m.ops.size(), 1u);
   EXPECT_EQ(m.input, (Shape{64, 1, 300}));
-  EXPECT_EQ(m.layers[0].out, (Shape{64, 1, 200}));
-  EXPECT_EQ(m.layers[0].macs(), std::uint64_t{64} * 200 * 300);
+  EXPECT_EQ(m.ops[0].out, (Shape{64, 1, 200}));
+  EXPECT_EQ(m.ops[0].macs(), std::uint64_t{64} * 200 * 300);
 }
 
 TEST(Topology, MalformedFilesNameTheLineAndTheLayer) {
   EXPECT_THAT(error_of_topology("a, b, c\n1, 2, 3\n"), HasSubstr("line 1"));
-  EXPECT_THAT(error_of_topology("Layer, M, N, K,\nfc, 64, 0, 3,\n"),
+  EXPECT_THAT(error_of_topology("Op, M, N, K,\nfc, 64, 0, 3,\n"),
               AllOf(HasSubstr("line 2"), HasSubstr("layer fc"), HasSubstr("N")));
-  EXPECT_THAT(error_of_topology("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter "
+  EXPECT_THAT(error_of_topology("Op name, IFMAP Height, IFMAP Width, Filter Height, Filter "
                                 "Width, Channels, Num Filter, Strides,\nc, 4, 4, 5, 5, 1, 1, 1,\n"),
               AllOf(HasSubstr("layer c"), HasSubstr("larger than")));
   EXPECT_THAT(
-      error_of_topology("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter "
+      error_of_topology("Op name, IFMAP Height, IFMAP Width, Filter Height, Filter "
                         "Width, Channels, Num Filter, Strides,\nDP1, 8, 8, 3, 3, 4, 1, 1,\n"),
       AllOf(HasSubstr("layer DP1"), HasSubstr("depthwise")));
 }
 
 // --- References ----------------------------------------------------------------------------
 
-Model conv_bn_model() {
+Graph conv_bn_model() {
   return parse_model(
       json{{"name", "cb"},
            {"input", {5, 5, 3}},
@@ -281,7 +293,7 @@ Model conv_bn_model() {
       "t");
 }
 
-Weights conv_bn_weights(const Model& m) {
+Weights conv_bn_weights(const Graph& m) {
   Weights w = random_weights(m, 3);
   LayerWeights& bn = w.layers[1];
   for (std::uint32_t c = 0; c < 4; ++c) {
@@ -301,10 +313,10 @@ std::vector<float> ramp(std::size_t n, float scale) {
 }
 
 TEST(FloatReference, BatchNormalizationZeroPaddingAndGlobalPoolingMatchTheirDefinitions) {
-  const Model m = conv_bn_model();
+  const Graph m = conv_bn_model();
   const Weights w = conv_bn_weights(m);
   const auto x = ramp(m.input.size(), 1.0f);
-  std::vector<std::vector<float>> outs(m.layers.size());
+  std::vector<std::vector<float>> outs(m.ops.size());
   forward_float(m, w, x.data(), 1,
                 [&](std::size_t i, const float* v, std::size_t n) { outs[i].assign(v, v + n); });
   for (std::size_t k = 0; k < outs[0].size(); ++k) {
@@ -320,7 +332,7 @@ TEST(FloatReference, BatchNormalizationZeroPaddingAndGlobalPoolingMatchTheirDefi
     for (std::size_t p = 0; p < 25; ++p) sum += std::max(0.0f, outs[1][p * 4 + c]);
     EXPECT_NEAR(outs[3][c], sum / 25, 1e-5);
   }
-  const Model zp =
+  const Graph zp =
       parse_model(json{{"name", "z"},
                        {"input", {2, 2, 1}},
                        {"layers", {layer("ZeroPadding2D", {{"padding", {{1, 0}, {0, 2}}}})}}},
@@ -331,7 +343,7 @@ TEST(FloatReference, BatchNormalizationZeroPaddingAndGlobalPoolingMatchTheirDefi
 }
 
 TEST(QuantizedReference, BatchNormalizationFoldsIntoTheConvolutionBeforeIt) {
-  const Model m = conv_bn_model();
+  const Graph m = conv_bn_model();
   const Weights w = conv_bn_weights(m);
   const auto x = ramp(m.input.size(), 1.0f);
   const QuantizedModel q = quantize(m, w, DType::Bf16, 128, x.data(), 1);
@@ -350,7 +362,7 @@ TEST(QuantizedReference, BatchNormalizationFoldsIntoTheConvolutionBeforeIt) {
 }
 
 TEST(QuantizedReference, BatchNormalizationWithoutAConvolutionIsRefusedByName) {
-  const Model m =
+  const Graph m =
       parse_model(json{{"name", "b"},
                        {"input", {2, 2, 3}},
                        {"layers", {layer("BatchNormalization", {{"name", "lonely_bn"}})}}},
@@ -365,15 +377,15 @@ TEST(QuantizedReference, BatchNormalizationWithoutAConvolutionIsRefusedByName) {
 }
 
 TEST(QuantizedReference, Int8AddOperandsShareOneScaleThatCoversTheSum) {
-  const Model m = parse_model(residual_doc(), "t");
+  const Graph m = parse_model(residual_doc(), "t");
   const Weights w = random_weights(m, 5);
   const auto cal = ramp(16 * m.input.size(), 2.0f);
   const QuantizedModel q = quantize(m, w, DType::Int8, 256, cal.data(), 16);
   EXPECT_EQ(q.layers[0].out_scale, q.layers[1].out_scale);
   EXPECT_EQ(q.layers[2].out_scale, q.layers[0].out_scale);
   float sum_range = 0;
-  Model upto_add = m;
-  upto_add.layers.resize(3);
+  Graph upto_add = m;
+  upto_add.ops.resize(3);
   Weights wa = w;
   wa.layers.resize(3);
   const auto fsum = forward_float(upto_add, wa, cal.data(), 16);
@@ -386,7 +398,7 @@ TEST(QuantizedReference, Int8AddOperandsShareOneScaleThatCoversTheSum) {
 }
 
 TEST(QuantizedReference, KerasFixtureTracksTheFloatModelInBf16) {
-  const Model m = load_model(kSource + "/tb/system/run/data/keras_functional.json");
+  const Graph m = load_model(kSource + "/tb/system/run/data/keras_functional.json");
   const Weights w = random_weights(m, 9);
   const auto x = ramp(2 * m.input.size(), 1.0f);
   const QuantizedModel q = quantize(m, w, DType::Bf16, 128, x.data(), 2);
@@ -401,21 +413,21 @@ TEST(QuantizedReference, KerasFixtureTracksTheFloatModelInBf16) {
 }
 
 TEST(Calibration, LargeModelsCalibrateOnFewerImagesWithinTheMacBudget) {
-  const Model big = load_model(kSource + "/configs/models/resnet50.json");
+  const Graph big = load_model(kSource + "/configs/models/resnet50.json");
   EXPECT_EQ(calibration_images(big),
             std::max<std::size_t>(1, kCalibrationMacs / big.macs_per_image()));
-  const Model small = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
+  const Graph small = load_model(kSource + "/configs/models/fashion_mnist_cnn.json");
   EXPECT_EQ(calibration_images(small), kCalibrationImages);
 }
 
 TEST(ResNet50, HasKerasApplicationsStructureAndMacs) {
-  const Model m = load_model(kSource + "/configs/models/resnet50.json");
+  const Graph m = load_model(kSource + "/configs/models/resnet50.json");
   EXPECT_EQ(m.input, (Shape{224, 224, 3}));
   std::size_t convs = 0, adds = 0, bns = 0;
-  for (const Layer& l : m.layers) {
-    convs += l.kind == LayerKind::Conv2D;
-    adds += l.kind == LayerKind::Add;
-    bns += l.kind == LayerKind::BatchNormalization;
+  for (const Op& l : m.ops) {
+    convs += l.kind == OpKind::Conv2D;
+    adds += l.kind == OpKind::Add;
+    bns += l.kind == OpKind::BatchNormalization;
   }
   // 1 stem convolution, 16 bottleneck blocks of 3, 4 projection shortcuts (He et al. Table 1).
   EXPECT_EQ(convs, 1u + 16 * 3 + 4);

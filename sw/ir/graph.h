@@ -1,17 +1,18 @@
-// Networks as tpusim reads them: Keras's layer names and arguments ("class_name" + "config"),
-// NHWC activations per image (channels last, as Keras), weights in Keras's layouts
-// (Conv2D kernel [kh][kw][cin][cout], Dense kernel [in][out]). A model is a graph: each layer
-// names the layers it reads (Keras's functional inbound_nodes), listed in an order where every
-// input comes first; a Sequential list is the chain through it (docs/models.md).
+// The graph IR every model becomes (docs/compiler.md, "The graph IR"): operations in an order
+// where every operand comes first, each producing one tensor; a tensor is named by the index of
+// the operation that produces it, or kGraphInput for the images the host streams in. Tensors are
+// NHWC per image (channels last, as Keras) with a shape and an element type; operations carry
+// Keras's layer names and arguments, and their parameters live beside the graph in Keras's
+// layouts (Conv2D kernel [kh][kw][cin][cout], Dense kernel [in][out]; sw/nn/weights.h). What an
+// operation kind means — arity, shape inference, MACs — is its entry in the table of ops.h.
 #pragma once
 
 #include <cstdint>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-namespace tpu::nn {
+namespace tpu::ir {
 
 struct Shape {
   std::uint32_t h = 1, w = 1, c = 1;  // per image
@@ -21,7 +22,7 @@ struct Shape {
   }
 };
 
-enum class LayerKind {
+enum class OpKind {
   Conv2D,
   MaxPooling2D,
   AveragePooling2D,
@@ -45,14 +46,14 @@ enum class LayerKind {
   Constant,
 };
 
-// Layer::inputs entry for the model's input (the images the host streams in).
-inline constexpr std::size_t kModelInput = std::numeric_limits<std::size_t>::max();
+// Op::inputs entry for the graph's input (the images the host streams in).
+inline constexpr std::size_t kGraphInput = std::numeric_limits<std::size_t>::max();
 enum class Act { Linear, Relu, Relu6, Sigmoid, Tanh, Softmax };
 enum class Padding { Valid, Same };
 
-struct Layer {
-  std::string name;  // unique within the model (Keras: "conv2d", "dense_1", ...)
-  LayerKind kind = LayerKind::Flatten;
+struct Op {
+  std::string name;  // unique within the graph (Keras: "conv2d", "dense_1", ...)
+  OpKind kind = OpKind::Flatten;
   // Conv2D: filters, kernel, strides, padding, use_bias, activation.
   // Pooling: kernel (= pool_size), strides, padding (valid only on the chip).
   // Dense: filters (= units), use_bias, activation. Activation: activation.
@@ -72,8 +73,8 @@ struct Layer {
   bool scale = true;
   // Constant: the seed of its values (uniform in [-1, 1)).
   std::uint64_t seed = 0;
-  // Producing layers, in order (indices into Model::layers, or kModelInput); Add has two or
-  // more, Constant none, every other class one.
+  // The tensors it reads, in operand order (indices into Graph::ops, or kGraphInput); Add has
+  // two or more, Constant none, every other kind one.
   std::vector<std::size_t> inputs;
   Shape in, out;  // resolved by the loader; `in` is the first input's shape
 
@@ -87,29 +88,19 @@ struct Layer {
   [[nodiscard]] std::uint64_t macs() const;
 };
 
-struct Model {
+struct Graph {
   std::string name;
   std::string file;
   Shape input;
-  std::vector<Layer> layers;
-  [[nodiscard]] Shape output() const { return layers.empty() ? input : layers.back().out; }
+  std::vector<Op> ops;
+  [[nodiscard]] Shape output() const { return ops.empty() ? input : ops.back().out; }
   [[nodiscard]] std::uint64_t macs_per_image() const;
 };
 
-// Reads a model file of any form it recognises: tpusim's JSON (docs/models.md), the JSON Keras's
-// model.to_json() writes (Sequential or Functional), or a SCALE-Sim topology CSV (convolution or
-// GEMM). Throws InputError naming the file, the place, the value and what is allowed (unknown
-// layer class or argument, bad shape, shapes that do not chain).
-Model load_model(const std::string& path);
-Model parse_model(const nlohmann::json& doc, const std::string& origin);
-// SCALE-Sim topology CSV text (docs/models.md): every row an independent layer.
-Model parse_topology(const std::string& text, const std::string& origin);
+// For each operation, the operations that read its tensor, in order.
+std::vector<std::vector<std::size_t>> consumers(const Graph& g);
 
-// For each layer, the layers that read its output (in order), and whether the model's output is
-// it (the last layer).
-std::vector<std::vector<std::size_t>> consumers(const Model& m);
-
-std::string_view name_of(LayerKind k);
+std::string_view name_of(OpKind k);
 std::string_view name_of(Act a);
 
-}  // namespace tpu::nn
+}  // namespace tpu::ir

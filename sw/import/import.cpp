@@ -1,4 +1,4 @@
-#include "sw/nn/model.h"
+#include "sw/import/import.h"
 
 #include <fmt/format.h>
 
@@ -14,36 +14,23 @@
 #include "hw/common/error.h"
 #include "hw/common/input_file.h"
 #include "hw/common/json_text.h"
-#include "sw/nn/ops.h"
+#include "sw/ir/ops.h"
 
-namespace tpu::nn {
+namespace tpu::importers {
+using ir::Act;
+using ir::Graph;
+using ir::infer_shapes;
+using ir::kClassArgument;
+using ir::kGraphInput;
+using ir::kInputsArgument;
+using ir::kMaxDim;
+using ir::kMaxTensorElements;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
+using ir::show_shape;
 using nlohmann::json;
-
-std::uint64_t Model::macs_per_image() const {
-  std::uint64_t total = 0;
-  for (const Layer& l : layers) total += l.macs();
-  return total;
-}
-
-std::vector<std::vector<std::size_t>> consumers(const Model& m) {
-  std::vector<std::vector<std::size_t>> out(m.layers.size());
-  for (std::size_t i = 0; i < m.layers.size(); ++i)
-    for (std::size_t p : m.layers[i].inputs)
-      if (p != kModelInput) out[p].push_back(i);
-  return out;
-}
-
-std::string_view name_of(Act a) {
-  switch (a) {
-    case Act::Linear: return "linear";
-    case Act::Relu: return "relu";
-    case Act::Relu6: return "relu6";
-    case Act::Sigmoid: return "sigmoid";
-    case Act::Tanh: return "tanh";
-    case Act::Softmax: return "softmax";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -53,7 +40,7 @@ constexpr std::size_t kMaxNameBytes = 128;
 // ignores because they only matter for training or serialisation.
 struct ClassSpec {
   const char* class_name;
-  LayerKind kind;
+  OpKind kind;
   const char* base_name;  // Keras's default name: the class name in snake case
   std::vector<std::string> keys;
   std::vector<std::string> ignored;
@@ -77,38 +64,38 @@ const std::vector<std::string> kShapeKeys = {"batch_input_shape", "input_shape"}
 const std::vector<ClassSpec>& class_specs() {
   static const std::vector<ClassSpec> specs = {
       {"Conv2D",
-       LayerKind::Conv2D,
+       OpKind::Conv2D,
        "conv2d",
        {"name", "filters", "kernel_size", "strides", "padding", "use_bias", "activation",
         "data_format", "dilation_rate", "groups"},
        kWeightIgnored},
       {"MaxPooling2D",
-       LayerKind::MaxPooling2D,
+       OpKind::MaxPooling2D,
        "max_pooling2d",
        {"name", "pool_size", "strides", "padding", "data_format"},
        kBaseIgnored},
       {"AveragePooling2D",
-       LayerKind::AveragePooling2D,
+       OpKind::AveragePooling2D,
        "average_pooling2d",
        {"name", "pool_size", "strides", "padding", "data_format"},
        kBaseIgnored},
-      {"Activation", LayerKind::Activation, "activation", {"name", "activation"}, kBaseIgnored},
+      {"Activation", OpKind::Activation, "activation", {"name", "activation"}, kBaseIgnored},
       // Keras's activation layers, as the Activation they stand for.
       {"ReLU",
-       LayerKind::Activation,
+       OpKind::Activation,
        "re_lu",
        {"name", "max_value", "negative_slope", "threshold"},
        kBaseIgnored},
-      {"Softmax", LayerKind::Activation, "softmax", {"name", "axis"}, kBaseIgnored},
-      {"Flatten", LayerKind::Flatten, "flatten", {"name", "data_format"}, kBaseIgnored},
-      {"Reshape", LayerKind::Reshape, "reshape", {"name", "target_shape"}, kBaseIgnored},
+      {"Softmax", OpKind::Activation, "softmax", {"name", "axis"}, kBaseIgnored},
+      {"Flatten", OpKind::Flatten, "flatten", {"name", "data_format"}, kBaseIgnored},
+      {"Reshape", OpKind::Reshape, "reshape", {"name", "target_shape"}, kBaseIgnored},
       {"Dense",
-       LayerKind::Dense,
+       OpKind::Dense,
        "dense",
        {"name", "units", "activation", "use_bias"},
        kWeightIgnored},
       {"BatchNormalization",
-       LayerKind::BatchNormalization,
+       OpKind::BatchNormalization,
        "batch_normalization",
        {"name", "axis", "epsilon", "center", "scale"},
        {"trainable", "dtype", "momentum", "beta_initializer", "gamma_initializer",
@@ -116,41 +103,41 @@ const std::vector<ClassSpec>& class_specs() {
         "gamma_regularizer", "beta_constraint", "gamma_constraint", "synchronized", "renorm",
         "renorm_clipping", "renorm_momentum", "fused", "virtual_batch_size", "adjustment"}},
       {"ZeroPadding2D",
-       LayerKind::ZeroPadding2D,
+       OpKind::ZeroPadding2D,
        "zero_padding2d",
        {"name", "padding", "data_format"},
        kBaseIgnored},
       {"GlobalAveragePooling2D",
-       LayerKind::GlobalAveragePooling2D,
+       OpKind::GlobalAveragePooling2D,
        "global_average_pooling2d",
        {"name", "data_format", "keepdims"},
        kBaseIgnored},
       {"GlobalMaxPooling2D",
-       LayerKind::GlobalMaxPooling2D,
+       OpKind::GlobalMaxPooling2D,
        "global_max_pooling2d",
        {"name", "data_format", "keepdims"},
        kBaseIgnored},
-      {"Add", LayerKind::Add, "add", {"name"}, kBaseIgnored},
+      {"Add", OpKind::Add, "add", {"name"}, kBaseIgnored},
       // The identity at inference; their randomness (noise_shape, seed) only matters in training.
-      {"Dropout", LayerKind::Dropout, "dropout", {"name", "rate"}, kNoiseIgnored},
+      {"Dropout", OpKind::Dropout, "dropout", {"name", "rate"}, kNoiseIgnored},
       {"SpatialDropout1D",
-       LayerKind::Dropout,
+       OpKind::Dropout,
        "spatial_dropout1d",
        {"name", "rate", "data_format"},
        kNoiseIgnored},
       {"SpatialDropout2D",
-       LayerKind::Dropout,
+       OpKind::Dropout,
        "spatial_dropout2d",
        {"name", "rate", "data_format"},
        kNoiseIgnored},
       {"SpatialDropout3D",
-       LayerKind::Dropout,
+       OpKind::Dropout,
        "spatial_dropout3d",
        {"name", "rate", "data_format"},
        kNoiseIgnored},
-      {"GaussianDropout", LayerKind::Dropout, "gaussian_dropout", {"name", "rate"}, kNoiseIgnored},
-      {"AlphaDropout", LayerKind::Dropout, "alpha_dropout", {"name", "rate"}, kNoiseIgnored},
-      {"GaussianNoise", LayerKind::Dropout, "gaussian_noise", {"name", "stddev"}, kNoiseIgnored},
+      {"GaussianDropout", OpKind::Dropout, "gaussian_dropout", {"name", "rate"}, kNoiseIgnored},
+      {"AlphaDropout", OpKind::Dropout, "alpha_dropout", {"name", "rate"}, kNoiseIgnored},
+      {"GaussianNoise", OpKind::Dropout, "gaussian_noise", {"name", "stddev"}, kNoiseIgnored},
   };
   return specs;
 }
@@ -210,7 +197,7 @@ class Parser {
  public:
   explicit Parser(std::string origin) : origin_(std::move(origin)) {}
 
-  Model parse(const json& doc) {
+  Graph parse(const json& doc) {
     if (!doc.is_object()) fail("", doc, "the model must be a JSON object");
     if (doc.contains("class_name")) return parse_keras(doc);
     for (auto it = doc.begin(); it != doc.end(); ++it) {
@@ -219,7 +206,7 @@ class Parser {
         throw InputError(fmt::format("{}: /{}: unknown key (allowed: {})", origin_,
                                      escape_key(it.key()), join(top)));
     }
-    Model m;
+    Graph m;
     m.file = origin_;
     m.name = name_value(require(doc, "", "name", "a non-empty string"), "/name");
     if (auto d = doc.find("description"); d != doc.end() && !d->is_string())
@@ -231,24 +218,24 @@ class Parser {
   }
 
  private:
-  // Keras's model.to_json(): {"class_name": "Sequential" | "Functional" | "Model", "config":
+  // Keras's model.to_json(): {"class_name": "Sequential" | "Functional" | "Graph", "config":
   // {"name", "layers", "input_layers", "output_layers"}, "keras_version", "backend"}.
-  Model parse_keras(const json& doc) {
+  Graph parse_keras(const json& doc) {
     static const std::vector<std::string> top = {"class_name", "config"};
     static const std::vector<std::string> top_ignored = {
         "keras_version", "backend", "module", "registered_name", "build_config", "compile_config"};
     check_keys(doc, "", top, top_ignored);
     const json& cls = doc["class_name"];
-    if (cls != "Sequential" && cls != "Functional" && cls != "Model")
+    if (cls != "Sequential" && cls != "Functional" && cls != "Graph")
       fail("/class_name", cls,
-           "a Keras model's to_json() is \"Sequential\", \"Functional\" or \"Model\"");
+           "a Keras model's to_json() is \"Sequential\", \"Functional\" or \"Graph\"");
     const json& cfg = require(doc, "", "config", "the model's config object");
     if (!cfg.is_object()) fail("/config", cfg, "must be an object");
     static const std::vector<std::string> keys = {"name", "layers", "input_layers",
                                                   "output_layers"};
     static const std::vector<std::string> ignored = {"trainable", "dtype", "build_input_shape"};
     check_keys(cfg, "/config", keys, ignored);
-    Model m;
+    Graph m;
     m.file = origin_;
     m.name = name_value(require(cfg, "/config", "name", "a non-empty string"), "/config/name");
     const auto in = cfg.find("input_layers");
@@ -451,15 +438,15 @@ class Parser {
 
   // The layer list, in either form: each entry's inputs are its inbound_nodes or, without them,
   // the entry before it (the model's input for the first), as Sequential chains them.
-  void build(Model& m, const json& layers, const std::string& lptr, const json* input_layers,
+  void build(Graph& m, const json& layers, const std::string& lptr, const json* input_layers,
              const json* output_layers) {
     if (!layers.is_array() || layers.empty())
       fail(lptr, layers, "must be a non-empty array of {\"class_name\", \"config\"} objects");
     collect_explicit_names(layers, lptr);
     refuse_unsupported_classes(layers, lptr);
-    std::map<std::string, std::size_t> index_of;  // layer name -> index or kModelInput
+    std::map<std::string, std::size_t> index_of;  // layer name -> index or kGraphInput
     std::string input_name;
-    std::size_t prev = kModelInput;
+    std::size_t prev = kGraphInput;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const json& entry = layers[i];
       const std::string ptr = fmt::format("{}/{}", lptr, i);
@@ -468,25 +455,25 @@ class Parser {
           fail(ptr + "/class_name", entry["class_name"],
                fmt::format("one input only; InputLayer {} comes first", input_name));
         input_name = parse_input_layer(entry, ptr);
-        index_of[input_name] = kModelInput;
-        prev = kModelInput;
+        index_of[input_name] = kGraphInput;
+        prev = kGraphInput;
         continue;
       }
       std::vector<std::size_t> inputs = {prev};
       if (entry.is_object())
         if (auto nodes = entry.find("inbound_nodes"); nodes != entry.end())
           inputs = inbound(*nodes, ptr + "/inbound_nodes", index_of, given_name(entry));
-      Layer l = parse_layer(entry, ptr, inputs, m);
+      Op l = parse_layer(entry, ptr, inputs, m);
       l.inputs = std::move(inputs);
-      index_of[l.name] = m.layers.size();
-      prev = m.layers.size();
-      m.layers.push_back(std::move(l));
+      index_of[l.name] = m.ops.size();
+      prev = m.ops.size();
+      m.ops.push_back(std::move(l));
     }
-    if (m.layers.empty()) fail(lptr, layers, "must hold at least one layer besides InputLayer");
+    if (m.ops.empty()) fail(lptr, layers, "must hold at least one layer besides InputLayer");
     m.input = input_;
     if (input_layers) check_io(*input_layers, "/config/input_layers", input_name, "InputLayer");
     if (output_layers)
-      check_io(*output_layers, "/config/output_layers", m.layers.back().name, "last layer");
+      check_io(*output_layers, "/config/output_layers", m.ops.back().name, "last layer");
   }
 
   // [["name", 0, 0], ...] (Keras 2) or ["name", 0, 0] (Keras 3, one tensor): one model input or
@@ -590,15 +577,14 @@ class Parser {
     }
   }
 
-  void check_tensor(const Layer& l, const std::string& ptr, const json& cfg) const {
+  void check_tensor(const Op& l, const std::string& ptr, const json& cfg) const {
     if (l.out.size() > kMaxTensorElements)
       fail(ptr, cfg,
            fmt::format("output {} has more than {} elements", show_shape(l.out),
                        kMaxTensorElements));
-    if (l.kind == LayerKind::Conv2D || l.kind == LayerKind::Dense) {
-      const std::uint64_t fan_in = l.kind == LayerKind::Dense
-                                       ? l.in.size()
-                                       : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
+    if (l.kind == OpKind::Conv2D || l.kind == OpKind::Dense) {
+      const std::uint64_t fan_in =
+          l.kind == OpKind::Dense ? l.in.size() : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
       if (fan_in > kMaxTensorElements / l.filters)
         fail(ptr, cfg,
              fmt::format("kernel of {} x {} weights: more than {} elements", fan_in, l.filters,
@@ -615,7 +601,7 @@ class Parser {
   }
 
   // ZeroPadding2D's padding: p, [rows, cols] or [[top, bottom], [left, right]].
-  void zero_padding(Layer& l, const json& v, const std::string& ptr) const {
+  void zero_padding(Op& l, const json& v, const std::string& ptr) const {
     auto n = [](const json& x) {
       const auto k = natural(x);
       return k && *k <= kMaxDim;
@@ -639,8 +625,8 @@ class Parser {
     }
   }
 
-  Layer parse_layer(const json& entry, const std::string& ptr,
-                    const std::vector<std::size_t>& inputs, const Model& m) {
+  Op parse_layer(const json& entry, const std::string& ptr, const std::vector<std::size_t>& inputs,
+                 const Graph& m) {
     if (!entry.is_object())
       fail(ptr, entry, "must be an object {\"class_name\": ..., \"config\": {...}}");
     // Keras 3 adds these beside class_name/config when it serialises a layer; Keras's
@@ -685,7 +671,7 @@ class Parser {
     };
     auto key_ptr = [&](const char* key) { return cptr + "/" + key; };
 
-    Layer l;
+    Op l;
     l.kind = spec->kind;
     if (const json* v = arg("name"))
       l.name = name_value(*v, key_ptr("name"));
@@ -703,12 +689,12 @@ class Parser {
           }
     std::vector<Shape> shapes;
     for (std::size_t p : inputs) {
-      if (p == kModelInput && !input_given_)
+      if (p == kGraphInput && !input_given_)
         throw InputError(
             fmt::format("{}: {}: layer {} reads the model's input, whose shape no InputLayer, "
                         "batch_input_shape or \"input\" gives",
                         origin_, ptr, l.name));
-      shapes.push_back(p == kModelInput ? input_ : m.layers[p].out);
+      shapes.push_back(p == kGraphInput ? input_ : m.ops[p].out);
     }
 
     // The layer's arguments; its shapes come from the operation table (ops.h) afterwards.
@@ -722,14 +708,14 @@ class Parser {
     if (const json* v = arg("use_bias")) l.use_bias = bool_value(*v, key_ptr("use_bias"));
     if (const json* v = arg("activation"))
       l.activation = activation_value(*v, key_ptr("activation"));
-    if (l.kind != LayerKind::ZeroPadding2D)
+    if (l.kind != OpKind::ZeroPadding2D)
       if (const json* v = arg("padding")) l.padding = padding_value(*v, key_ptr("padding"));
 
     // Keras's defaults where a message shows an argument the layer leaves out.
     static const json kDefaultPool = 2;  // pool_size=(2, 2)
     static const json kDefaultPad = 1;   // ZeroPadding2D's padding=(1, 1)
     switch (l.kind) {
-      case LayerKind::Conv2D: {
+      case OpKind::Conv2D: {
         const json& f =
             require(cfg, cptr, "filters", fmt::format("an integer in [1, {}]", kMaxDim));
         l.filters = uint_value(f, key_ptr("filters"), 1, kMaxDim);
@@ -739,8 +725,8 @@ class Parser {
           std::tie(l.stride_h, l.stride_w) = int_or_pair(*v, key_ptr("strides"));
         break;
       }
-      case LayerKind::MaxPooling2D:
-      case LayerKind::AveragePooling2D: {
+      case OpKind::MaxPooling2D:
+      case OpKind::AveragePooling2D: {
         // Keras: strides=None means strides = pool_size.
         const json* pool = arg("pool_size");
         std::tie(l.kernel_h, l.kernel_w) =
@@ -750,7 +736,7 @@ class Parser {
           std::tie(l.stride_h, l.stride_w) = int_or_pair(*v, key_ptr("strides"));
         break;
       }
-      case LayerKind::Activation:
+      case OpKind::Activation:
         if (std::string_view(spec->class_name) == "ReLU")
           l.activation =
               relu_layer(arg("max_value"), arg("negative_slope"), arg("threshold"), cptr);
@@ -760,12 +746,12 @@ class Parser {
           l.activation = activation_value(require(cfg, cptr, "activation", "an activation name"),
                                           key_ptr("activation"));
         break;
-      case LayerKind::Dense: {
+      case OpKind::Dense: {
         const json& u = require(cfg, cptr, "units", fmt::format("an integer in [1, {}]", kMaxDim));
         l.filters = uint_value(u, key_ptr("units"), 1, kMaxDim);
         break;
       }
-      case LayerKind::BatchNormalization:
+      case OpKind::BatchNormalization:
         if (const json* v = arg("epsilon")) {
           if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > 1)
             fail(key_ptr("epsilon"), *v, "must be a number in (0, 1]");
@@ -774,16 +760,16 @@ class Parser {
         if (const json* v = arg("center")) l.use_bias = bool_value(*v, key_ptr("center"));
         if (const json* v = arg("scale")) l.scale = bool_value(*v, key_ptr("scale"));
         break;
-      case LayerKind::ZeroPadding2D: {
+      case OpKind::ZeroPadding2D: {
         const json* v = arg("padding");
         zero_padding(l, v ? *v : kDefaultPad, key_ptr("padding"));
         break;
       }
-      case LayerKind::GlobalAveragePooling2D:
-      case LayerKind::GlobalMaxPooling2D:
+      case OpKind::GlobalAveragePooling2D:
+      case OpKind::GlobalMaxPooling2D:
         if (const json* v = arg("keepdims")) bool_value(*v, key_ptr("keepdims"));
         break;
-      case LayerKind::Dropout:
+      case OpKind::Dropout:
         if (const json* v = arg("rate");
             v && (!v->is_number() || !(v->get<double>() >= 0) || !(v->get<double>() < 1)))
           fail(key_ptr("rate"), *v, "must be a number in [0, 1)");
@@ -791,7 +777,7 @@ class Parser {
             v && (!v->is_number() || !(v->get<double>() >= 0) || !std::isfinite(v->get<double>())))
           fail(key_ptr("stddev"), *v, "must be a finite number >= 0");
         break;
-      case LayerKind::Reshape: {
+      case OpKind::Reshape: {
         const json& t = require(cfg, cptr, "target_shape", "[n], [w, c] or [h, w, c]");
         const std::string allowed = fmt::format(
             "must be 1 to 3 dimensions per image, each an integer in [1, {}] or one -1", kMaxDim);
@@ -807,9 +793,9 @@ class Parser {
         }
         break;
       }
-      case LayerKind::Flatten:
-      case LayerKind::Add:
-      case LayerKind::Constant: break;
+      case OpKind::Flatten:
+      case OpKind::Add:
+      case OpKind::Constant: break;
     }
 
     if (auto problem = infer_shapes(l, shapes)) {
@@ -829,7 +815,7 @@ class Parser {
     if (const json* v = arg("batch_input_shape"))
       check_shape_key(*v, key_ptr("batch_input_shape"), in, true);
     if (const json* v = arg("input_shape")) check_shape_key(*v, key_ptr("input_shape"), in, false);
-    if (l.kind == LayerKind::BatchNormalization)
+    if (l.kind == OpKind::BatchNormalization)
       if (const json* v = arg("axis")) {
         // Normalising any axis but the channels would need per-pixel parameters.
         const json& a = v->is_array() && v->size() == 1 ? (*v)[0] : *v;
@@ -871,7 +857,7 @@ json unwrap_tuples(const json& v) {
 
 }  // namespace
 
-Model parse_model(const json& doc, const std::string& origin) {
+Graph parse_model(const json& doc, const std::string& origin) {
   return Parser(origin).parse(unwrap_tuples(doc));
 }
 
@@ -906,7 +892,7 @@ std::vector<std::string> csv_fields(const std::string& row) {
 
 }  // namespace
 
-Model parse_topology(const std::string& text, const std::string& origin) {
+Graph parse_topology(const std::string& text, const std::string& origin) {
   std::istringstream in(text);
   std::string row;
   std::vector<std::pair<std::size_t, std::vector<std::string>>> rows;
@@ -926,12 +912,12 @@ Model parse_topology(const std::string& text, const std::string& origin) {
   const bool conv = header.size() >= 8 && lower(header[1]).rfind("ifmap", 0) == 0;
   if (!gemm && !conv)
     throw InputError(fmt::format(
-        "{}: line 1: not a SCALE-Sim topology header (expected \"Layer name, IFMAP Height, IFMAP "
-        "Width, Filter Height, Filter Width, Channels, Num Filter, Strides,\" or \"Layer, M, N, "
+        "{}: line 1: not a SCALE-Sim topology header (expected \"Op name, IFMAP Height, IFMAP "
+        "Width, Filter Height, Filter Width, Channels, Num Filter, Strides,\" or \"Op, M, N, "
         "K,\")",
         origin));
   if (rows.empty()) throw InputError(fmt::format("{}: no layer rows after the header", origin));
-  Model m;
+  Graph m;
   m.file = origin;
   {
     std::string stem = origin.substr(origin.find_last_of('/') + 1);
@@ -971,9 +957,9 @@ Model parse_topology(const std::string& text, const std::string& origin) {
             origin, line, name, header.size() > k ? header[k] : "field", f[k], kMaxDim));
       v.push_back(static_cast<std::uint32_t>(x));
     }
-    Layer l;
+    Op l;
     l.name = name;
-    l.kind = LayerKind::Conv2D;
+    l.kind = OpKind::Conv2D;
     l.use_bias = false;
     if (gemm) {
       l.in = Shape{v[0], 1, v[2]};
@@ -1001,26 +987,26 @@ Model parse_topology(const std::string& text, const std::string& origin) {
     // images the host streams in, the others a seeded tensor held in off-chip memory.
     if (r == 0) {
       m.input = l.in;
-      l.inputs = {kModelInput};
+      l.inputs = {kGraphInput};
     } else {
-      Layer c;
+      Op c;
       c.name = name + "_ifmap";
-      c.kind = LayerKind::Constant;
+      c.kind = OpKind::Constant;
       c.seed = r;
       c.out = l.in;
       c.in = l.in;
       if (!names.insert(c.name).second)
         throw InputError(fmt::format("{}: line {}: layer name {} is taken by another row", origin,
                                      line, c.name));
-      m.layers.push_back(std::move(c));
-      l.inputs = {m.layers.size() - 1};
+      m.ops.push_back(std::move(c));
+      l.inputs = {m.ops.size() - 1};
     }
-    m.layers.push_back(std::move(l));
+    m.ops.push_back(std::move(l));
   }
   return m;
 }
 
-Model load_model(const std::string& path) {
+Graph load_model(const std::string& path) {
   const std::string text = read_input_file(path, "model", kMaxModelBytes);
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos)
@@ -1032,4 +1018,4 @@ Model load_model(const std::string& path) {
   return parse_model(doc, path);
 }
 
-}  // namespace tpu::nn
+}  // namespace tpu::importers

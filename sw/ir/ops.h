@@ -12,9 +12,9 @@
 #include <variant>
 #include <vector>
 
-#include "sw/nn/model.h"
+#include "sw/ir/graph.h"
 
-namespace tpu::nn {
+namespace tpu::ir {
 
 // Bounds that keep every size product inside 64 bits and every tensor addressable by 32-bit
 // element counts (the weights file and the compiler use 32-bit dimensions).
@@ -33,8 +33,8 @@ inline constexpr std::string_view kClassArgument = "class_name";
 
 using InferredShape = std::variant<Shape, ShapeProblem>;
 
-struct OpKind {
-  LayerKind kind;
+struct OpInfo {
+  OpKind kind;
   std::string_view name;  // Keras's class name
   std::size_t min_inputs, max_inputs;
   bool weights;     // a kernel (and bias) the MXU multiplies by
@@ -44,18 +44,18 @@ struct OpKind {
   bool view;
   // The output shape of `l` (its arguments read) for inputs of these shapes, in the order of
   // l.inputs; their count is already within [min_inputs, max_inputs].
-  InferredShape (*infer)(const Layer& l, const std::vector<Shape>& inputs);
+  InferredShape (*infer)(const Op& l, const std::vector<Shape>& inputs);
   // Multiply-accumulates per image, shapes resolved.
-  std::uint64_t (*macs)(const Layer& l);
+  std::uint64_t (*macs)(const Op& l);
 };
 
-const OpKind& op_kind(LayerKind k);
-const std::vector<OpKind>& op_kinds();
+const OpInfo& op_info(OpKind k);
+const std::vector<OpInfo>& op_infos();
 
 // Sets l.in (the first input's shape; l.out for a kind without inputs) and l.out from the
 // inputs' shapes, or returns the problem and leaves l's shapes alone.
-std::optional<ShapeProblem> infer_shapes(Layer& l, const std::vector<Shape>& inputs);
+std::optional<ShapeProblem> infer_shapes(Op& l, const std::vector<Shape>& inputs);
 
 std::string show_shape(const Shape& s);
 
-}  // namespace tpu::nn
+}  // namespace tpu::ir

@@ -1,19 +1,19 @@
-#include "sw/nn/ops.h"
+#include "sw/ir/ops.h"
 
 #include <fmt/format.h>
 
 #include <limits>
 #include <stdexcept>
 
-namespace tpu::nn {
+namespace tpu::ir {
 namespace {
 
 constexpr std::size_t kAny = std::numeric_limits<std::size_t>::max();
 
-std::uint64_t no_macs(const Layer&) { return 0; }
+std::uint64_t no_macs(const Op&) { return 0; }
 
 // Keras's conv_output_length: "valid" keeps the windows that fit, "same" is ceil(in / stride).
-InferredShape window(const Layer& l, const Shape& in, std::uint32_t channels,
+InferredShape window(const Op& l, const Shape& in, std::uint32_t channels,
                      const char* window_argument) {
   if (l.padding == Padding::Same)
     return Shape{(in.h + l.stride_h - 1) / l.stride_h, (in.w + l.stride_w - 1) / l.stride_w,
@@ -27,11 +27,11 @@ InferredShape window(const Layer& l, const Shape& in, std::uint32_t channels,
                channels};
 }
 
-InferredShape same_shape(const Layer&, const std::vector<Shape>& in) { return in[0]; }
+InferredShape same_shape(const Op&, const std::vector<Shape>& in) { return in[0]; }
 
 // Keras's Reshape: one -1 takes what the others leave. Per image, [n] is 1x1xn, [w, c] is 1xwxc
 // (a sequence of w steps) and [h, w, c] itself.
-InferredShape reshape(const Layer& l, const std::vector<Shape>& in) {
+InferredShape reshape(const Op& l, const std::vector<Shape>& in) {
   const std::uint64_t size = in[0].size();
   std::uint64_t known = 1;
   for (std::int64_t d : l.target_shape)
@@ -59,32 +59,32 @@ InferredShape reshape(const Layer& l, const std::vector<Shape>& in) {
   return Shape{dims[0], dims[1], dims[2]};
 }
 
-const std::vector<OpKind> kOpKinds = {
-    {LayerKind::Conv2D, "Conv2D", 1, 1, true, true, false,
-     [](const Layer& l, const std::vector<Shape>& in) {
+const std::vector<OpInfo> kOpInfos = {
+    {OpKind::Conv2D, "Conv2D", 1, 1, true, true, false,
+     [](const Op& l, const std::vector<Shape>& in) {
        return window(l, in[0], l.filters, "kernel_size");
      },
-     [](const Layer& l) { return l.out.size() * l.kernel_h * l.kernel_w * l.in.c; }},
-    {LayerKind::MaxPooling2D, "MaxPooling2D", 1, 1, false, false, false,
-     [](const Layer& l, const std::vector<Shape>& in) {
+     [](const Op& l) { return l.out.size() * l.kernel_h * l.kernel_w * l.in.c; }},
+    {OpKind::MaxPooling2D, "MaxPooling2D", 1, 1, false, false, false,
+     [](const Op& l, const std::vector<Shape>& in) {
        return window(l, in[0], in[0].c, "pool_size");
      },
      no_macs},
-    {LayerKind::AveragePooling2D, "AveragePooling2D", 1, 1, false, false, false,
-     [](const Layer& l, const std::vector<Shape>& in) {
+    {OpKind::AveragePooling2D, "AveragePooling2D", 1, 1, false, false, false,
+     [](const Op& l, const std::vector<Shape>& in) {
        return window(l, in[0], in[0].c, "pool_size");
      },
      no_macs},
-    {LayerKind::Activation, "Activation", 1, 1, false, false, false, same_shape, no_macs},
-    {LayerKind::Flatten, "Flatten", 1, 1, false, false, true,
-     [](const Layer&, const std::vector<Shape>& in) -> InferredShape {
+    {OpKind::Activation, "Activation", 1, 1, false, false, false, same_shape, no_macs},
+    {OpKind::Flatten, "Flatten", 1, 1, false, false, true,
+     [](const Op&, const std::vector<Shape>& in) -> InferredShape {
        // Every resolved shape holds at most kMaxTensorElements, which fits 32 bits.
        return Shape{1, 1, static_cast<std::uint32_t>(in[0].size())};
      },
      no_macs},
-    {LayerKind::Reshape, "Reshape", 1, 1, false, false, true, reshape, no_macs},
-    {LayerKind::Dense, "Dense", 1, 1, true, true, false,
-     [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
+    {OpKind::Reshape, "Reshape", 1, 1, false, false, true, reshape, no_macs},
+    {OpKind::Dense, "Dense", 1, 1, true, true, false,
+     [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        // Keras applies Dense to the last axis of a 3-D input; tpusim's chips and references
        // treat Dense as a matrix product over the whole flat input, so the two would disagree.
        if (in[0].h != 1 || in[0].w != 1)
@@ -95,11 +95,11 @@ const std::vector<OpKind> kOpKinds = {
                                          show_shape(in[0]))};
        return Shape{1, 1, l.filters};
      },
-     [](const Layer& l) { return l.in.size() * l.out.c; }},
-    {LayerKind::BatchNormalization, "BatchNormalization", 1, 1, false, true, false, same_shape,
+     [](const Op& l) { return l.in.size() * l.out.c; }},
+    {OpKind::BatchNormalization, "BatchNormalization", 1, 1, false, true, false, same_shape,
      no_macs},
-    {LayerKind::ZeroPadding2D, "ZeroPadding2D", 1, 1, false, false, false,
-     [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
+    {OpKind::ZeroPadding2D, "ZeroPadding2D", 1, 1, false, false, false,
+     [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        const Shape out{in[0].h + l.pad_top + l.pad_bottom, in[0].w + l.pad_left + l.pad_right,
                        in[0].c};
        if (out.h > kMaxDim || out.w > kMaxDim)
@@ -109,18 +109,18 @@ const std::vector<OpKind> kOpKinds = {
        return out;
      },
      no_macs},
-    {LayerKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", 1, 1, false, false, false,
-     [](const Layer&, const std::vector<Shape>& in) -> InferredShape {
+    {OpKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", 1, 1, false, false, false,
+     [](const Op&, const std::vector<Shape>& in) -> InferredShape {
        return Shape{1, 1, in[0].c};
      },
      no_macs},
-    {LayerKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", 1, 1, false, false, false,
-     [](const Layer&, const std::vector<Shape>& in) -> InferredShape {
+    {OpKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", 1, 1, false, false, false,
+     [](const Op&, const std::vector<Shape>& in) -> InferredShape {
        return Shape{1, 1, in[0].c};
      },
      no_macs},
-    {LayerKind::Add, "Add", 2, kAny, false, false, false,
-     [](const Layer& l, const std::vector<Shape>& in) -> InferredShape {
+    {OpKind::Add, "Add", 2, kAny, false, false, false,
+     [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        for (std::size_t k = 1; k < in.size(); ++k)
          if (!(in[k] == in[0]))
            return ShapeProblem{std::string(kInputsArgument),
@@ -130,25 +130,25 @@ const std::vector<OpKind> kOpKinds = {
        return in[0];
      },
      no_macs},
-    {LayerKind::Dropout, "Dropout", 1, 1, false, false, false, same_shape, no_macs},
+    {OpKind::Dropout, "Dropout", 1, 1, false, false, false, same_shape, no_macs},
     // A tensor the chip holds in off-chip memory: its shape is its own argument.
-    {LayerKind::Constant, "Constant", 0, 0, false, false, false,
-     [](const Layer& l, const std::vector<Shape>&) -> InferredShape { return l.out; }, no_macs},
+    {OpKind::Constant, "Constant", 0, 0, false, false, false,
+     [](const Op& l, const std::vector<Shape>&) -> InferredShape { return l.out; }, no_macs},
 };
 
 }  // namespace
 
-const std::vector<OpKind>& op_kinds() { return kOpKinds; }
+const std::vector<OpInfo>& op_infos() { return kOpInfos; }
 
-const OpKind& op_kind(LayerKind k) {
-  for (const OpKind& op : kOpKinds)
+const OpInfo& op_info(OpKind k) {
+  for (const OpInfo& op : kOpInfos)
     if (op.kind == k) return op;
   throw std::logic_error(
       fmt::format("layer kind {} has no entry in the operation table", static_cast<int>(k)));
 }
 
-std::optional<ShapeProblem> infer_shapes(Layer& l, const std::vector<Shape>& inputs) {
-  const OpKind& op = op_kind(l.kind);
+std::optional<ShapeProblem> infer_shapes(Op& l, const std::vector<Shape>& inputs) {
+  const OpInfo& op = op_info(l.kind);
   if (inputs.size() < op.min_inputs || inputs.size() > op.max_inputs) {
     const bool exact = op.min_inputs == op.max_inputs;
     return ShapeProblem{std::string(kInputsArgument),
@@ -165,11 +165,11 @@ std::optional<ShapeProblem> infer_shapes(Layer& l, const std::vector<Shape>& inp
 
 std::string show_shape(const Shape& s) { return fmt::format("{}x{}x{}", s.h, s.w, s.c); }
 
-std::string_view name_of(LayerKind k) { return op_kind(k).name; }
+std::string_view name_of(OpKind k) { return op_info(k).name; }
 
-bool Layer::has_weights() const { return op_kind(kind).weights; }
-bool Layer::has_parameters() const { return op_kind(kind).parameters; }
-bool Layer::is_view() const { return op_kind(kind).view; }
-std::uint64_t Layer::macs() const { return op_kind(kind).macs(*this); }
+bool Op::has_weights() const { return op_info(kind).weights; }
+bool Op::has_parameters() const { return op_info(kind).parameters; }
+bool Op::is_view() const { return op_info(kind).view; }
+std::uint64_t Op::macs() const { return op_info(kind).macs(*this); }
 
-}  // namespace tpu::nn
+}  // namespace tpu::ir

@@ -1,7 +1,5 @@
 // The model loader (sw/nn/model): Keras's layer classes and arguments, Keras's shape rules, and
 // errors that name the file, the JSON pointer and what is allowed (STYLE "Configuration").
-#include "sw/nn/model.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,9 +11,21 @@
 #include <vector>
 
 #include "hw/common/error.h"
+#include "sw/import/import.h"
+#include "sw/ir/graph.h"
 
 namespace tpu::nn {
 namespace {
+using importers::load_model;
+using importers::parse_model;
+using importers::parse_topology;
+using ir::Act;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Padding;
+using ir::Shape;
 
 using nlohmann::json;
 using ::testing::AllOf;
@@ -29,10 +39,10 @@ std::uint32_t keras_out(std::uint32_t in, std::uint32_t k, std::uint32_t s, bool
   return same ? (in + s - 1) / s : (in - k) / s + 1;
 }
 
-std::uint64_t params(const Layer& l) {
-  if (l.kind == LayerKind::Conv2D)
+std::uint64_t params(const Op& l) {
+  if (l.kind == OpKind::Conv2D)
     return std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c * l.out.c + (l.use_bias ? l.out.c : 0);
-  if (l.kind == LayerKind::Dense) return l.in.size() * l.out.c + (l.use_bias ? l.out.c : 0);
+  if (l.kind == OpKind::Dense) return l.in.size() * l.out.c + (l.use_bias ? l.out.c : 0);
   return 0;
 }
 
@@ -54,32 +64,32 @@ std::string error_of(const json& doc) {
 }
 
 TEST(ShippedModel, IsTheTutorialNetworkWithKerasShapes) {
-  const Model m = load_model(kShipped);
+  const Graph m = load_model(kShipped);
   // The tutorial (docs/models.md): Conv2D(64, 3x3, valid) -> MaxPooling2D(2) -> relu -> Flatten ->
   // Dense(10)
   // -> softmax on 28x28x1 images.
-  ASSERT_EQ(m.layers.size(), 6u);
+  ASSERT_EQ(m.ops.size(), 6u);
   EXPECT_EQ(m.input, (Shape{28, 28, 1}));
-  const Layer& conv = m.layers[0];
-  EXPECT_EQ(conv.kind, LayerKind::Conv2D);
+  const Op& conv = m.ops[0];
+  EXPECT_EQ(conv.kind, OpKind::Conv2D);
   EXPECT_EQ(conv.filters, 64u);
   EXPECT_EQ(conv.activation, Act::Linear);
   EXPECT_TRUE(conv.use_bias);
   const std::uint32_t conv_side = keras_out(m.input.h, conv.kernel_h, conv.stride_h, false);
   EXPECT_EQ(conv.out, (Shape{conv_side, conv_side, conv.filters}));
-  const Layer& pool = m.layers[1];
-  EXPECT_EQ(pool.kind, LayerKind::MaxPooling2D);
+  const Op& pool = m.ops[1];
+  EXPECT_EQ(pool.kind, OpKind::MaxPooling2D);
   const std::uint32_t pool_side = keras_out(conv_side, pool.kernel_h, pool.stride_h, false);
   EXPECT_EQ(pool.out, (Shape{pool_side, pool_side, conv.filters}));
-  EXPECT_EQ(m.layers[2].kind, LayerKind::Activation);
-  EXPECT_EQ(m.layers[2].activation, Act::Relu);
-  EXPECT_EQ(m.layers[2].out, pool.out);
-  EXPECT_EQ(m.layers[3].kind, LayerKind::Flatten);
-  EXPECT_EQ(m.layers[3].out, (Shape{1, 1, static_cast<std::uint32_t>(pool.out.size())}));
-  const Layer& dense = m.layers[4];
-  EXPECT_EQ(dense.kind, LayerKind::Dense);
+  EXPECT_EQ(m.ops[2].kind, OpKind::Activation);
+  EXPECT_EQ(m.ops[2].activation, Act::Relu);
+  EXPECT_EQ(m.ops[2].out, pool.out);
+  EXPECT_EQ(m.ops[3].kind, OpKind::Flatten);
+  EXPECT_EQ(m.ops[3].out, (Shape{1, 1, static_cast<std::uint32_t>(pool.out.size())}));
+  const Op& dense = m.ops[4];
+  EXPECT_EQ(dense.kind, OpKind::Dense);
   EXPECT_EQ(dense.out, (Shape{1, 1, 10}));
-  EXPECT_EQ(m.layers[5].activation, Act::Softmax);
+  EXPECT_EQ(m.ops[5].activation, Act::Softmax);
   EXPECT_EQ(m.output(), (Shape{1, 1, 10}));
 
   // The tutorial (docs/models.md): "Parameters: 64·9 + 64 = 640 and 10816·10 + 10 = 108,170".
@@ -89,20 +99,20 @@ TEST(ShippedModel, IsTheTutorialNetworkWithKerasShapes) {
 }
 
 TEST(ShippedModel, MacsAreOutputsTimesFanIn) {
-  const Model m = load_model(kShipped);
+  const Graph m = load_model(kShipped);
   std::uint64_t total = 0;
-  for (const Layer& l : m.layers) {
+  for (const Op& l : m.ops) {
     std::uint64_t expected = 0;
-    if (l.kind == LayerKind::Conv2D)
+    if (l.kind == OpKind::Conv2D)
       expected = l.out.size() * std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
-    else if (l.kind == LayerKind::Dense)
+    else if (l.kind == OpKind::Dense)
       expected = l.in.size() * l.out.c;
     EXPECT_EQ(l.macs(), expected) << l.name;
     total += expected;
   }
   EXPECT_EQ(m.macs_per_image(), total);
-  EXPECT_EQ(m.layers[0].macs(), 26u * 26 * 64 * 9);
-  EXPECT_EQ(m.layers[4].macs(), 10816u * 10);
+  EXPECT_EQ(m.ops[0].macs(), 26u * 26 * 64 * 9);
+  EXPECT_EQ(m.ops[4].macs(), 10816u * 10);
 }
 
 TEST(ModelJson, UnnamedLayersGetKerasUniqueNames) {
@@ -118,9 +128,9 @@ TEST(ModelJson, UnnamedLayersGetKerasUniqueNames) {
       layer("Dense", {{"units", 3}}),
       layer("Activation", {{"activation", "softmax"}}),
   }));
-  const Model m = parse_model(doc, "test.json");
+  const Graph m = parse_model(doc, "test.json");
   std::vector<std::string> names;
-  for (const Layer& l : m.layers) names.push_back(l.name);
+  for (const Op& l : m.ops) names.push_back(l.name);
   // An explicit name is never taken by a default one: the first unnamed Dense becomes "dense",
   // the next skips "dense_1".
   EXPECT_EQ(names, (std::vector<std::string>{"conv2d", "conv2d_1", "max_pooling2d",
@@ -129,26 +139,26 @@ TEST(ModelJson, UnnamedLayersGetKerasUniqueNames) {
 }
 
 TEST(ModelJson, IntegerArgumentsMeanTheSameOnBothAxes) {
-  const Model a = parse_model(
+  const Graph a = parse_model(
       model_doc(
           json::array({layer("Conv2D", {{"filters", 2}, {"kernel_size", 3}, {"strides", 2}})})),
       "a");
-  const Model b = parse_model(
+  const Graph b = parse_model(
       model_doc(json::array(
           {layer("Conv2D", {{"filters", 2}, {"kernel_size", {3, 3}}, {"strides", {2, 2}}})})),
       "b");
-  EXPECT_EQ(a.layers[0].kernel_h, b.layers[0].kernel_h);
-  EXPECT_EQ(a.layers[0].kernel_w, b.layers[0].kernel_w);
-  EXPECT_EQ(a.layers[0].stride_h, b.layers[0].stride_h);
-  EXPECT_EQ(a.layers[0].stride_w, b.layers[0].stride_w);
-  EXPECT_EQ(a.layers[0].out, b.layers[0].out);
-  EXPECT_EQ(a.layers[0].out.h, keras_out(28, 3, 2, false));
+  EXPECT_EQ(a.ops[0].kernel_h, b.ops[0].kernel_h);
+  EXPECT_EQ(a.ops[0].kernel_w, b.ops[0].kernel_w);
+  EXPECT_EQ(a.ops[0].stride_h, b.ops[0].stride_h);
+  EXPECT_EQ(a.ops[0].stride_w, b.ops[0].stride_w);
+  EXPECT_EQ(a.ops[0].out, b.ops[0].out);
+  EXPECT_EQ(a.ops[0].out.h, keras_out(28, 3, 2, false));
 }
 
 TEST(ModelJson, ConvDefaultsAreKeras) {
-  const Model m = parse_model(
+  const Graph m = parse_model(
       model_doc(json::array({layer("Conv2D", {{"filters", 2}, {"kernel_size", 3}})})), "test.json");
-  const Layer& l = m.layers[0];
+  const Op& l = m.ops[0];
   EXPECT_EQ(l.stride_h, 1u);
   EXPECT_EQ(l.stride_w, 1u);
   EXPECT_EQ(l.padding, Padding::Valid);
@@ -157,24 +167,23 @@ TEST(ModelJson, ConvDefaultsAreKeras) {
 }
 
 TEST(ModelJson, PoolingStridesDefaultToThePoolSize) {
-  const Model m = parse_model(
+  const Graph m = parse_model(
       model_doc(json::array({layer("MaxPooling2D", {{"pool_size", {3, 2}}}),
                              layer("AveragePooling2D", {{"strides", nullptr}}),
                              layer("MaxPooling2D", {{"pool_size", 2}, {"strides", 1}})})),
       "test.json");
-  EXPECT_EQ(m.layers[0].stride_h, 3u);
-  EXPECT_EQ(m.layers[0].stride_w, 2u);
-  EXPECT_EQ(m.layers[0].out, (Shape{keras_out(28, 3, 3, false), keras_out(28, 2, 2, false), 1}));
+  EXPECT_EQ(m.ops[0].stride_h, 3u);
+  EXPECT_EQ(m.ops[0].stride_w, 2u);
+  EXPECT_EQ(m.ops[0].out, (Shape{keras_out(28, 3, 3, false), keras_out(28, 2, 2, false), 1}));
   // Keras's default pool_size is 2.
-  EXPECT_EQ(m.layers[1].kernel_h, 2u);
-  EXPECT_EQ(m.layers[1].stride_h, 2u);
-  const Shape in2 = m.layers[1].out;
-  EXPECT_EQ(m.layers[2].out,
-            (Shape{keras_out(in2.h, 2, 1, false), keras_out(in2.w, 2, 1, false), 1}));
+  EXPECT_EQ(m.ops[1].kernel_h, 2u);
+  EXPECT_EQ(m.ops[1].stride_h, 2u);
+  const Shape in2 = m.ops[1].out;
+  EXPECT_EQ(m.ops[2].out, (Shape{keras_out(in2.h, 2, 1, false), keras_out(in2.w, 2, 1, false), 1}));
 }
 
 TEST(ModelJson, SamePaddingGivesCeilOfInputOverStride) {
-  const Model m = parse_model(
+  const Graph m = parse_model(
       model_doc(json::array({layer("Conv2D", {{"filters", 3},
                                               {"kernel_size", 5},
                                               {"strides", {2, 3}},
@@ -182,9 +191,9 @@ TEST(ModelJson, SamePaddingGivesCeilOfInputOverStride) {
                              layer("MaxPooling2D", {{"pool_size", 3}, {"padding", "same"}})}),
                 json::array({9, 11, 2})),
       "test.json");
-  EXPECT_EQ(m.layers[0].out, (Shape{keras_out(9, 5, 2, true), keras_out(11, 5, 3, true), 3}));
-  EXPECT_EQ(m.layers[1].out, (Shape{keras_out(m.layers[0].out.h, 3, 3, true),
-                                    keras_out(m.layers[0].out.w, 3, 3, true), 3}));
+  EXPECT_EQ(m.ops[0].out, (Shape{keras_out(9, 5, 2, true), keras_out(11, 5, 3, true), 3}));
+  EXPECT_EQ(m.ops[1].out, (Shape{keras_out(m.ops[0].out.h, 3, 3, true),
+                                 keras_out(m.ops[0].out.w, 3, 3, true), 3}));
 }
 
 TEST(ModelJson, KerasTrainingKeysAreAcceptedAndIgnored) {
@@ -214,10 +223,10 @@ TEST(ModelJson, KerasTrainingKeysAreAcceptedAndIgnored) {
       layer("Flatten", {{"trainable", true}, {"dtype", "float32"}, {"data_format", nullptr}}),
       layer("Dense", {{"units", 3}, {"input_shape", {1352}}, {"kernel_initializer", "zeros"}}),
   }));
-  const Model m = parse_model(doc, "test.json");
-  EXPECT_EQ(m.layers[0].name, "c");
-  EXPECT_EQ(m.layers[0].activation, Act::Linear);
-  EXPECT_EQ(m.layers[2].out, (Shape{1, 1, 3}));
+  const Graph m = parse_model(doc, "test.json");
+  EXPECT_EQ(m.ops[0].name, "c");
+  EXPECT_EQ(m.ops[0].activation, Act::Linear);
+  EXPECT_EQ(m.ops[2].out, (Shape{1, 1, 3}));
 }
 
 TEST(ModelJson, EveryActivationNameIsRead) {
@@ -225,9 +234,9 @@ TEST(ModelJson, EveryActivationNameIsRead) {
       {"linear", Act::Linear},   {"relu", Act::Relu}, {"relu6", Act::Relu6},
       {"sigmoid", Act::Sigmoid}, {"tanh", Act::Tanh}, {"softmax", Act::Softmax}};
   for (const auto& [name, act] : acts) {
-    const Model m =
+    const Graph m =
         parse_model(model_doc(json::array({layer("Activation", {{"activation", name}})})), "t");
-    EXPECT_EQ(m.layers[0].activation, act) << name;
+    EXPECT_EQ(m.ops[0].activation, act) << name;
     EXPECT_EQ(name_of(act), name);
   }
 }
