@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hw/common/error.h"
+#include "sw/compiler/compiler.h"
 #include "sw/data/idx.h"
 #include "sw/import/import.h"
 #include "sw/io/output.h"
@@ -68,8 +69,8 @@ void run_train(const TrainCommand& cmd) {
   const double float_top1 =
       nn::top1(nn::forward_float(model, r.weights, images.data(), n), k, test_set.labels);
   auto quantized_top1 = [&](DType t, std::uint32_t tile_rows) {
-    const auto q = nn::quantize(model, r.weights, t, tile_rows, images.data(),
-                                std::min<std::size_t>(n, nn::kCalibrationImages));
+    const auto q = compiler::prepare(model, r.weights, t, tile_rows, images.data(),
+                                     std::min<std::size_t>(n, nn::kCalibrationImages));
     return nn::top1(nn::forward_quantized(q, images.data(), n), k, test_set.labels);
   };
   const double int8_top1 = quantized_top1(DType::Int8, kInt8TileRows);

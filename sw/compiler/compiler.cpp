@@ -10,7 +10,8 @@
 #include <stdexcept>
 
 #include "hw/common/error.h"
-#include "sw/nn/rewrite.h"
+#include "sw/compiler/rewrite.h"
+#include "sw/ir/ops.h"
 
 namespace tpu::compiler {
 namespace {
@@ -101,8 +102,9 @@ class Arena {
 
 class Compiler {
  public:
-  Compiler(const nn::QuantizedModel& q, const ChipConfig& cfg, const Options& opt)
-      : q_(q), m_(*q.model), cfg_(cfg), opt_(opt), e_(size_of(q.act_type)) {}
+  Compiler(const nn::QuantizedModel& q, const ir::Graph& source, const ChipConfig& cfg,
+           const Options& opt)
+      : q_(q), m_(q.graph), source_(source), cfg_(cfg), opt_(opt), e_(size_of(q.act_type)) {}
 
   Program run() {
     if (opt_.images == 0) throw InputError("compile: no images to run");
@@ -137,7 +139,7 @@ class Compiler {
       p_.memory_image.push_back({addr, q_.layers[layer].constant});
     for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) emit_core(c);
     p_.layers.push_back({"setup", "host I/O and parameter loads", 0});
-    for (const Op& l : m_.ops)
+    for (const Op& l : source_.ops)
       p_.layers.push_back({l.name, std::string(ir::name_of(l.kind)), l.macs()});
     return std::move(p_);
   }
@@ -157,7 +159,6 @@ class Compiler {
   [[nodiscard]] std::vector<std::size_t> reads(std::size_t i) const {
     const Op& l = m_.ops[i];
     if (l.kind == OpKind::Constant) return {};
-    if (l.kind == OpKind::Conv2D) return {q_.conv_input(i).tensor};
     std::vector<std::size_t> r;
     for (std::size_t p : l.inputs) r.push_back(q_.tensor_of(p));
     return r;
@@ -290,8 +291,7 @@ class Compiler {
     for (std::size_t i = 0; i < m_.ops.size(); ++i) {
       if (!q_.computes(i)) continue;
       per_image += out_bytes(i);
-      const OpKind k = m_.ops[i].kind;
-      if (k == OpKind::Activation || k == OpKind::ZeroPadding2D)
+      if (ir::entry_for(lowerings(), m_.ops[i].kind, "lowering").zeros)
         zeros_per_image = std::max(zeros_per_image, out_bytes(i));
     }
     per_image += zeros_per_image;
@@ -354,6 +354,11 @@ class Compiler {
     p_.off_chip_activation_bytes = act_bytes_per_core_ * cfg_.tensor_cores;
   }
 
+  // The Tag id of operation i's work: its origin's row of the report (0 is setup).
+  [[nodiscard]] std::uint32_t row_of(std::size_t i) const {
+    return static_cast<std::uint32_t>(m_.ops[i].origin + 1);
+  }
+
   void tag(std::vector<isa::Instruction>& out, std::uint32_t id) {
     if (id == current_tag_) return;
     out.push_back(isa::Tag{id});
@@ -404,7 +409,7 @@ class Compiler {
       pooled_.assign(m_.ops.size(), false);
       for (std::size_t i = 0; i < m_.ops.size(); ++i) {
         if (!q_.computes(i)) continue;
-        tag(out, static_cast<std::uint32_t>(i + 1));
+        tag(out, row_of(i));
         if (pooled_[i]) continue;
         std::vector<std::uint64_t> src;
         for (std::size_t t : reads(i)) src.push_back(t == kGraphInput ? input_ub_ : tensor_ub_[t]);
@@ -424,7 +429,7 @@ class Compiler {
       const std::uint64_t n = std::min(mb, last - s);
       for (std::size_t i = 0; i < m_.ops.size(); ++i) {
         if (!q_.computes(i) || m_.ops[i].kind == OpKind::Constant) continue;
-        tag(out, static_cast<std::uint32_t>(i + 1));
+        tag(out, row_of(i));
         emit_spilled_layer(out, i, s, n);
       }
     }
@@ -509,34 +514,81 @@ class Compiler {
   void emit_compute(std::vector<isa::Instruction>& out, std::size_t i,
                     const std::vector<std::uint64_t>& src, std::uint64_t dst, std::uint32_t n,
                     bool may_fuse_pool) {
-    const Op& l = m_.ops[i];
-    const nn::QuantizedLayer& ql = q_.layers[i];
-    const std::uint64_t count = l.out.size() * n;
-    switch (l.kind) {
-      case OpKind::Conv2D:
-      case OpKind::Dense: emit_weighted(out, i, src[0], dst, n, may_fuse_pool); return;
-      case OpKind::MaxPooling2D:
-      case OpKind::AveragePooling2D:
-      case OpKind::GlobalAveragePooling2D:
-      case OpKind::GlobalMaxPooling2D: emit_pool(out, i, src[0], dst, n); return;
-      case OpKind::Activation: emit_relu(out, src[0], dst, count, ql.out_type); return;
-      case OpKind::Add:
-        for (std::size_t k = 1; k < src.size(); ++k)
-          emit_eltwise(out, isa::EltOp::Add, k == 1 ? src[0] : dst, src[k], dst, count,
-                       ql.out_type);
-        return;
-      case OpKind::ZeroPadding2D: emit_zero_padding(out, i, src[0], dst, n); return;
-      case OpKind::Constant:
-        // Resident schedule only: the constant's copy for each image of the micro-batch.
-        for (std::uint32_t j = 0; j < n; ++j)
-          out.push_back(isa::ReadMem{MemAddr(const_addr_.at(i)), ub(dst + j * out_bytes(i)),
-                                     static_cast<std::uint32_t>(out_bytes(i))});
-        return;
-      case OpKind::Dropout: throw std::logic_error(nn::kIdentityRemoved);
-      case OpKind::Flatten:
-      case OpKind::Reshape:
-      case OpKind::BatchNormalization: return;  // they compute nothing (QuantizedModel)
-    }
+    const Lowering& lowering = ir::entry_for(lowerings(), m_.ops[i].kind, "lowering");
+    if (lowering.emit) (this->*lowering.emit)(out, Operands{i, src, dst, n, may_fuse_pool});
+  }
+
+  // What one operation's lowering works on: n images whose operands sit at `src` (one address
+  // per tensor read) and whose output goes to `dst`, all in the unified buffer; whether a
+  // weighted operation may pool each chunk as it is activated (the resident schedule).
+  struct Operands {
+    std::size_t i;
+    const std::vector<std::uint64_t>& src;
+    std::uint64_t dst;
+    std::uint32_t n;
+    bool may_fuse_pool;
+  };
+  using Emit = void (Compiler::*)(std::vector<isa::Instruction>&, const Operands&);
+  // The lowering of each operation kind (docs/compiler.md, "Lowering"): the instructions it
+  // becomes (emit: nullptr for a view, which computes nothing), and whether it needs the zero
+  // region of the unified buffer.
+  struct Lowering {
+    OpKind kind;
+    Emit emit;
+    bool zeros;
+  };
+  friend bool compiler::has_lowering(ir::OpKind k);
+  static const std::vector<Lowering>& lowerings() {
+    static const std::vector<Lowering> table = {
+        {OpKind::Conv2D, &Compiler::lower_weighted, false},
+        {OpKind::Dense, &Compiler::lower_weighted, false},
+        {OpKind::MaxPooling2D, &Compiler::lower_pool, false},
+        {OpKind::AveragePooling2D, &Compiler::lower_pool, false},
+        {OpKind::GlobalAveragePooling2D, &Compiler::lower_pool, false},
+        {OpKind::GlobalMaxPooling2D, &Compiler::lower_pool, false},
+        {OpKind::Activation, &Compiler::lower_relu, true},
+        {OpKind::Flatten, nullptr, false},
+        {OpKind::Reshape, nullptr, false},
+        {OpKind::BatchNormalization, &Compiler::lower_unreachable, false},
+        {OpKind::ZeroPadding2D, &Compiler::lower_zero_padding, true},
+        {OpKind::Add, &Compiler::lower_add, false},
+        {OpKind::Dropout, &Compiler::lower_unreachable, false},
+        {OpKind::Constant, &Compiler::lower_constant, false},
+    };
+    return table;
+  }
+
+  void lower_weighted(std::vector<isa::Instruction>& out, const Operands& o) {
+    emit_weighted(out, o.i, o.src[0], o.dst, o.n, o.may_fuse_pool);
+  }
+  void lower_pool(std::vector<isa::Instruction>& out, const Operands& o) {
+    emit_pool(out, o.i, o.src[0], o.dst, o.n);
+  }
+  void lower_relu(std::vector<isa::Instruction>& out, const Operands& o) {
+    emit_relu(out, o.src[0], o.dst, m_.ops[o.i].out.size() * o.n, q_.layers[o.i].out_type);
+  }
+  void lower_zero_padding(std::vector<isa::Instruction>& out, const Operands& o) {
+    emit_zero_padding(out, o.i, o.src[0], o.dst, o.n);
+  }
+  // The chip's eltwise add, operand after operand.
+  void lower_add(std::vector<isa::Instruction>& out, const Operands& o) {
+    const std::uint64_t count = m_.ops[o.i].out.size() * o.n;
+    for (std::size_t k = 1; k < o.src.size(); ++k)
+      emit_eltwise(out, isa::EltOp::Add, k == 1 ? o.src[0] : o.dst, o.src[k], o.dst, count,
+                   q_.layers[o.i].out_type);
+  }
+  // Resident schedule only: the constant's copy for each image of the micro-batch.
+  void lower_constant(std::vector<isa::Instruction>& out, const Operands& o) {
+    for (std::uint32_t j = 0; j < o.n; ++j)
+      out.push_back(isa::ReadMem{MemAddr(const_addr_.at(o.i)), ub(o.dst + j * out_bytes(o.i)),
+                                 static_cast<std::uint32_t>(out_bytes(o.i))});
+  }
+  void lower_unreachable(std::vector<isa::Instruction>&, const Operands& o) {
+    const Op& l = m_.ops[o.i];
+    throw std::logic_error(
+        fmt::format("{} ({}) reached the code generator; the rewrites fold or "
+                    "remove it",
+                    l.name, ir::name_of(l.kind)));
   }
 
   void emit_eltwise(std::vector<isa::Instruction>& out, isa::EltOp op, std::uint64_t a,
@@ -664,7 +716,7 @@ class Compiler {
     const bool fuse_pool = pool < m_.ops.size() && chunk >= pixels;
     // A softmax across more columns than one MXU tile: each tile is activated to fp32 logits and
     // the whole rows are normalized once every tile is in (Activate sees one tile's columns).
-    const bool row_softmax = ql.fused_activation == ir::Act::Softmax && p.n_tiles > 1;
+    const bool row_softmax = l.activation == ir::Act::Softmax && p.n_tiles > 1;
     if (row_softmax && p.N > 65535) fail(l, "a softmax across more than 65535 values");
     if (fuse_pool) {
       chunk = chunk / pixels * pixels;
@@ -717,15 +769,15 @@ class Compiler {
         a.rows = rows;
         a.cols = static_cast<std::uint16_t>(nc);
         a.dst_stride = p.N * e_out;
-        a.func = row_softmax ? isa::ActFunc::None : act_func(ql.fused_activation);
+        a.func = row_softmax ? isa::ActFunc::None : act_func(l.activation);
         a.out_type = ql.out_type;
         out.push_back(a);
         if (fuse_pool) {
           const std::uint64_t img0 = r0 / pixels;
-          tag(out, static_cast<std::uint32_t>(pool + 1));
+          tag(out, row_of(pool));
           emit_pool(out, pool, dst + img0 * out_bytes(i), tensor_ub_[pool] + img0 * out_bytes(pool),
                     static_cast<std::uint32_t>(rows / pixels));
-          tag(out, static_cast<std::uint32_t>(i + 1));
+          tag(out, row_of(i));
         }
       }
     }
@@ -741,6 +793,7 @@ class Compiler {
 
   const nn::QuantizedModel& q_;
   const ir::Graph& m_;
+  const ir::Graph& source_;  // the graph the rewrites started from: one report row per operation
   const ChipConfig& cfg_;
   const Options& opt_;
   const std::uint32_t e_;  // bytes per activation element
@@ -773,7 +826,18 @@ class Compiler {
 
 }  // namespace
 
-Program compile(const nn::QuantizedModel& q, const ChipConfig& cfg, const Options& opt) {
+bool has_lowering(ir::OpKind k) { return ir::find_entry(Compiler::lowerings(), k) != nullptr; }
+
+nn::QuantizedModel prepare(const ir::Graph& source, const nn::Weights& w, DType input_type,
+                           std::uint32_t tile_rows, const float* calibration, std::size_t n_cal) {
+  const nn::Ranges ranges =
+      input_type == DType::Int8 ? nn::calibrate(source, w, calibration, n_cal) : nn::Ranges{};
+  Module m = rewrite(source, w);
+  return nn::quantize(std::move(m.graph), m.weights, input_type, tile_rows, ranges);
+}
+
+Program compile(const nn::QuantizedModel& q, const ir::Graph& source, const ChipConfig& cfg,
+                const Options& opt) {
   if (q.act_type != cfg.mxu.input_type)
     throw InputError(fmt::format("compile: the model was quantized for {} but {} takes {}",
                                  name_of(q.act_type), cfg.name, name_of(cfg.mxu.input_type)));
@@ -782,7 +846,7 @@ Program compile(const nn::QuantizedModel& q, const ChipConfig& cfg, const Option
         fmt::format("compile: the model was quantized for {}-row tiles but {} has "
                     "{} rows",
                     q.tile_rows, cfg.name, cfg.mxu.rows));
-  return Compiler(q, cfg, opt).run();
+  return Compiler(q, source, cfg, opt).run();
 }
 
 }  // namespace tpu::compiler

@@ -19,7 +19,19 @@ struct Options {
   std::uint32_t batch = 256;  // images per step across the chip
 };
 
-// Throws InputError naming the layer and the sizes when the model cannot run on the chip.
-Program compile(const nn::QuantizedModel& q, const ChipConfig& cfg, const Options& opt);
+// Whether the code generator lowers operation kind k (its entry in the lowering table).
+bool has_lowering(ir::OpKind k);
+
+// The model as the chips compute it: `source` (identities removed, remove_identities) rewritten
+// (rewrite.h) and quantized for an MXU taking `input_type` in tiles of `tile_rows`; int8 scales
+// come from `source` calibrated on `calibration` (n_cal images, NHWC floats).
+nn::QuantizedModel prepare(const ir::Graph& source, const nn::Weights& w, DType input_type,
+                           std::uint32_t tile_rows, const float* calibration, std::size_t n_cal);
+
+// Lowers q (whose graph is `source` after the rewrites, sw/compiler/rewrite.h) for the chip; the
+// program's layers, the rows of the report, are source's operations. Throws InputError naming the
+// layer and the sizes when the model cannot run on the chip.
+Program compile(const nn::QuantizedModel& q, const ir::Graph& source, const ChipConfig& cfg,
+                const Options& opt);
 
 }  // namespace tpu::compiler

@@ -218,7 +218,7 @@ class Parser {
   }
 
  private:
-  // Keras's model.to_json(): {"class_name": "Sequential" | "Functional" | "Graph", "config":
+  // Keras's model.to_json(): {"class_name": "Sequential" | "Functional" | "Model", "config":
   // {"name", "layers", "input_layers", "output_layers"}, "keras_version", "backend"}.
   Graph parse_keras(const json& doc) {
     static const std::vector<std::string> top = {"class_name", "config"};
@@ -226,9 +226,9 @@ class Parser {
         "keras_version", "backend", "module", "registered_name", "build_config", "compile_config"};
     check_keys(doc, "", top, top_ignored);
     const json& cls = doc["class_name"];
-    if (cls != "Sequential" && cls != "Functional" && cls != "Graph")
+    if (cls != "Sequential" && cls != "Functional" && cls != "Model")
       fail("/class_name", cls,
-           "a Keras model's to_json() is \"Sequential\", \"Functional\" or \"Graph\"");
+           "a Keras model's to_json() is \"Sequential\", \"Functional\" or \"Model\"");
     const json& cfg = require(doc, "", "config", "the model's config object");
     if (!cfg.is_object()) fail("/config", cfg, "must be an object");
     static const std::vector<std::string> keys = {"name", "layers", "input_layers",
@@ -912,8 +912,8 @@ Graph parse_topology(const std::string& text, const std::string& origin) {
   const bool conv = header.size() >= 8 && lower(header[1]).rfind("ifmap", 0) == 0;
   if (!gemm && !conv)
     throw InputError(fmt::format(
-        "{}: line 1: not a SCALE-Sim topology header (expected \"Op name, IFMAP Height, IFMAP "
-        "Width, Filter Height, Filter Width, Channels, Num Filter, Strides,\" or \"Op, M, N, "
+        "{}: line 1: not a SCALE-Sim topology header (expected \"Layer name, IFMAP Height, IFMAP "
+        "Width, Filter Height, Filter Width, Channels, Num Filter, Strides,\" or \"Layer, M, N, "
         "K,\")",
         origin));
   if (rows.empty()) throw InputError(fmt::format("{}: no layer rows after the header", origin));

@@ -49,7 +49,10 @@ enum class OpKind {
 // Op::inputs entry for the graph's input (the images the host streams in).
 inline constexpr std::size_t kGraphInput = std::numeric_limits<std::size_t>::max();
 enum class Act { Linear, Relu, Relu6, Sigmoid, Tanh, Softmax };
-enum class Padding { Valid, Same };
+// Explicit: pad_top/bottom/left/right zeros around the input (a convolution that a ZeroPadding2D
+// was folded into; never read from a model file).
+enum class Padding { Valid, Same, Explicit };
+inline constexpr std::size_t kNoOp = std::numeric_limits<std::size_t>::max();
 
 struct Op {
   std::string name;  // unique within the graph (Keras: "conv2d", "dense_1", ...)
@@ -65,7 +68,8 @@ struct Op {
   Act activation = Act::Linear;
   // Reshape: Keras's target_shape (per image, 1 to 3 dimensions, at most one -1).
   std::vector<std::int64_t> target_shape;
-  // ZeroPadding2D: rows and columns of zeros added on each side.
+  // ZeroPadding2D, and Conv2D with Padding::Explicit: rows and columns of zeros added on each
+  // side.
   std::uint32_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   // BatchNormalization: y = gamma * (x - moving_mean) / sqrt(moving_variance + epsilon) + beta;
   // use_bias is Keras's `center` (beta), scale its `scale` (gamma).
@@ -77,6 +81,11 @@ struct Op {
   // two or more, Constant none, every other kind one.
   std::vector<std::size_t> inputs;
   Shape in, out;  // resolved by the loader; `in` is the first input's shape
+  // Set by the compiler's rewrites (sw/compiler/rewrite.h), which leave every operation standing
+  // for one of the graph they started from: `origin`, the operation whose row of the report it
+  // counts toward, and `value_of`, the one whose float output this operation's output is before
+  // its activation (a BatchNormalization folded into it). kNoOp before the rewrites.
+  std::size_t origin = kNoOp, value_of = kNoOp;
 
   // A kernel (and bias) the MXU multiplies by; tensors in the weights file (weights.h). From the
   // operation table (ops.h), as is everything a kind means.

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 namespace tpu::ir {
 namespace {
@@ -15,6 +17,16 @@ std::uint64_t no_macs(const Op&) { return 0; }
 // Keras's conv_output_length: "valid" keeps the windows that fit, "same" is ceil(in / stride).
 InferredShape window(const Op& l, const Shape& in, std::uint32_t channels,
                      const char* window_argument) {
+  if (l.padding == Padding::Explicit) {
+    const std::uint64_t h = std::uint64_t{in.h} + l.pad_top + l.pad_bottom;
+    const std::uint64_t w = std::uint64_t{in.w} + l.pad_left + l.pad_right;
+    if (l.kernel_h > h || l.kernel_w > w)
+      return ShapeProblem{window_argument,
+                          fmt::format("the {}x{} window does not fit the padded {} input",
+                                      l.kernel_h, l.kernel_w, show_shape(in))};
+    return Shape{static_cast<std::uint32_t>((h - l.kernel_h) / l.stride_h + 1),
+                 static_cast<std::uint32_t>((w - l.kernel_w) / l.stride_w + 1), channels};
+  }
   if (l.padding == Padding::Same)
     return Shape{(in.h + l.stride_h - 1) / l.stride_h, (in.w + l.stride_w - 1) / l.stride_w,
                  channels};
@@ -161,6 +173,21 @@ std::optional<ShapeProblem> infer_shapes(Op& l, const std::vector<Shape>& inputs
   l.out = std::get<Shape>(out);
   l.in = inputs.empty() ? l.out : inputs[0];
   return std::nullopt;
+}
+
+Pads window_pads(const Op& op) {
+  if (op.padding == Padding::Explicit)
+    return Pads{op.pad_top, op.pad_bottom, op.pad_left, op.pad_right};
+  if (op.padding == Padding::Valid) return Pads{};
+  auto split = [](std::uint32_t in, std::uint32_t out, std::uint32_t k, std::uint32_t s) {
+    const std::int64_t total =
+        std::max<std::int64_t>(std::int64_t{out - 1} * s + k - std::int64_t{in}, 0);
+    return std::pair{static_cast<std::uint32_t>(total / 2),
+                     static_cast<std::uint32_t>(total - total / 2)};
+  };
+  const auto [top, bottom] = split(op.in.h, op.out.h, op.kernel_h, op.stride_h);
+  const auto [left, right] = split(op.in.w, op.out.w, op.kernel_w, op.stride_w);
+  return Pads{top, bottom, left, right};
 }
 
 std::string show_shape(const Shape& s) { return fmt::format("{}x{}x{}", s.h, s.w, s.c); }

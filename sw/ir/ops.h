@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -57,5 +58,35 @@ const std::vector<OpInfo>& op_infos();
 std::optional<ShapeProblem> infer_shapes(Op& l, const std::vector<Shape>& inputs);
 
 std::string show_shape(const Shape& s);
+
+// The per-layer tables keyed by operation kind — the float and chip semantics of sw/nn, the
+// lowering of sw/compiler — look their entries up here: an entry is a struct whose first member
+// is `OpKind kind`. A kind without an entry is a bug in tpusim (every table is tested complete
+// against op_infos()).
+template <class Entry>
+const Entry* find_entry(const std::vector<Entry>& table, OpKind k) {
+  for (const Entry& e : table)
+    if (e.kind == k) return &e;
+  return nullptr;
+}
+template <class Entry>
+const Entry& entry_for(const std::vector<Entry>& table, OpKind k, std::string_view table_name) {
+  if (const Entry* e = find_entry(table, k)) return *e;
+  throw std::logic_error(std::string(name_of(k)) + " has no entry in the " +
+                         std::string(table_name) + " table");
+}
+
+// What the references and the compiler say if an identity reaches them: a bug in tpusim.
+inline constexpr const char* kIdentityRemoved =
+    "a Dropout layer reached the references or the compiler; compiler::remove_identities removes "
+    "them first";
+
+// The zeros a windowed operation (Conv2D, pooling) reads around its input: none for "valid",
+// TensorFlow's split for "same" (the total max((out - 1) * stride + kernel - in, 0), the smaller
+// half before), the operation's own for Padding::Explicit. Shapes resolved.
+struct Pads {
+  std::uint32_t top = 0, bottom = 0, left = 0, right = 0;
+};
+Pads window_pads(const Op& op);
 
 }  // namespace tpu::ir

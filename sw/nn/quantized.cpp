@@ -11,8 +11,8 @@
 #include "hw/common/bf16.h"
 #include "hw/common/error.h"
 #include "hw/vector_unit/functions.h"
+#include "sw/ir/ops.h"
 #include "sw/nn/reference.h"
-#include "sw/nn/rewrite.h"
 
 namespace tpu::nn {
 using ir::Act;
@@ -22,6 +22,14 @@ using ir::Op;
 using ir::OpKind;
 using ir::Padding;
 using ir::Shape;
+// A tensor of n images in the chip's encoding of one type.
+struct ChipTensor {
+  DType type = DType::Int8;
+  std::vector<std::int8_t> i8;
+  std::vector<std::uint16_t> bf;
+  std::vector<float> f32;
+};
+
 namespace {
 
 // int8 symmetric range: -127..127 (no -128), so negation never overflows.
@@ -44,25 +52,7 @@ isa::ActFunc act_func(Act a) {
   return isa::ActFunc::None;
 }
 
-bool monotonic(Act a) { return a == Act::Relu || a == Act::Relu6 || a == Act::Linear; }
-
-// TensorFlow's SAME padding: the total pad split with the smaller half at the top/left.
-std::uint32_t pad_before(std::uint32_t in, std::uint32_t out, std::uint32_t k, std::uint32_t s,
-                         Padding p) {
-  if (p == Padding::Valid) return 0;
-  const std::int64_t total = std::int64_t{out - 1} * s + k - in;
-  return static_cast<std::uint32_t>(std::max<std::int64_t>(total, 0) / 2);
-}
-
-// A tensor of n images in the chip's encoding of one type.
-struct Tensor {
-  DType type = DType::Int8;
-  std::vector<std::int8_t> i8;
-  std::vector<std::uint16_t> bf;
-  std::vector<float> f32;
-};
-
-float value_at(const Tensor& t, std::size_t i) {
+float value_at(const ChipTensor& t, std::size_t i) {
   switch (t.type) {
     case DType::Int8: return static_cast<float>(t.i8[i]);
     case DType::Bf16: return to_float(Bf16{t.bf[i]});
@@ -70,7 +60,7 @@ float value_at(const Tensor& t, std::size_t i) {
   }
 }
 
-void resize(Tensor& t, std::size_t n) {
+void resize(ChipTensor& t, std::size_t n) {
   if (t.type == DType::Int8)
     t.i8.assign(n, 0);
   else if (t.type == DType::Bf16)
@@ -105,102 +95,53 @@ std::size_t calibration_images(const Graph& m) {
       std::clamp<std::uint64_t>(kCalibrationMacs / macs, 1, kCalibrationImages));
 }
 
-ConvInput QuantizedModel::conv_input(std::size_t layer) const {
-  const Op& l = model->ops[layer];
-  ConvInput c;
-  std::size_t p = l.inputs[0];
-  std::uint32_t extra_top = 0, extra_left = 0;
-  c.shape = l.in;
-  if (p != kGraphInput && layers[p].folded_padding) {
-    const Op& zp = model->ops[p];
-    extra_top = zp.pad_top, extra_left = zp.pad_left;
-    c.shape = zp.in;
-    p = zp.inputs[0];
-  }
-  c.tensor = tensor_of(p);
-  c.pad_top = extra_top + pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
-  c.pad_left = extra_left + pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
-  return c;
+ConvInput QuantizedModel::conv_input(std::size_t op) const {
+  const Op& l = graph.ops[op];
+  const ir::Pads pads = ir::window_pads(l);
+  return ConvInput{tensor_of(l.inputs[0]), l.in, pads.top, pads.left};
 }
 
-QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std::uint32_t tile_rows,
-                        const float* calibration, std::size_t n_cal) {
+Ranges calibrate(const Graph& g, const Weights& w, const float* images, std::size_t n) {
+  const std::size_t L = g.ops.size();
+  Ranges r;
+  r.lo.assign(L, 0.0f);
+  r.hi.assign(L, 0.0f);
+  const std::size_t n_use = std::min(n, calibration_images(g));
+  for (std::size_t i = 0; i < n_use * g.input.size(); ++i)
+    r.input = std::max(r.input, std::fabs(images[i]));
+  std::vector<bool> seen(L, false);
+  forward_float(g, w, images, n_use, [&](std::size_t i, const float* v, std::size_t count) {
+    if (count == 0) return;
+    const auto [a, b] = std::minmax_element(v, v + count);
+    r.lo[i] = seen[i] ? std::min(r.lo[i], *a) : *a;
+    r.hi[i] = seen[i] ? std::max(r.hi[i], *b) : *b;
+    seen[i] = true;
+  });
+  return r;
+}
+
+QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32_t tile_rows,
+                        const Ranges& ranges) {
   if (input_type != DType::Int8 && input_type != DType::Bf16)
     throw InputError("quantize: the MXU input type must be int8 or bf16");
   QuantizedModel q;
-  q.model = &m;
+  q.graph = std::move(g);
+  const Graph& m = q.graph;
   q.act_type = input_type;
   q.tile_rows = tile_rows;
   const std::size_t L = m.ops.size();
   q.layers.resize(L);
-  const auto readers = consumers(m);
-  // Whether layer p's only reader is c (so an operation fused into p changes nothing else).
-  auto only_reader = [&](std::size_t p, std::size_t c) {
-    return p != kGraphInput && readers[p].size() == 1 && readers[p][0] == c;
-  };
   auto refuse = [&](const Op& l, const std::string& why) {
     throw InputError(fmt::format("{}: layer {} ({}): {}", m.file, l.name, name_of(l.kind), why));
   };
 
-  // 1. What the producing layer's Activate applies. BatchNormalization folds into the Conv2D or
-  //    Dense before it; an Activation fuses into the weighted layer before it, also through
-  //    folded normalisations, flattens and max pools (for monotonic functions only: max commutes
-  //    with them, bit for bit, also after rounding).
-  std::vector<std::size_t> value_layer(L);  // the float layer whose output a weighted layer's is
-  std::vector<std::size_t> bn_of(L, L);     // the BatchNormalization folded into layer i
-  for (std::size_t i = 0; i < L; ++i) {
-    const Op& l = m.ops[i];
-    value_layer[i] = i;
-    if (l.has_weights()) q.layers[i].fused_activation = l.activation;
-    if (l.kind == OpKind::BatchNormalization) {
-      const std::size_t p = l.inputs[0];
-      if (p == kGraphInput || !m.ops[p].has_weights() || !only_reader(p, i) ||
-          q.layers[p].fused_activation != Act::Linear || bn_of[p] != L)
-        refuse(l,
-               "the chip applies a BatchNormalization only folded into the Conv2D or Dense "
-               "(linear, read by nothing else) that produces its input");
-      q.layers[i].fused_into_previous = true;
-      bn_of[p] = i;
-      value_layer[p] = i;
-    }
-    if (l.kind != OpKind::Activation || l.activation == Act::Linear) continue;
-    std::size_t j = l.inputs[0], reader = i;
-    bool through_pool = false;
-    while (j != kGraphInput && only_reader(j, reader)) {
-      const Op& k = m.ops[j];
-      if (k.is_view() || q.layers[j].fused_into_previous || k.kind == OpKind::MaxPooling2D) {
-        through_pool = through_pool || k.kind == OpKind::MaxPooling2D;
-        reader = j;
-        j = k.inputs[0];
-        continue;
-      }
-      break;
-    }
-    if (j == kGraphInput || !only_reader(j, reader) || !m.ops[j].has_weights()) continue;
-    QuantizedLayer& producer = q.layers[j];
-    if (producer.fused_activation != Act::Linear) continue;
-    if (through_pool && !monotonic(l.activation)) continue;
-    producer.fused_activation = l.activation;
-    q.layers[i].fused_into_previous = true;
-  }
-  for (std::size_t i = 0; i < L; ++i) {
-    const Op& l = m.ops[i];
-    if (l.kind != OpKind::ZeroPadding2D || readers[i].empty()) continue;
-    q.layers[i].folded_padding = std::all_of(readers[i].begin(), readers[i].end(), [&](auto r) {
-      return m.ops[r].kind == OpKind::Conv2D;
-    });
-  }
+  // 1. Tensors: a view passes its input's on; every other operation computes its own.
   q.tensor.resize(L);
-  for (std::size_t i = 0; i < L; ++i) {
-    const Op& l = m.ops[i];
-    const QuantizedLayer& ql = q.layers[i];
-    const bool passes_on = l.is_view() || ql.fused_into_previous || ql.folded_padding ||
-                           (l.kind == OpKind::Activation && l.activation == Act::Linear);
-    q.tensor[i] = passes_on ? q.tensor_of(l.inputs[0]) : i;
-  }
+  for (std::size_t i = 0; i < L; ++i)
+    q.tensor[i] = m.ops[i].is_view() ? q.tensor_of(m.ops[i].inputs[0]) : i;
 
-  // 2. Output types: the last weighted layer gives fp32 when only layers that compute nothing
-  //    follow it; every other tensor keeps the chip's activation type.
+  // 2. Output types: the last weighted operation gives fp32 when only views of it follow; every
+  //    other tensor keeps the chip's activation type.
   std::size_t last_weighted = L;
   for (std::size_t i = 0; i < L; ++i)
     if (m.ops[i].has_weights()) last_weighted = i;
@@ -211,9 +152,7 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
   // 3. What the chip cannot run, named before anything is built.
   for (std::size_t i = 0; i < L; ++i) {
     const Op& l = m.ops[i];
-    const QuantizedLayer& ql = q.layers[i];
-    if (l.kind == OpKind::Activation && !ql.fused_into_previous &&
-        !(l.activation == Act::Relu || l.activation == Act::Linear))
+    if (l.kind == OpKind::Activation && !(l.activation == Act::Relu || l.activation == Act::Linear))
       throw InputError(
           fmt::format("{}: layer {} ({} {}): the chip applies this activation only "
                       "fused into the Conv2D or Dense before it",
@@ -231,27 +170,10 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
                               "vector unit works on {} tensors",
                               m.ops[last_weighted].name, name_of(input_type)));
   }
-
-  // 4. int8 ranges: one float pass over the calibration images records each layer's range.
-  std::vector<float> lo(L, 0.0f), hi(L, 0.0f);
-  float in_range = 0.0f;
-  if (input_type == DType::Int8) {
-    const std::size_t n_use = std::min(n_cal, calibration_images(m));
-    for (std::size_t i = 0; i < n_use * m.input.size(); ++i)
-      in_range = std::max(in_range, std::fabs(calibration[i]));
-    std::vector<bool> seen(L, false);
-    forward_float(m, w, calibration, n_use, [&](std::size_t i, const float* v, std::size_t n) {
-      if (n == 0) return;
-      const auto [a, b] = std::minmax_element(v, v + n);
-      lo[i] = seen[i] ? std::min(lo[i], *a) : *a;
-      hi[i] = seen[i] ? std::max(hi[i], *b) : *b;
-      seen[i] = true;
-    });
-  }
   auto scale_for = [](float range) { return range > 0 ? range / kInt8Max : 1.0f; };
 
-  // 5. Scale classes (int8): a weighted layer's output and an Add's inputs and output; pooling,
-  //    padding and standalone ReLU keep their input's scale. Source 0 is the model input.
+  // 4. Scale classes (int8): a weighted operation's output and an Add's inputs and output;
+  //    pooling, padding and standalone ReLU keep their input's scale. Source 0 is the model input.
   ScaleClasses sc;
   sc.parent.resize(L + 1);
   for (std::size_t k = 0; k <= L; ++k) sc.parent[k] = k;
@@ -262,9 +184,10 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
   for (std::size_t i = 0; i < L; ++i) {
     if (!q.computes(i)) continue;
     const Op& l = m.ops[i];
-    if (l.has_weights() || l.kind == OpKind::Constant) {
+    const ScaleRule rule = ir::entry_for(chip_semantics(), l.kind, "chip semantics").scale;
+    if (rule == ScaleRule::Own) {
       source[i + 1] = i + 1;
-    } else if (l.kind == OpKind::Add) {
+    } else if (rule == ScaleRule::Joined) {
       const std::size_t root = source_of(q.tensor_of(l.inputs[0]));
       for (std::size_t k = 1; k < l.inputs.size(); ++k) {
         const std::size_t other = source_of(q.tensor_of(l.inputs[k]));
@@ -276,11 +199,12 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
     }
   }
   // A class with a fixed member (the input, a constant) takes its scale; others cover the
-  // largest range of their members, Add outputs included, so the sums do not saturate.
+  // largest range of their members, Add outputs included, so the sums do not saturate. A
+  // weighted operation's range is that of the float operation its value stands for (a folded
+  // BatchNormalization's) with its activation applied.
   std::vector<float> class_range(L + 1, 0.0f);
   std::vector<std::optional<float>> class_fixed(L + 1);
-  std::vector<std::size_t> fixed_by(L + 1, L);
-  class_fixed[sc.find(0)] = scale_for(in_range);
+  class_fixed[sc.find(0)] = scale_for(ranges.input);
   for (std::size_t i = 0; i < L; ++i) {
     if (!q.computes(i) || input_type != DType::Int8) continue;
     const Op& l = m.ops[i];
@@ -294,13 +218,13 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
                "an Add joins it with the model input or another constant, whose int8 scales "
                "differ");
       class_fixed[root] = scale_for(r);
-      fixed_by[root] = i;
     } else if (l.has_weights() && !(final_float && i == last_weighted)) {
-      const std::size_t v = value_layer[i];
+      const std::size_t v = l.value_of;
       class_range[root] =
-          std::max(class_range[root], range_of(lo[v], hi[v], q.layers[i].fused_activation));
+          std::max(class_range[root], range_of(ranges.lo[v], ranges.hi[v], l.activation));
     } else if (l.kind == OpKind::Add) {
-      class_range[root] = std::max(class_range[root], range_of(lo[i], hi[i], Act::Linear));
+      class_range[root] = std::max(class_range[root],
+                                   range_of(ranges.lo[l.origin], ranges.hi[l.origin], Act::Linear));
     }
   }
   auto scale_of_tensor = [&](std::size_t tensor) {
@@ -308,7 +232,7 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
     return class_fixed[root] ? *class_fixed[root] : scale_for(class_range[root]);
   };
 
-  // 6. Parameters, layer by layer.
+  // 5. Parameters, operation by operation.
   q.input_scale = input_type == DType::Int8 ? scale_of_tensor(kGraphInput) : 1.0f;
   for (std::size_t i = 0; i < L; ++i) {
     const Op& l = m.ops[i];
@@ -331,31 +255,20 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
     }
     if (!l.has_weights()) continue;
     const std::uint32_t cout = l.out.c;
-    if (ql.fused_activation == Act::Softmax && !out_float)
+    if (l.activation == Act::Softmax && !out_float)
       throw InputError(
           fmt::format("{}: layer {}: softmax must end the network (it needs an fp32 "
                       "output)",
                       m.file, l.name));
     if (input_type == DType::Int8 && !out_float &&
-        !(ql.fused_activation == Act::Linear || ql.fused_activation == Act::Relu))
+        !(l.activation == Act::Linear || l.activation == Act::Relu))
       throw InputError(
           fmt::format("{}: layer {}: activation {} on an int8 chip needs an fp32 "
                       "output; only the last layer gives one",
-                      m.file, l.name, name_of(ql.fused_activation)));
-    // The kernel and bias the chip uses: with a folded BatchNormalization, per output channel
-    // w' = w * inv and b' = b * inv + (beta - mean * inv), inv = gamma / sqrt(var + epsilon).
-    std::vector<float> kernel = w.layers[i].kernel;
+                      m.file, l.name, name_of(l.activation)));
+    const std::vector<float>& kernel = w.layers[i].kernel;
     std::vector<float> bias = w.layers[i].bias;
     bias.resize(cout, 0.0f);
-    if (bn_of[i] != L) {
-      const Op& bn = m.ops[bn_of[i]];
-      const LayerWeights& bw = w.layers[bn_of[i]];
-      for (std::uint32_t c = 0; c < cout; ++c) {
-        const float inv = bw.gamma[c] / std::sqrt(bw.moving_variance[c] + bn.epsilon);
-        bias[c] = bias[c] * inv + (bw.beta[c] - bw.moving_mean[c] * inv);
-        for (std::size_t k = c; k < kernel.size(); k += cout) kernel[k] *= inv;
-      }
-    }
     const std::size_t k_total = kernel.size() / cout;
     if (input_type == DType::Bf16) {
       ql.kernel_bf16.resize(kernel.size());
@@ -365,8 +278,7 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
       ql.scale_f32.assign(cout, 1.0f);
       continue;
     }
-    const float in_scale = scale_of_tensor(l.kind == OpKind::Conv2D ? q.conv_input(i).tensor
-                                                                    : q.tensor_of(l.inputs[0]));
+    const float in_scale = scale_of_tensor(q.tensor_of(l.inputs[0]));
     ql.weight_scale.assign(cout, 0.0f);
     for (std::size_t k = 0; k < k_total; ++k)
       for (std::uint32_t c = 0; c < cout; ++c)
@@ -400,7 +312,7 @@ QuantizedModel quantize(const Graph& m, const Weights& w, DType input_type, std:
 
 std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images,
                                        std::size_t n) {
-  const std::size_t count = n * q.model->input.size();
+  const std::size_t count = n * q.graph.input.size();
   std::vector<std::uint8_t> out(count * size_of(q.act_type));
   for (std::size_t i = 0; i < count; ++i) {
     if (q.act_type == DType::Int8) {
@@ -419,7 +331,8 @@ namespace {
 // Conv2D and Dense in the chip's arithmetic. A Dense layer is a 1x1 "convolution" of a 1x1
 // image whose channels are the flattened input: the same loop covers both.
 void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
-                    const ConvInput& geometry, const Tensor& in, Tensor& out, std::size_t n) {
+                    const ConvInput& geometry, const ChipTensor& in, ChipTensor& out,
+                    std::size_t n) {
   const bool dense = l.kind == OpKind::Dense;
   const std::uint32_t ih = dense ? 1 : geometry.shape.h, iw = dense ? 1 : geometry.shape.w;
   const std::uint32_t ic = dense ? static_cast<std::uint32_t>(l.in.size()) : geometry.shape.c;
@@ -498,7 +411,7 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
         }
         // 3. The vector unit's Activate.
         const std::size_t o = ((b * oh + oy) * ow + ox) * oc;
-        const isa::ActFunc f = act_func(ql.fused_activation);
+        const isa::ActFunc f = act_func(l.activation);
         if (ql.out_type == DType::Int8) {
           for (std::uint32_t c = 0; c < oc; ++c) {
             std::int8_t v =
@@ -525,7 +438,7 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
       }
 }
 
-void pool_layer(const Op& l, const Tensor& in, Tensor& out, std::size_t n) {
+void pool_layer(const Op& l, const ChipTensor& in, ChipTensor& out, std::size_t n) {
   out.type = in.type;
   const std::uint64_t oh = l.out.h, ow = l.out.w, c = l.in.c;
   resize(out, n * oh * ow * c);
@@ -562,10 +475,121 @@ void pool_layer(const Op& l, const Tensor& in, Tensor& out, std::size_t n) {
 
 }  // namespace
 
+// One operation on n images in the chip's arithmetic.
+struct ChipArgs {
+  const QuantizedModel& q;
+  std::size_t i;
+  const Op& l;
+  const QuantizedLayer& ql;
+  const std::vector<const ChipTensor*>& in;  // its operands' tensors, in order
+  ChipTensor& out;
+  std::size_t n;
+};
+
+namespace {
+
+void run_conv(const ChipArgs& a) {
+  weighted_layer(a.q, a.l, a.ql, a.q.conv_input(a.i), *a.in[0], a.out, a.n);
+}
+void run_dense(const ChipArgs& a) {
+  weighted_layer(a.q, a.l, a.ql, ConvInput{}, *a.in[0], a.out, a.n);
+}
+void run_pool(const ChipArgs& a) { pool_layer(a.l, *a.in[0], a.out, a.n); }
+
+// A pooling whose window is the whole image.
+void run_global_pool(const ChipArgs& a) {
+  Op g = a.l;
+  g.kind = a.l.kind == OpKind::GlobalMaxPooling2D ? OpKind::MaxPooling2D : OpKind::AveragePooling2D;
+  g.kernel_h = a.l.in.h, g.kernel_w = a.l.in.w, g.stride_h = 1, g.stride_w = 1;
+  pool_layer(g, *a.in[0], a.out, a.n);
+}
+
+// A standalone ReLU: the chip's elementwise max(x, +0).
+void run_relu(const ChipArgs& a) {
+  a.out = *a.in[0];
+  for (auto& v : a.out.i8) v = relu(v);
+  for (auto& v : a.out.bf) v = max_bf16(Bf16{v}, Bf16{0}).bits;
+}
+
+// Zeros, then each row copied as the chip copies it: max(x, x).
+void run_zero_padding(const ChipArgs& a) {
+  const Op& l = a.l;
+  const ChipTensor& in = *a.in[0];
+  a.out.type = in.type;
+  resize(a.out, a.n * l.out.size());
+  const std::size_t row = std::size_t{l.in.w} * l.in.c;
+  for (std::size_t b = 0; b < a.n; ++b)
+    for (std::uint32_t y = 0; y < l.in.h; ++y) {
+      const std::size_t s = (b * l.in.h + y) * row;
+      const std::size_t d =
+          ((b * l.out.h + y + l.pad_top) * l.out.w + l.pad_left) * std::size_t{l.in.c};
+      for (std::size_t k = 0; k < row; ++k) {
+        if (a.out.type == DType::Int8)
+          a.out.i8[d + k] = std::max(in.i8[s + k], in.i8[s + k]);
+        else
+          a.out.bf[d + k] = max_bf16(Bf16{in.bf[s + k]}, Bf16{in.bf[s + k]}).bits;
+      }
+    }
+}
+
+// The chip's eltwise add, operand after operand (int8: equal scales, saturating).
+void run_add(const ChipArgs& a) {
+  a.out = *a.in[0];
+  for (std::size_t k = 1; k < a.in.size(); ++k) {
+    const ChipTensor& o = *a.in[k];
+    for (std::size_t e = 0; e < a.out.i8.size(); ++e) a.out.i8[e] = add_int8(a.out.i8[e], o.i8[e]);
+    for (std::size_t e = 0; e < a.out.bf.size(); ++e)
+      a.out.bf[e] = add_bf16(Bf16{a.out.bf[e]}, Bf16{o.bf[e]}).bits;
+  }
+}
+
+// One image's values for each image.
+void run_constant(const ChipArgs& a) {
+  const std::size_t per = a.l.out.size();
+  a.out.type = a.q.act_type;
+  resize(a.out, a.n * per);
+  for (std::size_t b = 0; b < a.n; ++b) {
+    if (a.q.act_type == DType::Int8)
+      std::memcpy(a.out.i8.data() + b * per, a.ql.constant.data(), a.ql.constant.size());
+    else
+      std::memcpy(a.out.bf.data() + b * per, a.ql.constant.data(), a.ql.constant.size());
+  }
+}
+
+void not_computed(const ChipArgs& a) {
+  throw std::logic_error(
+      fmt::format("{} ({}) reached the quantized reference; the rewrites fold "
+                  "or remove it, or quantize refuses it",
+                  a.l.name, name_of(a.l.kind)));
+}
+
+}  // namespace
+
+const std::vector<ChipSemantics>& chip_semantics() {
+  static const std::vector<ChipSemantics> table = {
+      {OpKind::Conv2D, run_conv, ScaleRule::Own},
+      {OpKind::Dense, run_dense, ScaleRule::Own},
+      {OpKind::MaxPooling2D, run_pool, ScaleRule::Input},
+      {OpKind::AveragePooling2D, run_pool, ScaleRule::Input},
+      {OpKind::GlobalAveragePooling2D, run_global_pool, ScaleRule::Input},
+      {OpKind::GlobalMaxPooling2D, run_global_pool, ScaleRule::Input},
+      {OpKind::Activation, run_relu, ScaleRule::Input},
+      // Views pass their input's tensor on (QuantizedModel::tensor): nothing runs.
+      {OpKind::Flatten, nullptr, ScaleRule::Input},
+      {OpKind::Reshape, nullptr, ScaleRule::Input},
+      {OpKind::BatchNormalization, not_computed, ScaleRule::Input},
+      {OpKind::ZeroPadding2D, run_zero_padding, ScaleRule::Input},
+      {OpKind::Add, run_add, ScaleRule::Joined},
+      {OpKind::Dropout, not_computed, ScaleRule::Input},
+      {OpKind::Constant, run_constant, ScaleRule::Own},
+  };
+  return table;
+}
+
 std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n) {
-  const Graph& m = *q.model;
+  const Graph& m = q.graph;
   const std::size_t L = m.ops.size();
-  Tensor input;
+  ChipTensor input;
   input.type = q.act_type;
   const auto enc = encode_input(q, images, n);
   resize(input, n * m.input.size());
@@ -579,93 +603,22 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
   std::vector<std::size_t> last_read(L, 0);
   for (std::size_t i = 0; i < L; ++i)
     if (q.computes(i))
-      for (std::size_t p : m.ops[i].inputs) {
-        const std::size_t t =
-            m.ops[i].kind == OpKind::Conv2D ? q.conv_input(i).tensor : q.tensor_of(p);
-        if (t != kGraphInput) last_read[t] = i;
-      }
-  std::vector<Tensor> t(L);
-  auto get = [&](std::size_t k) -> const Tensor& { return k == kGraphInput ? input : t[k]; };
+      for (std::size_t p : m.ops[i].inputs)
+        if (const std::size_t t = q.tensor_of(p); t != kGraphInput) last_read[t] = i;
+  std::vector<ChipTensor> t(L);
+  auto get = [&](std::size_t k) -> const ChipTensor& { return k == kGraphInput ? input : t[k]; };
+  std::vector<const ChipTensor*> in;
   for (std::size_t i = 0; i < L; ++i) {
     if (!q.computes(i)) continue;
     const Op& l = m.ops[i];
-    const QuantizedLayer& ql = q.layers[i];
-    Tensor& next = t[i];
-    const Tensor& in0 = get(q.tensor_of(l.inputs.empty() ? kGraphInput : l.inputs[0]));
-    switch (l.kind) {
-      case OpKind::Conv2D: {
-        const ConvInput ci = q.conv_input(i);
-        weighted_layer(q, l, ql, ci, get(ci.tensor), next, n);
-        break;
-      }
-      case OpKind::Dense: weighted_layer(q, l, ql, ConvInput{}, in0, next, n); break;
-      case OpKind::MaxPooling2D:
-      case OpKind::AveragePooling2D: pool_layer(l, in0, next, n); break;
-      case OpKind::GlobalAveragePooling2D:
-      case OpKind::GlobalMaxPooling2D: {
-        // A pooling whose window is the whole image.
-        Op g = l;
-        g.kind =
-            l.kind == OpKind::GlobalMaxPooling2D ? OpKind::MaxPooling2D : OpKind::AveragePooling2D;
-        g.kernel_h = l.in.h, g.kernel_w = l.in.w, g.stride_h = 1, g.stride_w = 1;
-        pool_layer(g, in0, next, n);
-        break;
-      }
-      case OpKind::Activation:
-        // A standalone ReLU: the chip's elementwise max(x, +0).
-        next = in0;
-        for (auto& v : next.i8) v = relu(v);
-        for (auto& v : next.bf) v = max_bf16(Bf16{v}, Bf16{0}).bits;
-        break;
-      case OpKind::ZeroPadding2D: {
-        // Zeros, then each row copied as the chip copies it: max(x, x).
-        next.type = in0.type;
-        resize(next, n * l.out.size());
-        const std::size_t row = std::size_t{l.in.w} * l.in.c;
-        for (std::size_t b = 0; b < n; ++b)
-          for (std::uint32_t y = 0; y < l.in.h; ++y) {
-            const std::size_t s = (b * l.in.h + y) * row;
-            const std::size_t d =
-                ((b * l.out.h + y + l.pad_top) * l.out.w + l.pad_left) * std::size_t{l.in.c};
-            for (std::size_t k = 0; k < row; ++k) {
-              if (next.type == DType::Int8)
-                next.i8[d + k] = std::max(in0.i8[s + k], in0.i8[s + k]);
-              else
-                next.bf[d + k] = max_bf16(Bf16{in0.bf[s + k]}, Bf16{in0.bf[s + k]}).bits;
-            }
-          }
-        break;
-      }
-      case OpKind::Add:
-        // The chip's eltwise add, operand after operand (int8: equal scales, saturating).
-        next = in0;
-        for (std::size_t k = 1; k < l.inputs.size(); ++k) {
-          const Tensor& o = get(q.tensor_of(l.inputs[k]));
-          for (std::size_t e = 0; e < next.i8.size(); ++e)
-            next.i8[e] = add_int8(next.i8[e], o.i8[e]);
-          for (std::size_t e = 0; e < next.bf.size(); ++e)
-            next.bf[e] = add_bf16(Bf16{next.bf[e]}, Bf16{o.bf[e]}).bits;
-        }
-        break;
-      case OpKind::Constant:
-        next.type = q.act_type;
-        resize(next, n * l.out.size());
-        for (std::size_t b = 0; b < n; ++b) {
-          if (q.act_type == DType::Int8)
-            std::memcpy(next.i8.data() + b * l.out.size(), ql.constant.data(), ql.constant.size());
-          else
-            std::memcpy(next.bf.data() + b * l.out.size(), ql.constant.data(), ql.constant.size());
-        }
-        break;
-      case OpKind::Dropout: throw std::logic_error(kIdentityRemoved);
-      case OpKind::Flatten:
-      case OpKind::Reshape:
-      case OpKind::BatchNormalization: break;  // never computed: they pass a tensor on
-    }
+    in.clear();
+    for (std::size_t p : l.inputs) in.push_back(&get(q.tensor_of(p)));
+    ir::entry_for(chip_semantics(), l.kind, "chip semantics")
+        .run(ChipArgs{q, i, l, q.layers[i], in, t[i], n});
     for (std::size_t k = 0; k < i; ++k)
-      if (q.computes(k) && last_read[k] == i && k != out_tensor) t[k] = Tensor{};
+      if (q.computes(k) && last_read[k] == i && k != out_tensor) t[k] = ChipTensor{};
   }
-  const Tensor& cur = get(out_tensor);
+  const ChipTensor& cur = get(out_tensor);
   const std::size_t count = n * m.output().size();
   std::vector<float> out(count);
   const float scale = out_tensor == kGraphInput ? q.input_scale : q.layers[out_tensor].out_scale;

@@ -28,11 +28,12 @@ inline constexpr std::uint64_t kCalibrationMacs = std::uint64_t{1} << 32;
 std::size_t calibration_images(const ir::Graph& m);
 
 struct QuantizedLayer {
-  // Tensor of this layer's output as it sits in the unified buffer.
+  // Tensor of this operation's output as it sits in the unified buffer.
   DType out_type = DType::Int8;
   float out_scale = 1.0f;  // int8: real = q * out_scale
 
-  // Weighted layers: kernel in Keras order ([kh][kw][cin][cout] / [in][out]) as int8 or bf16 bits.
+  // Weighted operations: kernel in Keras order ([kh][kw][cin][cout] / [in][out]) as int8 or bf16
+  // bits. Their activation (the operation's own, Op::activation) is applied by Activate.
   std::vector<std::int8_t> kernel_i8;
   std::vector<std::uint16_t> kernel_bf16;
   std::vector<float> weight_scale;  // int8: per output channel
@@ -42,49 +43,73 @@ struct QuantizedLayer {
   std::vector<std::int32_t> shift;
   std::vector<float> bias_f32;   // bf16 chips
   std::vector<float> scale_f32;  // fp32 out: dequantization scale (int) or 1.0 (float)
-  ir::Act fused_activation = ir::Act::Linear;  // applied by the Activate instruction
-  // An Activation or BatchNormalization applied by the Conv2D or Dense that produces its input
-  // (BatchNormalization folded into its weights and bias).
-  bool fused_into_previous = false;
-  // A ZeroPadding2D that only Conv2D layers read: they add its zeros as window padding.
-  bool folded_padding = false;
   // Constant: one image's values in the chip's encoding (int8 or bf16 little-endian bytes).
   std::vector<std::uint8_t> constant;
 };
 
-// Where a Conv2D reads its input: the tensor (a layer index or ir::kGraphInput) and its shape, and
-// the zeros before the first row and column (SAME padding plus a folded ZeroPadding2D); rows and
-// columns past the end are zeros too.
+// Where a Conv2D reads its input: the tensor (an operation index or ir::kGraphInput) and its
+// shape, and the zeros before the first row and column (its padding, a folded ZeroPadding2D's
+// included); rows and columns past the end are zeros too.
 struct ConvInput {
   std::size_t tensor = ir::kGraphInput;
   ir::Shape shape;
   std::uint32_t pad_top = 0, pad_left = 0;
 };
 
+// Float activation ranges over calibration images: per operation of the calibrated graph the
+// minimum and maximum of its output, and the largest |x| of the images.
+struct Ranges {
+  float input = 0.0f;
+  std::vector<float> lo, hi;
+};
+
 struct QuantizedModel {
-  const ir::Graph* model = nullptr;
+  // The graph the chip runs: the model after the compiler's rewrites (sw/compiler/rewrite.h).
+  ir::Graph graph;
   DType act_type = DType::Int8;        // int8 or bf16
   std::uint32_t tile_rows = 0;         // K per weight tile (mxu.rows): the bf16 summation order
   float input_scale = 1.0f;            // int8: q = round(x / input_scale)
-  std::vector<QuantizedLayer> layers;  // one per model layer
-  // Per layer, the layer whose computed tensor holds its output: itself, or for layers that
-  // compute nothing of their own (Flatten, fused layers, linear activations, folded padding) the
-  // tensor they pass on; ir::kGraphInput for the input. Only layers with tensor[i] == i run.
+  std::vector<QuantizedLayer> layers;  // one per operation of `graph`
+  // Per operation, the operation whose computed tensor holds its output: itself, or for a view
+  // (Flatten, Reshape) the tensor it passes on; ir::kGraphInput for the input. Only operations
+  // with tensor[i] == i run.
   std::vector<std::size_t> tensor;
 
   [[nodiscard]] bool computes(std::size_t i) const { return tensor[i] == i; }
-  // The tensor that holds producer p's output (p a layer index or ir::kGraphInput).
+  // The tensor that holds producer p's output (p an operation index or ir::kGraphInput).
   [[nodiscard]] std::size_t tensor_of(std::size_t p) const {
     return p == ir::kGraphInput ? ir::kGraphInput : tensor[p];
   }
-  [[nodiscard]] ConvInput conv_input(std::size_t layer) const;
+  [[nodiscard]] ConvInput conv_input(std::size_t op) const;
 };
 
-// Builds the quantized model for a chip whose MXU takes `input_type` in tiles of `tile_rows`.
-// `calibration` holds n_cal images (floats, NHWC) used for int8 activation ranges (the first
-// calibration_images(m) of them). Throws InputError naming the layer the chip cannot run.
-QuantizedModel quantize(const ir::Graph& m, const Weights& w, DType input_type,
-                        std::uint32_t tile_rows, const float* calibration, std::size_t n_cal);
+// The ranges of every operation of `g` (the model as imported, identities removed) over the
+// first calibration_images(g) of the n images (floats, NHWC): one float pass.
+Ranges calibrate(const ir::Graph& g, const Weights& w, const float* images, std::size_t n);
+
+// Builds the quantized model of the rewritten graph `g` with parameters `w` for a chip whose MXU
+// takes `input_type` in tiles of `tile_rows`. int8 scales come from `ranges`, taken over the graph
+// that g's operations' origin and value_of name (unused for bf16). Throws InputError naming the
+// operation the chip cannot run.
+QuantizedModel quantize(ir::Graph g, const Weights& w, DType input_type, std::uint32_t tile_rows,
+                        const Ranges& ranges);
+
+// How an operation's int8 output scale follows from its operands' (docs/quantization.md): its
+// own (weighted operations, constants), one scale shared with all its operands (Add: the vector
+// unit adds the integers), or its input's (pooling, padding, ReLU, views).
+enum class ScaleRule { Own, Joined, Input };
+
+struct ChipTensor;
+struct ChipArgs;
+// The chip-numerics semantics of each operation kind: what the chip computes for it, as the
+// quantized reference computes it (run: nullptr for a view, which passes its input's tensor on),
+// and how its int8 scale is chosen.
+struct ChipSemantics {
+  ir::OpKind kind;
+  void (*run)(const ChipArgs&);
+  ScaleRule scale;
+};
+const std::vector<ChipSemantics>& chip_semantics();
 
 // Converts float images into the chip's input encoding (int8 or bf16, little-endian bytes).
 std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images, std::size_t n);

@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "hw/common/error.h"
-#include "sw/nn/rewrite.h"
+#include "sw/ir/ops.h"
 #include "sw/nn/weights.h"
 
 namespace tpu::nn {
@@ -59,15 +59,6 @@ void combine(std::size_t n, float* o, const float* v, F f) {
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) store4(o + i, f(load4(o + i), load4(v + i)));
   for (; i < n; ++i) o[i] = f(o[i], v[i]);
-}
-
-// TensorFlow's SAME padding (tf.nn.convolution): the total padding
-// max((out - 1) * stride + k - in, 0) is split with the smaller half before (top / left).
-std::int64_t pad_before(std::uint32_t in, std::uint32_t out, std::uint32_t k, std::uint32_t s,
-                        Padding p) {
-  if (p == Padding::Valid) return 0;
-  const std::int64_t total = std::int64_t{out - 1} * s + k - in;
-  return std::max<std::int64_t>(total, 0) / 2;
 }
 
 // A weighted layer as the inner loops want it: Conv2D kernel [kh][kw][cin][cout_padded], Dense
@@ -130,8 +121,9 @@ void window_all(const Window& w, const float* bias, float* out) {
 
 // `out` holds out.h x out.w x cout_padded floats.
 void conv2d(const Op& l, const Packed& p, const float* in, float* out) {
-  const std::int64_t pt = pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
-  const std::int64_t pl = pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
+  // TensorFlow's SAME padding (tf.nn.convolution): the smaller half of the total before.
+  const ir::Pads pads = ir::window_pads(l);
+  const std::int64_t pt = pads.top, pl = pads.left;
   const std::int64_t ih = l.in.h, iw = l.in.w;
   const std::uint32_t cin = l.in.c;
   for (std::uint32_t oy = 0; oy < l.out.h; ++oy) {
@@ -171,8 +163,9 @@ void dense(const Op& l, const Packed& p, const float* in, float* out) {
 // average divides by the number of pixels inside (tf.nn.avg_pool).
 void pool(const Op& l, const float* in, float* out) {
   const bool is_max = l.kind == OpKind::MaxPooling2D;
-  const std::int64_t pt = pad_before(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
-  const std::int64_t pl = pad_before(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
+  // TensorFlow's SAME padding (tf.nn.convolution): the smaller half of the total before.
+  const ir::Pads pads = ir::window_pads(l);
+  const std::int64_t pt = pads.top, pl = pads.left;
   const std::int64_t ih = l.in.h, iw = l.in.w;
   const std::uint32_t c = l.in.c;
   for (std::uint32_t oy = 0; oy < l.out.h; ++oy) {
@@ -270,77 +263,114 @@ std::vector<float> forward_float(const Graph& m, const Weights& w, const float* 
   return forward_float(m, w, input, n, nullptr);
 }
 
+namespace {
+
+// What one operation needs besides its inputs: its weights repacked, a constant's values.
+struct Prepared {
+  Packed packed;
+  std::vector<float> constant;
+};
+
+// One image's output of `l` (NHWC floats; a weighted operation's `out` holds its padded channel
+// count) from its inputs'.
+struct FloatArgs {
+  const Op& l;
+  const LayerWeights& w;
+  const Prepared& p;
+  const std::vector<const float*>& in;
+  float* out;
+};
+
+void run_weighted(const FloatArgs& a) {
+  const Op& l = a.l;
+  const Packed& p = a.p.packed;
+  if (l.kind == OpKind::Conv2D)
+    conv2d(l, p, a.in[0], a.out);
+  else
+    dense(l, p, a.in[0], a.out);
+  // Drop the padding channels.
+  const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
+  if (p.cout_padded != p.cout)
+    for (std::size_t px = 0; px < pixels; ++px)
+      std::copy_n(a.out + px * p.cout_padded, p.cout, a.out + px * p.cout);
+  activate(l.activation, pixels, l.out.c, a.out);
+}
+
+// A pooling whose window is the whole image.
+void run_global_pool(const FloatArgs& a) {
+  Op g = a.l;
+  g.kind = a.l.kind == OpKind::GlobalMaxPooling2D ? OpKind::MaxPooling2D : OpKind::AveragePooling2D;
+  g.kernel_h = a.l.in.h, g.kernel_w = a.l.in.w, g.padding = Padding::Valid;
+  pool(g, a.in[0], a.out);
+}
+
+void run_activation(const FloatArgs& a) {
+  std::copy_n(a.in[0], a.l.out.size(), a.out);
+  activate(a.l.activation, std::size_t{a.l.out.h} * a.l.out.w, a.l.out.c, a.out);
+}
+
+// NHWC is already (h, w, c) order in memory: a view changes only the shape.
+void run_view(const FloatArgs& a) { std::copy_n(a.in[0], a.l.out.size(), a.out); }
+
+void run_add(const FloatArgs& a) {
+  std::copy_n(a.in[0], a.l.out.size(), a.out);
+  for (std::size_t k = 1; k < a.in.size(); ++k)
+    combine(a.l.out.size(), a.out, a.in[k], [](auto p, auto q) { return p + q; });
+}
+
+// The float semantics of each operation kind: the network as Keras computes it.
+struct FloatSemantics {
+  OpKind kind;
+  void (*run)(const FloatArgs&);
+};
+const std::vector<FloatSemantics> kFloatSemantics = {
+    {OpKind::Conv2D, run_weighted},
+    {OpKind::Dense, run_weighted},
+    {OpKind::MaxPooling2D, [](const FloatArgs& a) { pool(a.l, a.in[0], a.out); }},
+    {OpKind::AveragePooling2D, [](const FloatArgs& a) { pool(a.l, a.in[0], a.out); }},
+    {OpKind::GlobalAveragePooling2D, run_global_pool},
+    {OpKind::GlobalMaxPooling2D, run_global_pool},
+    {OpKind::Activation, run_activation},
+    {OpKind::Flatten, run_view},
+    {OpKind::Reshape, run_view},
+    {OpKind::BatchNormalization, [](const FloatArgs& a) { batch_norm(a.l, a.w, a.in[0], a.out); }},
+    {OpKind::ZeroPadding2D, [](const FloatArgs& a) { zero_pad(a.l, a.in[0], a.out); }},
+    {OpKind::Add, run_add},
+    {OpKind::Dropout, [](const FloatArgs&) { throw std::logic_error(ir::kIdentityRemoved); }},
+    {OpKind::Constant,
+     [](const FloatArgs& a) { std::copy(a.p.constant.begin(), a.p.constant.end(), a.out); }},
+};
+
+}  // namespace
+
+bool has_float_semantics(OpKind k) { return ir::find_entry(kFloatSemantics, k) != nullptr; }
+
 std::vector<float> forward_float(const Graph& m, const Weights& w, const float* input,
                                  std::size_t n, const LayerObserver& observe) {
   check_weights(m, w);
   const std::size_t L = m.ops.size();
-  std::vector<Packed> packed(L);
+  std::vector<Prepared> prepared(L);
+  std::vector<const FloatSemantics*> semantics(L);
   std::vector<std::vector<float>> out(L);
-  std::vector<std::vector<float>> constants(L);
   for (std::size_t i = 0; i < L; ++i) {
     const Op& l = m.ops[i];
-    if (l.has_weights()) packed[i] = pack(l, w.layers[i]);
-    const std::size_t c = l.has_weights() ? packed[i].cout_padded : l.out.c;
+    semantics[i] = &ir::entry_for(kFloatSemantics, l.kind, "float semantics");
+    if (l.has_weights()) prepared[i].packed = pack(l, w.layers[i]);
+    const std::size_t c = l.has_weights() ? prepared[i].packed.cout_padded : l.out.c;
     out[i].resize(std::size_t{l.out.h} * l.out.w * c);
-    if (l.kind == OpKind::Constant) constants[i] = constant_values(l);
+    if (l.kind == OpKind::Constant) prepared[i].constant = constant_values(l);
   }
   const Shape out_shape = m.output();
   std::vector<float> result(n * out_shape.size());
+  std::vector<const float*> in;
   for (std::size_t img = 0; img < n; ++img) {
     const float* image = input + img * m.input.size();
-    auto src = [&](const Op& l, std::size_t k) {
-      const std::size_t p = l.inputs[k];
-      return p == kGraphInput ? image : out[p].data();
-    };
     for (std::size_t i = 0; i < L; ++i) {
       const Op& l = m.ops[i];
-      const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
-      float* o = out[i].data();
-      switch (l.kind) {
-        case OpKind::Conv2D:
-        case OpKind::Dense: {
-          const Packed& p = packed[i];
-          if (l.kind == OpKind::Conv2D)
-            conv2d(l, p, src(l, 0), o);
-          else
-            dense(l, p, src(l, 0), o);
-          // Drop the padding channels.
-          if (p.cout_padded != p.cout)
-            for (std::size_t px = 0; px < pixels; ++px)
-              std::copy_n(o + px * p.cout_padded, p.cout, o + px * p.cout);
-          activate(l.activation, pixels, l.out.c, o);
-          break;
-        }
-        case OpKind::MaxPooling2D:
-        case OpKind::AveragePooling2D: pool(l, src(l, 0), o); break;
-        case OpKind::GlobalAveragePooling2D:
-        case OpKind::GlobalMaxPooling2D: {
-          // A pooling whose window is the whole image.
-          Op g = l;
-          g.kind = l.kind == OpKind::GlobalMaxPooling2D ? OpKind::MaxPooling2D
-                                                        : OpKind::AveragePooling2D;
-          g.kernel_h = l.in.h, g.kernel_w = l.in.w, g.padding = Padding::Valid;
-          pool(g, src(l, 0), o);
-          break;
-        }
-        case OpKind::Activation:
-          std::copy_n(src(l, 0), l.out.size(), o);
-          activate(l.activation, pixels, l.out.c, o);
-          break;
-        // NHWC is already (h, w, c) order in memory: Flatten changes only the shape.
-        case OpKind::Flatten:
-        case OpKind::Reshape: std::copy_n(src(l, 0), l.out.size(), o); break;
-        case OpKind::BatchNormalization: batch_norm(l, w.layers[i], src(l, 0), o); break;
-        case OpKind::ZeroPadding2D: zero_pad(l, src(l, 0), o); break;
-        case OpKind::Add:
-          std::copy_n(src(l, 0), l.out.size(), o);
-          for (std::size_t k = 1; k < l.inputs.size(); ++k)
-            combine(l.out.size(), o, src(l, k), [](auto p, auto q) { return p + q; });
-          break;
-        case OpKind::Dropout: throw std::logic_error(kIdentityRemoved);
-        case OpKind::Constant: std::copy(constants[i].begin(), constants[i].end(), o); break;
-      }
-      if (observe) observe(i, o, l.out.size());
+      in.clear();
+      for (std::size_t p : l.inputs) in.push_back(p == kGraphInput ? image : out[p].data());
+      semantics[i]->run(FloatArgs{l, w.layers[i], prepared[i], in, out[i].data()});
+      if (observe) observe(i, out[i].data(), l.out.size());
     }
     const float* last = L == 0 ? image : out[L - 1].data();
     std::copy_n(last, out_shape.size(), result.data() + img * out_shape.size());

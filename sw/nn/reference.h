@@ -25,6 +25,9 @@ std::vector<float> forward_float(const ir::Graph& m, const Weights& w, const flo
 // of mt19937_64, the same on every platform).
 std::vector<float> constant_values(const ir::Op& l);
 
+// Whether the float reference knows operation kind k (its entry in the float semantics table).
+bool has_float_semantics(ir::OpKind k);
+
 // Index of the largest of each row of `k` values (ties: the first).
 std::vector<std::uint32_t> argmax_rows(const std::vector<float>& v, std::size_t k);
 

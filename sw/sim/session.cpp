@@ -14,6 +14,7 @@
 #include "hw/chip/energy.h"
 #include "hw/common/error.h"
 #include "sw/compiler/compiler.h"
+#include "sw/compiler/rewrite.h"
 #include "sw/data/idx.h"
 #include "sw/driver/driver.h"
 #include "sw/import/import.h"
@@ -22,7 +23,6 @@
 #include "sw/nn/metrics.h"
 #include "sw/nn/quantized.h"
 #include "sw/nn/reference.h"
-#include "sw/nn/rewrite.h"
 #include "sw/nn/weights.h"
 #include "sw/report/trace_writer.h"
 #include "sw/sim/host_memory.h"
@@ -193,7 +193,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   const double t0 = now_s();
   const std::string& model_file = opt.topology.empty() ? opt.model : opt.topology;
   // Dropout and its kin are the identity at inference (docs/models.md).
-  const ir::Graph model = nn::inference_graph(importers::load_model(model_file));
+  const ir::Graph model = compiler::remove_identities(importers::load_model(model_file));
   check_host_memory(cfg, model, opt.images);
   std::string weights_source;
   nn::Weights weights;
@@ -212,10 +212,10 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   }
   const Inputs in = load_inputs(model, opt);
   const std::size_t n_cal = in.calibration.size() / model.input.size();
-  const nn::QuantizedModel q =
-      nn::quantize(model, weights, cfg.mxu.input_type, cfg.mxu.rows, in.calibration.data(), n_cal);
+  const nn::QuantizedModel q = compiler::prepare(model, weights, cfg.mxu.input_type, cfg.mxu.rows,
+                                                 in.calibration.data(), n_cal);
   const compiler::Program prog =
-      compiler::compile(q, cfg, compiler::Options{opt.images, opt.batch});
+      compiler::compile(q, model, cfg, compiler::Options{opt.images, opt.batch});
   const auto encoded = nn::encode_input(q, in.images.data(), opt.images);
 
   // The references run on another core while the (single-threaded) kernel simulates: they

@@ -13,6 +13,7 @@
 #include "hw/common/error.h"
 #include "hw/mxu/mxu_factory.h"
 #include "hw/mxu/rtl_mxu.h"
+#include "sw/compiler/compiler.h"
 #include "sw/data/idx.h"
 #include "sw/import/import.h"
 #include "sw/ir/graph.h"
@@ -140,8 +141,8 @@ struct FashionMnist {
   nn::QuantizedModel q;
   std::vector<std::uint8_t> images;  // encoded, NHWC int8
   std::size_t layer(ir::OpKind kind) const {
-    for (std::size_t i = 0; i < model.ops.size(); ++i)
-      if (model.ops[i].kind == kind) return i;
+    for (std::size_t i = 0; i < q.graph.ops.size(); ++i)
+      if (q.graph.ops[i].kind == kind) return i;
     throw InputError("fashion_mnist_cnn has no such layer");
   }
 };
@@ -155,8 +156,8 @@ FashionMnist load_fashion_mnist(const ChipConfig& cfg, std::uint32_t images) {
   const std::size_t per = fm.model.input.size();
   std::vector<float> pixels(std::max<std::size_t>(images, nn::kCalibrationImages) * per);
   for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = ds.images.pixels[i];
-  fm.q = nn::quantize(fm.model, w, cfg.mxu.input_type, cfg.mxu.rows, pixels.data(),
-                      nn::kCalibrationImages);
+  fm.q = compiler::prepare(fm.model, w, cfg.mxu.input_type, cfg.mxu.rows, pixels.data(),
+                           nn::kCalibrationImages);
   fm.images = nn::encode_input(fm.q, pixels.data(), images);
   return fm;
 }
@@ -309,7 +310,7 @@ Stimulus back_to_back(const ChipConfig& cfg, std::uint32_t b, std::uint32_t tile
 
 Stimulus fashion_mnist_conv(const ChipConfig& cfg, std::uint32_t images) {
   const FashionMnist fm = load_fashion_mnist(cfg, images);
-  const ir::Op& conv = fm.model.ops[fm.layer(ir::OpKind::Conv2D)];
+  const ir::Op& conv = fm.q.graph.ops[fm.layer(ir::OpKind::Conv2D)];
   const nn::QuantizedLayer& ql = fm.q.layers[fm.layer(ir::OpKind::Conv2D)];
   const std::uint32_t K = conv.kernel_h * conv.kernel_w * conv.in.c, N = conv.filters;
   Builder bld{cfg, {}, 0, 0};
@@ -351,7 +352,7 @@ Stimulus fashion_mnist_conv(const ChipConfig& cfg, std::uint32_t images) {
 
 Stimulus fashion_mnist_dense(const ChipConfig& cfg, std::uint32_t b, std::uint32_t tiles) {
   const FashionMnist fm = load_fashion_mnist(cfg, 1);
-  const ir::Op& dense = fm.model.ops[fm.layer(ir::OpKind::Dense)];
+  const ir::Op& dense = fm.q.graph.ops[fm.layer(ir::OpKind::Dense)];
   const nn::QuantizedLayer& ql = fm.q.layers[fm.layer(ir::OpKind::Dense)];
   const auto K = static_cast<std::uint32_t>(dense.in.size());
   const std::uint32_t N = dense.filters;

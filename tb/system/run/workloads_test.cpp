@@ -12,9 +12,9 @@
 #include "common/temp_dir.h"
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
+#include "sw/compiler/rewrite.h"
 #include "sw/import/import.h"
 #include "sw/ir/graph.h"
-#include "sw/nn/rewrite.h"
 #include "sw/sim/session.h"
 
 namespace tpu {
@@ -96,7 +96,7 @@ void run_exact(const std::string& model, std::uint64_t images, const std::string
   const sim::RunOptions o = options("tb/system/run/data/" + model, images);
   // The report's rows are the layers that run: Dropout and its kin leave before (rewrite.h).
   expect_exact_with_rows(sim::run_workload(shipped(chip), o),
-                         nn::inference_graph(importers::load_model(o.model)));
+                         compiler::remove_identities(importers::load_model(o.model)));
 }
 
 TEST(KerasToJsonRun, FunctionalModelIsBitExactOnInt8) {
