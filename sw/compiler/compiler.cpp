@@ -10,7 +10,10 @@
 #include <stdexcept>
 
 #include "hw/common/error.h"
+#include "sw/compiler/lifetimes.h"
+#include "sw/compiler/memory.h"
 #include "sw/compiler/rewrite.h"
+#include "sw/compiler/tiling.h"
 #include "sw/ir/ops.h"
 
 namespace tpu::compiler {
@@ -20,20 +23,9 @@ using ir::kGraphInput;
 using ir::Op;
 using ir::OpKind;
 
-constexpr std::uint64_t kAlign = 64;             // region alignment in the UB and memories
-constexpr std::uint64_t kParamRecordBytes = 12;  // isa::Activate: {bias, scale, shift}
 // Zero region when activations spill: large enough that a ReLU or a padding border takes few
 // eltwise instructions, small beside any unified buffer (docs/compiler.md).
 constexpr std::uint64_t kSpillZeroBytes = 64 * 1024;
-
-std::uint64_t align(std::uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
-
-template <class T>
-void put(std::vector<std::uint8_t>& v, T x) {
-  const auto* p = reinterpret_cast<const std::uint8_t*>(&x);
-  v.insert(v.end(), p, p + sizeof x);
-}
 
 isa::ActFunc act_func(ir::Act a) {
   switch (a) {
@@ -49,93 +41,41 @@ isa::ActFunc act_func(ir::Act a) {
 
 UbAddr ub(std::uint64_t a) { return UbAddr(static_cast<std::uint32_t>(a)); }
 
-// How one weighted layer is tiled: K rows x N columns in tiles of the array's size.
-struct WeightedPlan {
-  std::uint32_t K = 0, N = 0;
-  std::uint32_t k_tiles = 0, n_tiles = 0;
-  std::uint64_t weights_off = 0;        // first tile in the weights blob
-  std::uint64_t params_off = 0;         // first record in the params blob
-  std::vector<std::uint64_t> tile_off;  // [j * k_tiles + kt] -> offset in the weights blob
-};
-
 struct TileId {
   std::size_t layer = std::numeric_limits<std::size_t>::max();
   std::uint32_t j = 0, kt = 0;
   bool operator==(const TileId& o) const { return layer == o.layer && j == o.j && kt == o.kt; }
 };
 
-// First-fit allocation of byte ranges, for tensors homed in off-chip memory while they live.
-class Arena {
- public:
-  std::uint64_t alloc(std::uint64_t bytes) {
-    bytes = align(std::max<std::uint64_t>(bytes, 1));
-    for (auto it = free_.begin(); it != free_.end(); ++it)
-      if (it->second >= bytes) {
-        const std::uint64_t at = it->first, left = it->second - bytes;
-        free_.erase(it);
-        if (left) free_[at + bytes] = left;
-        return at;
-      }
-    const std::uint64_t at = high_;
-    high_ += bytes;
-    return at;
-  }
-  void release(std::uint64_t at, std::uint64_t bytes) {
-    bytes = align(std::max<std::uint64_t>(bytes, 1));
-    auto it = free_.emplace(at, bytes).first;
-    if (auto next = std::next(it); next != free_.end() && at + bytes == next->first) {
-      it->second += next->second;
-      free_.erase(next);
-    }
-    if (it != free_.begin())
-      if (auto prev = std::prev(it); prev->first + prev->second == it->first) {
-        prev->second += it->second;
-        free_.erase(it);
-      }
-  }
-  [[nodiscard]] std::uint64_t high() const { return high_; }
-
- private:
-  std::map<std::uint64_t, std::uint64_t> free_;
-  std::uint64_t high_ = 0;
-};
-
+// Code generation: the passes' results (tiling, partition, lifetimes) become one instruction
+// stream per core, with the memory plan (every tensor of a micro-batch resident in the unified
+// buffer, or homed in off-chip memory) and the host-memory layout.
 class Compiler {
  public:
   Compiler(const nn::QuantizedModel& q, const ir::Graph& source, const ChipConfig& cfg,
-           const Options& opt)
-      : q_(q), m_(q.graph), source_(source), cfg_(cfg), opt_(opt), e_(size_of(q.act_type)) {}
+           const Options& opt, const Tiling& tiling, const Partition& part, const Lifetimes& life)
+      : q_(q),
+        m_(q.graph),
+        source_(source),
+        cfg_(cfg),
+        opt_(opt),
+        tiling_(tiling),
+        part_(part),
+        life_(life),
+        e_(size_of(q.act_type)) {}
 
   Program run() {
-    if (opt_.images == 0) throw InputError("compile: no images to run");
-    if (opt_.batch == 0) throw InputError("compile: --batch must be >= 1");
-    if (m_.ops.empty() || q_.tensor.back() == kGraphInput)
-      throw InputError(fmt::format("{}: the model computes nothing", m_.file));
-    out_tensor_ = q_.tensor.back();
-    last_read_.assign(m_.ops.size(), m_.ops.size());
-    for (std::size_t i = 0; i < m_.ops.size(); ++i)
-      if (q_.computes(i))
-        for (std::size_t t : reads(i))
-          if (t != kGraphInput) last_read_[t] = i;
     check_layers();
-    plan_weights();
     layout_host();
-    per_core_ = ceil_div(std::min<std::uint64_t>(opt_.batch, opt_.images), cfg_.tensor_cores);
-    slot_ = cfg_.accumulators.entries / (2 * cfg_.mxu.count);
-    if (slot_ == 0)
-      throw InputError(
-          fmt::format("{}: {} accumulator entries cannot give each of {} MXUs two "
-                      "slots",
-                      cfg_.name, cfg_.accumulators.entries, cfg_.mxu.count));
     if (!has_constants() && layout_resident()) {
       p_.activations_off_chip = false;
     } else {
       layout_spill();
       p_.activations_off_chip = true;
     }
-    p_.memory_image.push_back({weights_addr_, weights_});
-    p_.memory_image.push_back({params_addr_, params_});
-    for (const auto& [layer, addr] : const_addr_)
+    p_.memory_image.push_back({tiling_.weights_addr, tiling_.weights});
+    p_.memory_image.push_back({tiling_.params_addr, tiling_.params});
+    for (const auto& [layer, addr] : tiling_.constant_addr)
       p_.memory_image.push_back({addr, q_.layers[layer].constant});
     for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) emit_core(c);
     p_.layers.push_back({"setup", "host I/O and parameter loads", 0});
@@ -155,13 +95,9 @@ class Compiler {
     if (i == kGraphInput) return p_.input_bytes_per_image;
     return m_.ops[i].out.size() * size_of(q_.layers[i].out_type);
   }
-  // The tensors computing layer i reads, in operand order.
+  // The tensors operation i reads, in operand order.
   [[nodiscard]] std::vector<std::size_t> reads(std::size_t i) const {
-    const Op& l = m_.ops[i];
-    if (l.kind == OpKind::Constant) return {};
-    std::vector<std::size_t> r;
-    for (std::size_t p : l.inputs) r.push_back(q_.tensor_of(p));
-    return r;
+    return Lifetimes::reads(q_, i);
   }
   [[nodiscard]] bool has_constants() const {
     return std::any_of(m_.ops.begin(), m_.ops.end(),
@@ -183,74 +119,7 @@ class Compiler {
     }
   }
 
-  // 1. Weight tiles and parameter records, laid out in off-chip memory; constants after them.
-  void plan_weights() {
-    const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols;
-    plans_.resize(m_.ops.size());
-    for (std::size_t i = 0; i < m_.ops.size(); ++i) {
-      const Op& l = m_.ops[i];
-      if (!l.has_weights()) continue;
-      const nn::QuantizedLayer& ql = q_.layers[i];
-      WeightedPlan& p = plans_[i];
-      const std::uint64_t K =
-          l.kind == OpKind::Dense ? l.in.size() : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
-      if (K > std::numeric_limits<std::uint32_t>::max() || l.out.c > 65535)
-        fail(l, fmt::format("K = {} and N = {} must fit 32 and 16 bits", K, l.out.c));
-      if (l.kind == OpKind::Conv2D && K > 65535u + R)
-        fail(l, fmt::format("a window of {} values exceeds the 16-bit k_first field", K));
-      p.K = static_cast<std::uint32_t>(K);
-      p.N = l.out.c;
-      p.k_tiles = static_cast<std::uint32_t>(ceil_div(p.K, R));
-      p.n_tiles = static_cast<std::uint32_t>(ceil_div(p.N, C));
-      p.weights_off = weights_.size();
-      for (std::uint32_t j = 0; j < p.n_tiles; ++j)
-        for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-          const std::uint32_t kr = std::min(R, p.K - kt * R), nc = std::min(C, p.N - j * C);
-          p.tile_off.push_back(weights_.size());
-          for (std::uint32_t k = 0; k < kr; ++k)
-            for (std::uint32_t n = 0; n < nc; ++n) {
-              const std::size_t src = (std::size_t{kt} * R + k) * p.N + j * C + n;
-              if (q_.act_type == DType::Int8)
-                put(weights_, ql.kernel_i8[src]);
-              else
-                put(weights_, ql.kernel_bf16[src]);
-            }
-          weights_.resize(align(weights_.size()));
-        }
-      p.params_off = params_.size();
-      for (std::uint32_t c = 0; c < p.N; ++c) {
-        if (q_.act_type == DType::Bf16) {
-          put(params_, ql.bias_f32[c]);
-          put(params_, ql.scale_f32[c]);
-          put(params_, std::int32_t{0});
-        } else if (ql.out_type == DType::Int8) {
-          put(params_, ql.bias_i32[c]);
-          put(params_, ql.multiplier[c]);
-          put(params_, ql.shift[c]);
-        } else {
-          put(params_, ql.bias_i32[c]);
-          put(params_, ql.scale_f32[c]);
-          put(params_, std::int32_t{0});
-        }
-      }
-      params_.resize(align(params_.size()));
-    }
-    weights_addr_ = 0;
-    params_addr_ = align(weights_.size());
-    mem_end_ = align(params_addr_ + params_.size());
-    for (std::size_t i = 0; i < m_.ops.size(); ++i)
-      if (m_.ops[i].kind == OpKind::Constant) {
-        const_addr_[i] = mem_end_;
-        mem_end_ = align(mem_end_ + q_.layers[i].constant.size());
-      }
-    if (mem_end_ > cfg_.off_chip_memory.bytes)
-      throw InputError(
-          fmt::format("{}: weights, parameters and constants need {} bytes of off-chip memory; "
-                      "{} has {}",
-                      m_.file, mem_end_, cfg_.name, cfg_.off_chip_memory.bytes));
-  }
-
-  // 2. Host memory: all input images, then all outputs.
+  // 1. Host memory: all input images, then all outputs.
   void layout_host() {
     p_.images = opt_.images;
     p_.input_bytes_per_image = m_.input.size() * e_;
@@ -268,20 +137,20 @@ class Compiler {
   // of the unified buffer; returns the first free byte.
   std::uint64_t layout_fixed(std::uint64_t per_image) {
     params_ub_ = 0;
-    std::uint64_t fixed = align(params_.size());
+    std::uint64_t fixed = align(tiling_.params.size());
     // Edge keeps its parameters in its SRAM when they fit: streaming them over USB for every
     // micro-batch would dominate (CORAL: parameters beyond the cache stream from the host).
     p_.weights_in_ub = false;
     if (cfg_.off_chip_memory.kind == MemoryKind::HostLink &&
-        fixed + align(weights_.size()) + per_image <= cfg_.unified_buffer.bytes) {
+        fixed + align(tiling_.weights.size()) + per_image <= cfg_.unified_buffer.bytes) {
       weights_ub_ = fixed;
-      fixed += align(weights_.size());
+      fixed += align(tiling_.weights.size());
       p_.weights_in_ub = true;
     }
     return fixed;
   }
 
-  // 3a. Every tensor of a micro-batch in the unified buffer: parameters, (weights), zeros, two
+  // 2a. Every tensor of a micro-batch in the unified buffer: parameters, (weights), zeros, two
   //     input buffers and one tensor per computing layer; the micro-batch is as large as fits.
   //     False when not even one image fits.
   bool layout_resident() {
@@ -297,8 +166,8 @@ class Compiler {
     per_image += zeros_per_image;
     const std::uint64_t fixed = layout_fixed(per_image);
     const std::uint64_t room = ub_bytes > fixed ? ub_bytes - fixed : 0;
-    const std::uint64_t mb =
-        std::min<std::uint64_t>({per_core_, room / std::max<std::uint64_t>(per_image, 1), 65535});
+    const std::uint64_t mb = std::min<std::uint64_t>(
+        {part_.per_core, room / std::max<std::uint64_t>(per_image, 1), 65535});
     if (mb == 0) return false;
     p_.micro_batch = static_cast<std::uint32_t>(mb);
     std::uint64_t at = fixed;
@@ -319,7 +188,7 @@ class Compiler {
     return true;
   }
 
-  // 3b. Tensors homed in off-chip memory: each layer reads its inputs from there (or the host,
+  // 2b. Tensors homed in off-chip memory: each layer reads its inputs from there (or the host,
   //     or a constant) in groups of images and writes its output back; a home lives from its
   //     layer to its last reader, first-fit. A pass is the core's share of a batch.
   void layout_spill() {
@@ -330,21 +199,13 @@ class Compiler {
     if (work_ub_ >= cfg_.unified_buffer.bytes)
       throw InputError(fmt::format("{}: parameters need {} bytes of unified buffer; {} has {}",
                                    m_.file, work_ub_, cfg_.name, cfg_.unified_buffer.bytes));
-    p_.micro_batch = static_cast<std::uint32_t>(std::min<std::uint64_t>(per_core_, 65535));
+    p_.micro_batch = static_cast<std::uint32_t>(std::min<std::uint64_t>(part_.per_core, 65535));
     p_.ub_bytes_used = work_ub_;
-    Arena arena;
-    home_.assign(m_.ops.size(), 0);
     const std::uint64_t mb = p_.micro_batch;
-    for (std::size_t i = 0; i < m_.ops.size(); ++i) {
-      if (!q_.computes(i) || m_.ops[i].kind == OpKind::Constant) continue;
-      home_[i] = arena.alloc(out_bytes(i) * mb);
-      for (std::size_t t = 0; t <= i; ++t)
-        if (q_.computes(t) && m_.ops[t].kind != OpKind::Constant &&
-            (last_read_[t] == i || (t == i && last_read_[t] == m_.ops.size())))
-          arena.release(home_[t], out_bytes(t) * mb);
-    }
-    act_addr_ = align(mem_end_);
-    act_bytes_per_core_ = align(arena.high());
+    const Homes homes = spill_homes(q_, life_, [&](std::size_t i) { return out_bytes(i) * mb; });
+    home_ = homes.offset;
+    act_addr_ = align(tiling_.end);
+    act_bytes_per_core_ = homes.bytes;
     const std::uint64_t need = act_addr_ + act_bytes_per_core_ * cfg_.tensor_cores;
     if (need > cfg_.off_chip_memory.bytes)
       throw InputError(fmt::format(
@@ -365,7 +226,7 @@ class Compiler {
     current_tag_ = id;
   }
 
-  // 4. One core's stream: its share of the images, micro-batch (or pass) by micro-batch.
+  // 3. One core's stream: its share of the images, micro-batch (or pass) by micro-batch.
   void emit_core(std::uint32_t core) {
     std::vector<isa::Instruction> out;
     current_tag_ = std::numeric_limits<std::uint32_t>::max();
@@ -373,14 +234,13 @@ class Compiler {
     parity_.assign(cfg_.mxu.count, 0);
     next_mxu_ = 0;
     core_ = core;
-    const std::uint64_t first = opt_.images * core / cfg_.tensor_cores;
-    const std::uint64_t last = opt_.images * (core + 1) / cfg_.tensor_cores;
+    const auto [first, last] = part_.images[core];
     tag(out, 0);
-    out.push_back(isa::ReadMem{MemAddr(params_addr_), ub(params_ub_),
-                               static_cast<std::uint32_t>(params_.size())});
+    out.push_back(isa::ReadMem{MemAddr(tiling_.params_addr), ub(params_ub_),
+                               static_cast<std::uint32_t>(tiling_.params.size())});
     if (p_.weights_in_ub)
-      out.push_back(isa::ReadMem{MemAddr(weights_addr_), ub(weights_ub_),
-                                 static_cast<std::uint32_t>(weights_.size())});
+      out.push_back(isa::ReadMem{MemAddr(tiling_.weights_addr), ub(weights_ub_),
+                                 static_cast<std::uint32_t>(tiling_.weights.size())});
     if (first < last) {
       if (p_.activations_off_chip)
         emit_spilled(out, first, last);
@@ -416,7 +276,7 @@ class Compiler {
         emit_compute(out, i, src, tensor_ub_[i], static_cast<std::uint32_t>(n), true);
       }
       tag(out, 0);
-      const std::uint64_t res = tensor_ub_[out_tensor_];
+      const std::uint64_t res = tensor_ub_[life_.output];
       out.push_back(isa::WriteHost{ub(res),
                                    HostAddr(p_.output_addr + s * p_.output_bytes_per_image),
                                    static_cast<std::uint32_t>(n * p_.output_bytes_per_image)});
@@ -480,7 +340,7 @@ class Compiler {
                                       static_cast<std::uint32_t>(cnt * bytes)});
         } else if (m_.ops[src].kind == OpKind::Constant) {
           for (std::uint64_t j = 0; j < cnt; ++j)
-            out.push_back(isa::ReadMem{MemAddr(const_addr_.at(src)), ub(dst + j * bytes),
+            out.push_back(isa::ReadMem{MemAddr(tiling_.constant_addr.at(src)), ub(dst + j * bytes),
                                        static_cast<std::uint32_t>(bytes)});
         } else {
           out.push_back(isa::ReadMem{MemAddr(home_base + home_[src] + g0 * bytes), ub(dst),
@@ -497,12 +357,12 @@ class Compiler {
       emit_compute(out, i, in_slot[t % sets], out_slot[t % sets], static_cast<std::uint32_t>(cnt),
                    false);
       const std::uint64_t bytes = out_bytes(i);
-      if (i == out_tensor_)
+      if (i == life_.output)
         out.push_back(isa::WriteHost{ub(out_slot[t % sets]),
                                      HostAddr(p_.output_addr + (s + g0) * bytes),
                                      static_cast<std::uint32_t>(cnt * bytes)});
       // The output goes off-chip too only if a later layer reads it.
-      if (i != out_tensor_ || last_read_[i] != m_.ops.size())
+      if (i != life_.output || life_.last_read[i] != ir::kNoOp)
         out.push_back(isa::WriteMem{ub(out_slot[t % sets]),
                                     MemAddr(home_base + home_[i] + g0 * bytes),
                                     static_cast<std::uint32_t>(cnt * bytes)});
@@ -580,7 +440,8 @@ class Compiler {
   // Resident schedule only: the constant's copy for each image of the micro-batch.
   void lower_constant(std::vector<isa::Instruction>& out, const Operands& o) {
     for (std::uint32_t j = 0; j < o.n; ++j)
-      out.push_back(isa::ReadMem{MemAddr(const_addr_.at(o.i)), ub(o.dst + j * out_bytes(o.i)),
+      out.push_back(isa::ReadMem{MemAddr(tiling_.constant_addr.at(o.i)),
+                                 ub(o.dst + j * out_bytes(o.i)),
                                  static_cast<std::uint32_t>(out_bytes(o.i))});
   }
   void lower_unreachable(std::vector<isa::Instruction>&, const Operands& o) {
@@ -682,7 +543,7 @@ class Compiler {
                      std::uint64_t dst, std::uint32_t n, bool may_fuse_pool) {
     const Op& l = m_.ops[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
-    const WeightedPlan& p = plans_[i];
+    const WeightedPlan& p = tiling_.plans[i];
     const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols, M = cfg_.mxu.count;
     const bool conv = l.kind == OpKind::Conv2D;
     const std::uint32_t e_out = size_of(ql.out_type);
@@ -706,8 +567,8 @@ class Compiler {
     const std::uint64_t rows_total = conv ? std::uint64_t{n} * l.out.h * l.out.w : n;
     // Rows per work item: at most an accumulator slot, and split over the MXUs, but no fewer
     // than the array's rows (a shorter feed cannot hide the next tile's shift).
-    std::uint64_t chunk =
-        std::min<std::uint64_t>(slot_, std::max<std::uint64_t>(R, ceil_div(rows_total, M)));
+    std::uint64_t chunk = std::min<std::uint64_t>(
+        part_.acc_slot, std::max<std::uint64_t>(R, ceil_div(rows_total, M)));
     // A pooling layer right after a convolution pools each chunk as soon as it is activated, so
     // the next layer does not wait for the whole micro-batch: chunks then hold whole images.
     const std::uint64_t pixels = std::uint64_t{l.out.h} * l.out.w;
@@ -728,7 +589,7 @@ class Compiler {
         const auto rows = static_cast<std::uint32_t>(std::min(chunk, rows_total - r0));
         const std::uint32_t m = next_mxu_;
         next_mxu_ = (next_mxu_ + 1) % M;
-        const std::uint32_t acc = (2 * m + parity_[m]) * slot_;
+        const std::uint32_t acc = (2 * m + parity_[m]) * part_.acc_slot;
         parity_[m] ^= 1;
         for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
           const std::uint32_t kr = std::min(R, p.K - kt * R);
@@ -740,7 +601,7 @@ class Compiler {
             rw.mxu = static_cast<std::uint8_t>(m);
             rw.source =
                 p_.weights_in_ub ? isa::WeightSource::UnifiedBuffer : isa::WeightSource::OffChip;
-            rw.addr = (p_.weights_in_ub ? weights_ub_ : weights_addr_) + off;
+            rw.addr = (p_.weights_in_ub ? weights_ub_ : tiling_.weights_addr) + off;
             rw.rows = static_cast<std::uint16_t>(kr), rw.cols = static_cast<std::uint16_t>(nc);
             out.push_back(rw);
             resident_[m] = t;
@@ -796,16 +657,12 @@ class Compiler {
   const ir::Graph& source_;  // the graph the rewrites started from: one report row per operation
   const ChipConfig& cfg_;
   const Options& opt_;
+  const Tiling& tiling_;
+  const Partition& part_;
+  const Lifetimes& life_;
   const std::uint32_t e_;  // bytes per activation element
   Program p_;
 
-  std::size_t out_tensor_ = 0;
-  std::vector<std::size_t> last_read_;  // per tensor, its last reader (layers.size(): none)
-  std::uint64_t per_core_ = 0;
-  std::vector<WeightedPlan> plans_;
-  std::vector<std::uint8_t> weights_, params_;
-  std::uint64_t weights_addr_ = 0, params_addr_ = 0, mem_end_ = 0;
-  std::map<std::size_t, std::uint64_t> const_addr_;  // Constant layer -> off-chip address
   std::uint64_t params_ub_ = 0, weights_ub_ = 0, zeros_ub_ = 0, zeros_bytes_ = 0;
   std::uint64_t in_ub_[2] = {0, 0};
   std::uint64_t input_ub_ = 0;
@@ -814,7 +671,6 @@ class Compiler {
   // core's region of act_bytes_per_core_ bytes from act_addr_).
   std::uint64_t work_ub_ = 0, act_addr_ = 0, act_bytes_per_core_ = 0;
   std::vector<std::uint64_t> home_;
-  std::uint32_t slot_ = 0;
   std::uint32_t core_ = 0;
 
   std::uint32_t current_tag_ = 0;
@@ -846,7 +702,12 @@ Program compile(const nn::QuantizedModel& q, const ir::Graph& source, const Chip
         fmt::format("compile: the model was quantized for {}-row tiles but {} has "
                     "{} rows",
                     q.tile_rows, cfg.name, cfg.mxu.rows));
-  return Compiler(q, source, cfg, opt).run();
+  if (q.graph.ops.empty() || q.tensor.back() == kGraphInput)
+    throw InputError(fmt::format("{}: the model computes nothing", q.graph.file));
+  const Partition part = partition(cfg, opt);
+  const Tiling tiling = tile(q, cfg);
+  const Lifetimes life = lifetimes(q);
+  return Compiler(q, source, cfg, opt, tiling, part, life).run();
 }
 
 }  // namespace tpu::compiler

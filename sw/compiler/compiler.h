@@ -1,23 +1,22 @@
-// Lowers a quantized network to a Program for one chip (docs/compiler.md): batch split across
-// TensorCores, micro-batches sized to the unified buffer, K and N tiled to the array, output rows
-// chunked to half an MXU's share of the accumulators (double buffering), work items spread over
-// the MXUs, convolutions through windowed MatMuls, bias/requantization/activation on the vector
-// unit, weights streamed from off-chip memory (or kept in the unified buffer when off-chip memory
-// is the host link), input reads issued one micro-batch ahead.
+// The compiler (docs/compiler.md): passes over the graph IR, in this order —
+//   rewrite (rewrite.h: BatchNorm folding, activation fusion, padding folding; identities before)
+//   → quantize (sw/nn/quantized.h: types, int8 scales, parameters)
+//   → partition over cores (partition.h) → tiling (tiling.h) → buffer lifetimes from the schedule
+//   (lifetimes.h) → code generation: micro-batches sized to the unified buffer, output rows
+//   chunked to half an MXU's share of the accumulators (double buffering), work spread over the
+//   MXUs, convolutions through windowed MatMuls, bias/requantization/activation on the vector
+//   unit, weights streamed from off-chip memory (or kept in the unified buffer when off-chip
+//   memory is the host link), input reads issued one micro-batch ahead.
 #pragma once
 
 #include <cstdint>
 
 #include "hw/config/chip_config.h"
+#include "sw/compiler/partition.h"
 #include "sw/compiler/program.h"
 #include "sw/nn/quantized.h"
 
 namespace tpu::compiler {
-
-struct Options {
-  std::uint64_t images = 0;
-  std::uint32_t batch = 256;  // images per step across the chip
-};
 
 // Whether the code generator lowers operation kind k (its entry in the lowering table).
 bool has_lowering(ir::OpKind k);

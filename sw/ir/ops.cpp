@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "hw/common/error.h"
+
 namespace tpu::ir {
 namespace {
 
@@ -188,6 +190,10 @@ Pads window_pads(const Op& op) {
   const auto [top, bottom] = split(op.in.h, op.out.h, op.kernel_h, op.stride_h);
   const auto [left, right] = split(op.in.w, op.out.w, op.kernel_w, op.stride_w);
   return Pads{top, bottom, left, right};
+}
+
+void refuse(const Graph& g, const Op& op, const std::string& why) {
+  throw InputError(fmt::format("{}: layer {} ({}): {}", g.file, op.name, name_of(op.kind), why));
 }
 
 std::string show_shape(const Shape& s) { return fmt::format("{}x{}x{}", s.h, s.w, s.c); }

@@ -59,6 +59,9 @@ std::optional<ShapeProblem> infer_shapes(Op& l, const std::vector<Shape>& inputs
 
 std::string show_shape(const Shape& s);
 
+// Throws InputError "<file>: layer <name> (<kind>): <why>": an operation the chip cannot run.
+[[noreturn]] void refuse(const Graph& g, const Op& op, const std::string& why);
+
 // The per-layer tables keyed by operation kind — the float and chip semantics of sw/nn, the
 // lowering of sw/compiler — look their entries up here: an entry is a struct whose first member
 // is `OpKind kind`. A kind without an entry is a bug in tpusim (every table is tested complete

@@ -1,0 +1,92 @@
+#include "sw/compiler/tiling.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "hw/common/error.h"
+#include "sw/compiler/memory.h"
+#include "sw/ir/ops.h"
+
+namespace tpu::compiler {
+namespace {
+
+template <class T>
+void put(std::vector<std::uint8_t>& v, T x) {
+  const auto* p = reinterpret_cast<const std::uint8_t*>(&x);
+  v.insert(v.end(), p, p + sizeof x);
+}
+
+}  // namespace
+
+Tiling tile(const nn::QuantizedModel& q, const ChipConfig& cfg) {
+  const ir::Graph& g = q.graph;
+  const std::uint32_t R = cfg.mxu.rows, C = cfg.mxu.cols;
+  Tiling t;
+  t.plans.resize(g.ops.size());
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
+    const ir::Op& l = g.ops[i];
+    if (!l.has_weights()) continue;
+    const nn::QuantizedLayer& ql = q.layers[i];
+    WeightedPlan& p = t.plans[i];
+    const std::uint64_t K =
+        l.kind == ir::OpKind::Dense ? l.in.size() : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
+    if (K > std::numeric_limits<std::uint32_t>::max() || l.out.c > 65535)
+      ir::refuse(g, l, fmt::format("K = {} and N = {} must fit 32 and 16 bits", K, l.out.c));
+    if (l.kind == ir::OpKind::Conv2D && K > 65535u + R)
+      ir::refuse(g, l, fmt::format("a window of {} values exceeds the 16-bit k_first field", K));
+    p.K = static_cast<std::uint32_t>(K);
+    p.N = l.out.c;
+    p.k_tiles = static_cast<std::uint32_t>(ceil_div(p.K, R));
+    p.n_tiles = static_cast<std::uint32_t>(ceil_div(p.N, C));
+    for (std::uint32_t j = 0; j < p.n_tiles; ++j)
+      for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+        const std::uint32_t kr = std::min(R, p.K - kt * R), nc = std::min(C, p.N - j * C);
+        p.tile_off.push_back(t.weights.size());
+        for (std::uint32_t k = 0; k < kr; ++k)
+          for (std::uint32_t n = 0; n < nc; ++n) {
+            const std::size_t src = (std::size_t{kt} * R + k) * p.N + j * C + n;
+            if (q.act_type == DType::Int8)
+              put(t.weights, ql.kernel_i8[src]);
+            else
+              put(t.weights, ql.kernel_bf16[src]);
+          }
+        t.weights.resize(align(t.weights.size()));
+      }
+    // Activate's record per output channel: {bias, scale, shift} (isa::Activate).
+    p.params_off = t.params.size();
+    for (std::uint32_t c = 0; c < p.N; ++c) {
+      if (q.act_type == DType::Bf16) {
+        put(t.params, ql.bias_f32[c]);
+        put(t.params, ql.scale_f32[c]);
+        put(t.params, std::int32_t{0});
+      } else if (ql.out_type == DType::Int8) {
+        put(t.params, ql.bias_i32[c]);
+        put(t.params, ql.multiplier[c]);
+        put(t.params, ql.shift[c]);
+      } else {
+        put(t.params, ql.bias_i32[c]);
+        put(t.params, ql.scale_f32[c]);
+        put(t.params, std::int32_t{0});
+      }
+    }
+    t.params.resize(align(t.params.size()));
+  }
+  t.weights_addr = 0;
+  t.params_addr = align(t.weights.size());
+  t.end = align(t.params_addr + t.params.size());
+  for (std::size_t i = 0; i < g.ops.size(); ++i)
+    if (g.ops[i].kind == ir::OpKind::Constant) {
+      t.constant_addr[i] = t.end;
+      t.end = align(t.end + q.layers[i].constant.size());
+    }
+  if (t.end > cfg.off_chip_memory.bytes)
+    throw InputError(
+        fmt::format("{}: weights, parameters and constants need {} bytes of off-chip memory; "
+                    "{} has {}",
+                    g.file, t.end, cfg.name, cfg.off_chip_memory.bytes));
+  return t;
+}
+
+}  // namespace tpu::compiler

@@ -1,0 +1,39 @@
+// Tiling (docs/compiler.md, "Passes"): every weighted operation's K x N kernel cut into tiles of
+// the array's rows x columns, each packed row-major for ReadWeights; its parameter records for
+// Activate; and the off-chip memory image they make, constants after them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "hw/config/chip_config.h"
+#include "sw/nn/quantized.h"
+
+namespace tpu::compiler {
+
+inline constexpr std::uint64_t kParamRecordBytes = 12;  // isa::Activate: {bias, scale, shift}
+
+// One weighted operation: K rows (the window, or the flattened input) by N output channels, in
+// k_tiles x n_tiles tiles; tile (j, kt) holds rows kt*R.. and columns j*C.. (R x C the array).
+struct WeightedPlan {
+  std::uint32_t K = 0, N = 0;
+  std::uint32_t k_tiles = 0, n_tiles = 0;
+  std::uint64_t params_off = 0;         // first record in the params blob
+  std::vector<std::uint64_t> tile_off;  // [j * k_tiles + kt] -> offset in the weights blob
+};
+
+struct Tiling {
+  std::vector<WeightedPlan> plans;  // per operation (empty for those without weights)
+  std::vector<std::uint8_t> weights, params;
+  // Off-chip memory: the weight tiles at weights_addr, the records at params_addr, then each
+  // constant; `end` is the first byte after them.
+  std::uint64_t weights_addr = 0, params_addr = 0, end = 0;
+  std::map<std::size_t, std::uint64_t> constant_addr;  // Constant operation -> address
+};
+
+// Requires: q quantized for cfg's MXU. Throws InputError naming the operation when K or N exceed
+// the ISA's fields, or when weights, parameters and constants exceed cfg's off-chip memory.
+Tiling tile(const nn::QuantizedModel& q, const ChipConfig& cfg);
+
+}  // namespace tpu::compiler
