@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace tpu::exact {
@@ -56,6 +57,18 @@ inline float bf16(float f) {
   int e = 0;
   const double m = std::frexp(static_cast<double>(f), &e);
   return static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8));
+}
+
+// fp32 values and their bit patterns, for comparisons that must tell -0 from +0 and NaNs apart.
+inline std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float float_of(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
 }
 
 }  // namespace tpu::exact

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -30,6 +29,8 @@
 namespace tpu {
 namespace {
 
+using exact::bits_of;
+using exact::float_of;
 using exact::kI32Max;
 using exact::kI32Min;
 
@@ -51,17 +52,6 @@ ChipConfig test_config() {
   cfg.vector_unit.sublanes = 4;
   cfg.vector_unit.latency_cycles = 5;
   return cfg;
-}
-
-std::uint32_t bits_of(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-float float_of(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
 }
 
 // ---- unified buffer and accumulator fixture ----
