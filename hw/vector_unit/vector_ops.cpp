@@ -37,6 +37,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -52,6 +53,10 @@
 #include "hw/common/error.h"
 #include "hw/isa/fields.h"
 #include "hw/vector_unit/functions.h"
+#include "numerics/activation.h"
+#include "numerics/bf16.h"
+#include "numerics/elementwise.h"
+#include "numerics/fixed_point.h"
 
 namespace tpu {
 namespace {
@@ -142,8 +147,9 @@ PoolShape pool_shape(const isa::Pool& p) {
 // Each instruction is validated and its per-column parameters decoded once; the loops below
 // then run without a branch on types or functions per element. Two builds of the hot loops: AVX2
 // intrinsics where the CPU has AVX2, and portable scalar C++ elsewhere. Both give the bits of the
-// functions in functions.h (tb/unit/vector_unit/vector_ops_test.cpp checks both paths against
-// them): integer steps are exact, and every fp32 step is the same single IEEE-754 operation.
+// numerics library's scalar definitions (numerics/; tb/unit/vector_unit/vector_ops_test.cpp
+// checks both paths against them): integer steps are exact, and every fp32 step is the same
+// single IEEE-754 operation.
 
 // The requantization parameters of each column, structure of arrays so that eight columns load as
 // one vector.
@@ -158,22 +164,20 @@ struct RequantCols {
   bool any_left = false;            // some column shifts left: its scale is >= 1
 };
 
-// requantize(add_bias(x, bias), mult, shift), clamped below at lo, without branches:
-//   1. add_bias: the int64 sum clamped to int32.
+// numerics::requantize(numerics::add_bias(x, bias), mult, shift), clamped below at lo, with the
+// library's steps and no branch on the sign of the shift:
+//   1. add_bias.
 //   2. saturating_shift_left by `left` (0 when shift >= 0).
-//   3. saturating_rounding_doubling_high_mul: gemmlowp's nudge (2^30, or 1 - 2^30 for a negative
-//      product) followed by division truncating toward zero equals floor((ab + 2^30) / 2^31) for
-//      either sign of ab; its one saturating case needs mult = INT32_MIN, and mult >= 0.
-//   4. rounding_divide_by_pot by `right` (identity when right = 0: mask 0 leaves no remainder).
+//   3. saturating_rounding_doubling_high_mul.
+//   4. rounding_divide_by_pot by `right` (0 when shift <= 0: the identity).
 //   5. saturate_int8, and relu through lo.
 // kLeft = false skips step 2, the identity when no column shifts left.
 template <bool kLeft = true>
 inline std::uint8_t requant_lane(std::int32_t x, const RequantCols& p, std::size_t c) {
-  const std::int64_t s = saturate_int32(std::int64_t{x} + p.bias[c]);
-  const std::int64_t l = kLeft ? saturate_int32(s * (std::int64_t{1} << p.left[c])) : s;
-  const auto hi = static_cast<std::int32_t>((l * p.mult[c] + (std::int64_t{1} << 30)) >> 31);
-  const std::int32_t threshold = p.half[c] + (hi < 0 ? 1 : 0);
-  const std::int32_t q = (hi >> p.right[c]) + ((hi & p.mask[c]) > threshold ? 1 : 0);
+  const std::int32_t s = numerics::add_bias(x, p.bias[c]);
+  const std::int32_t l = kLeft ? numerics::saturating_shift_left(s, p.left[c]) : s;
+  const std::int32_t q = numerics::rounding_divide_by_pot(
+      numerics::saturating_rounding_doubling_high_mul(l, p.mult[c]), p.right[c]);
   return static_cast<std::uint8_t>(std::clamp(q, p.lo, std::int32_t{127}));
 }
 
@@ -188,14 +192,14 @@ struct FloatCols {
 
 inline float pre_activation(std::uint32_t acc, const FloatCols& p, std::size_t c) {
   if (p.int_acc)
-    return scale_int(static_cast<std::int32_t>(acc), static_cast<std::int32_t>(p.bias[c]),
-                     p.scale[c]);
-  return scale_float(bits_to_float(acc), bits_to_float(p.bias[c]), p.scale[c]);
+    return numerics::scale_int(static_cast<std::int32_t>(acc), static_cast<std::int32_t>(p.bias[c]),
+                               p.scale[c]);
+  return numerics::scale_float(bits_to_float(acc), bits_to_float(p.bias[c]), p.scale[c]);
 }
 
 // The activation function on a row of n fp32 values.
 void activate_row(isa::ActFunc f, float* x, std::size_t n) {
-  if (f == isa::ActFunc::Softmax) return softmax_row(x, x, n);
+  if (f == isa::ActFunc::Softmax) return numerics::softmax_row(x, x, n);
   for (std::size_t c = 0; c < n; ++c) x[c] = activate_float(f, x[c]);
 }
 
@@ -210,7 +214,7 @@ void pool_avg_i8(Runs runs, std::size_t n_runs, std::size_t ch, std::int32_t* su
   for (std::size_t k = 0; k < n_runs; ++k)
     for (std::size_t c = 0; c < ch; ++c) sum[c] += load_i8(runs[k] + c);
   const auto n = static_cast<std::int32_t>(n_runs);
-  for (std::size_t c = 0; c < ch; ++c) store_i8(out + c, avg_int8(sum[c], n));
+  for (std::size_t c = 0; c < ch; ++c) store_i8(out + c, numerics::avg_int8(sum[c], n));
 }
 
 // bf16 average pooling: per channel, fp32 sums in window order starting from +0, then avg_bf16.
@@ -219,16 +223,16 @@ void pool_avg_bf16(Runs runs, std::size_t n_runs, std::size_t ch, float* sum, st
   for (std::size_t k = 0; k < n_runs; ++k)
     for (std::size_t c = 0; c < ch; ++c) sum[c] += to_float(load_bf16(runs[k] + 2 * c));
   const auto n = static_cast<std::int32_t>(n_runs);
-  for (std::size_t c = 0; c < ch; ++c) store_bf16(out + 2 * c, avg_bf16(sum[c], n));
+  for (std::size_t c = 0; c < ch; ++c) store_bf16(out + 2 * c, numerics::avg_bf16(sum[c], n));
 }
 
-// The bf16 max pooling result of a window holding a NaN: max_float's quiet NaN, as to_bf16 rounds
-// it.
+// The bf16 max pooling result of a window holding a NaN: numerics::max_float's quiet NaN, as
+// to_bf16 rounds it.
 Bf16 max_pool_nan() { return to_bf16(std::numeric_limits<float>::quiet_NaN()); }
 
-// bf16 max of channel c over the window, max_float in window order then to_bf16, with the NaN
-// test out of the compare: (v > m ? v : m) is max_float(m, v) while neither is NaN, and once one
-// is, the result is max_pool_nan() whatever m holds.
+// bf16 max of channel c over the window, numerics::max_float in window order then to_bf16, with
+// the NaN test out of the compare: (v > m ? v : m) is max_float(m, v) while neither is NaN, and
+// once one is, the result is max_pool_nan() whatever m holds.
 Bf16 max_bf16_lane(Runs runs, std::size_t n_runs, std::size_t c) {
   float m = to_float(load_bf16(runs[0] + 2 * c));
   bool nan = std::isnan(m);
@@ -378,15 +382,19 @@ __attribute__((target("avx2"))) inline __m256i requant8(const std::uint32_t* in,
     const __m256i sat = _mm256_xor_si256(_mm256_srai_epi32(s, 31), _mm256_set1_epi32(INT32_MAX));
     l = _mm256_blendv_epi8(sat, shifted, fits);
   }
-  // 3. floor((l * mult + 2^30) / 2^31): the 64-bit products of the even lanes, and of the odd
-  // lanes (mult loaded one column on, so that its odd columns sit in the even lanes); bits 31..62
-  // of each are the result, moved to the low (even) or high (odd) half of the 64 bits.
+  // 3. The doubling high multiply as floor((l * mult + 2^30) / 2^31): gemmlowp's nudge (2^30, or
+  // 1 - 2^30 for a negative product) followed by division truncating toward zero equals it for
+  // either sign of the product, and its one saturating case needs mult = INT32_MIN (mult >= 0).
+  // The 64-bit products of the even lanes, and of the odd lanes (mult loaded one column on, so
+  // that its odd columns sit in the even lanes); bits 31..62 of each are the result, moved to the
+  // low (even) or high (odd) half of the 64 bits.
   const __m256i nudge = _mm256_set1_epi64x(std::int64_t{1} << 30);
   const __m256i even = _mm256_mul_epi32(l, load8(p.mult.data() + c));
   const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(l, 32), load8(p.mult.data() + c + 1));
   const __m256i hi = _mm256_blend_epi32(_mm256_srli_epi64(_mm256_add_epi64(even, nudge), 31),
                                         _mm256_slli_epi64(_mm256_add_epi64(odd, nudge), 1), 0xaa);
-  // 4. Rounding divide by 2^right: threshold = half + (hi < 0), and a true compare is -1.
+  // 4. Rounding divide by 2^right as gemmlowp's RoundingDivideByPOT computes it: threshold =
+  // half + (hi < 0), and a true compare is -1.
   const __m256i threshold = _mm256_sub_epi32(load8(p.half.data() + c), _mm256_srai_epi32(hi, 31));
   const __m256i round_up =
       _mm256_cmpgt_epi32(_mm256_and_si256(hi, load8(p.mask.data() + c)), threshold);
@@ -704,10 +712,10 @@ void VectorOps::activate(const isa::Activate& a, const AccView& acc, UbView ub) 
       throw ProgramError(fmt::format(
           "{}: params of column {} at {:#x}: scale = {} (a Q31 multiplier must be >= 0)", op, c, at,
           static_cast<std::int32_t>(rec[c].scale)));
-    if (rec[c].shift < kMinRequantShift || rec[c].shift > kMaxRequantShift)
-      throw ProgramError(
-          fmt::format("{}: params of column {} at {:#x}: shift = {} (must be {}..{})", op, c,
-                      at + 8, rec[c].shift, kMinRequantShift, kMaxRequantShift));
+    if (rec[c].shift < numerics::kMinRequantShift || rec[c].shift > numerics::kMaxRequantShift)
+      throw ProgramError(fmt::format(
+          "{}: params of column {} at {:#x}: shift = {} (must be {}..{})", op, c, at + 8,
+          rec[c].shift, numerics::kMinRequantShift, numerics::kMaxRequantShift));
   }
   [[maybe_unused]] const bool avx2 = use_avx2();
 
@@ -736,9 +744,9 @@ void VectorOps::activate(const isa::Activate& a, const AccView& acc, UbView ub) 
   if (!float_out) {
     for (std::uint32_t r = 0; r < a.rows; ++r, in += acc.words_per_entry, out += a.dst_stride)
       for (std::uint32_t c = 0; c < a.cols; ++c) {
-        const std::int32_t s =
-            add_bias(static_cast<std::int32_t>(in[c]), static_cast<std::int32_t>(rec[c].bias));
-        store_u32(out + 4 * c, static_cast<std::uint32_t>(apply_relu ? relu(s) : s));
+        const std::int32_t s = numerics::add_bias(static_cast<std::int32_t>(in[c]),
+                                                  static_cast<std::int32_t>(rec[c].bias));
+        store_u32(out + 4 * c, static_cast<std::uint32_t>(apply_relu ? numerics::relu(s) : s));
       }
     return;
   }
@@ -778,11 +786,11 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
   check_at_least_1(op, "stride_h", p.stride_h);
   check_at_least_1(op, "stride_w", p.stride_w);
   const std::uint64_t window = std::uint64_t{p.kernel_h} * p.kernel_w;
-  if (p.kind == isa::PoolKind::Avg && window > std::uint64_t{kMaxAvgPoolWindow})
+  if (p.kind == isa::PoolKind::Avg && window > std::uint64_t{numerics::kMaxAvgPoolWindow})
     throw ProgramError(
         fmt::format("{}: kernel_h {} x kernel_w {} = {} elements (avg allows at most {}: the int32 "
                     "sum and the fp32 divisor must be exact)",
-                    op, p.kernel_h, p.kernel_w, window, kMaxAvgPoolWindow));
+                    op, p.kernel_h, p.kernel_w, window, numerics::kMaxAvgPoolWindow));
 
   const PoolShape s = pool_shape(p);
   const std::uint64_t esize = size_of(p.type);
@@ -855,9 +863,9 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
                                    known(e.type) ? name_of(e.type) : std::string_view("?")));
   check_at_least_1(op, "count", e.count);
   const bool int8_mul = e.type == DType::Int8 && e.op == isa::EltOp::Mul;
-  if (int8_mul && e.shift > kMaxRequantShift)
-    throw ProgramError(
-        fmt::format("{}: shift = {} (int8 mul allows 0..{})", op, e.shift, kMaxRequantShift));
+  if (int8_mul && e.shift > numerics::kMaxRequantShift)
+    throw ProgramError(fmt::format("{}: shift = {} (int8 mul allows 0..{})", op, e.shift,
+                                   numerics::kMaxRequantShift));
   if (!int8_mul && e.shift != 0)
     throw ProgramError(
         fmt::format("{}: shift = {} with op {} on {} (only int8 mul shifts; must be 0)", op,
@@ -882,8 +890,8 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
       const std::int8_t x = load_i8(base + a + i), y = load_i8(base + b + i);
       std::int8_t r = 0;
       switch (e.op) {
-        case isa::EltOp::Add: r = add_int8(x, y); break;
-        case isa::EltOp::Mul: r = mul_int8(x, y, e.shift); break;
+        case isa::EltOp::Add: r = numerics::add_int8(x, y); break;
+        case isa::EltOp::Mul: r = numerics::mul_int8(x, y, e.shift); break;
         case isa::EltOp::Max: r = std::max(x, y); break;
         case isa::EltOp::Min: r = std::min(x, y); break;
       }
@@ -892,10 +900,10 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
       const Bf16 x = load_bf16(base + a + 2 * i), y = load_bf16(base + b + 2 * i);
       Bf16 r;
       switch (e.op) {
-        case isa::EltOp::Add: r = add_bf16(x, y); break;
-        case isa::EltOp::Mul: r = mul_bf16(x, y); break;
-        case isa::EltOp::Max: r = max_bf16(x, y); break;
-        case isa::EltOp::Min: r = min_bf16(x, y); break;
+        case isa::EltOp::Add: r = numerics::add_bf16(x, y); break;
+        case isa::EltOp::Mul: r = numerics::mul_bf16(x, y); break;
+        case isa::EltOp::Max: r = numerics::max_bf16(x, y); break;
+        case isa::EltOp::Min: r = numerics::min_bf16(x, y); break;
       }
       store_bf16(base + dst + 2 * i, r);
     }
@@ -932,7 +940,7 @@ void VectorOps::softmax(const isa::Softmax& s, UbView ub) const {
   for (std::uint64_t r = 0; r < s.rows; ++r) {
     const std::uint8_t* in = ub.data + src + r * s.src_stride;
     for (std::uint32_t c = 0; c < s.cols; ++c) row[c] = bits_to_float(load_u32(in + 4 * c));
-    softmax_row(row.data(), row.data(), s.cols);
+    numerics::softmax_row(row.data(), row.data(), s.cols);
     std::uint8_t* out = ub.data + dst + r * s.dst_stride;
     for (std::uint32_t c = 0; c < s.cols; ++c) store_u32(out + 4 * c, float_to_bits(row[c]));
   }

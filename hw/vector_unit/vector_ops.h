@@ -1,8 +1,8 @@
 // The vector unit's math and cost, without the kernel. Each function executes one instruction
 // on views of a core's unified buffer and accumulators and throws ProgramError (naming the
 // opcode, the field and the address) when the instruction reaches outside them or has a field
-// the unit cannot honour. Semantics: docs/isa.md; scalar functions shared with the reference
-// inference live in hw/vector_unit/functions.h so both round identically.
+// the unit cannot honour. Semantics: docs/isa.md; the scalar definitions this unit and the
+// reference inference both follow live in the numerics library (numerics/).
 #pragma once
 
 #include <cstdint>

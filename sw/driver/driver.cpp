@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "hw/chip/address_map.h"
-#include "hw/common/bf16.h"
 #include "hw/common/error.h"
 #include "hw/common/tlm_util.h"
+#include "numerics/bf16.h"
 
 namespace tpu::driver {
 

@@ -8,9 +8,11 @@
 #include <optional>
 #include <stdexcept>
 
-#include "hw/common/bf16.h"
 #include "hw/common/error.h"
-#include "hw/vector_unit/functions.h"
+#include "numerics/activation.h"
+#include "numerics/bf16.h"
+#include "numerics/elementwise.h"
+#include "numerics/fixed_point.h"
 #include "sw/ir/ops.h"
 #include "sw/nn/reference.h"
 
@@ -40,16 +42,18 @@ std::int8_t quantize_value(float x, float scale) {
   return static_cast<std::int8_t>(std::clamp<long>(q, -127, 127));
 }
 
-isa::ActFunc act_func(Act a) {
+// An elementwise activation on fp32, as the numerics library defines it; Softmax is a row
+// function (numerics::softmax_row).
+float activate(Act a, float x) {
   switch (a) {
-    case Act::Linear: return isa::ActFunc::None;
-    case Act::Relu: return isa::ActFunc::Relu;
-    case Act::Relu6: return isa::ActFunc::Relu6;
-    case Act::Sigmoid: return isa::ActFunc::Sigmoid;
-    case Act::Tanh: return isa::ActFunc::Tanh;
-    case Act::Softmax: return isa::ActFunc::Softmax;
+    case Act::Linear: return x;
+    case Act::Relu: return numerics::relu(x);
+    case Act::Relu6: return numerics::relu6(x);
+    case Act::Sigmoid: return numerics::sigmoid(x);
+    case Act::Tanh: return numerics::tanh_act(x);
+    case Act::Softmax: break;
   }
-  return isa::ActFunc::None;
+  return x;
 }
 
 float value_at(const ChipTensor& t, std::size_t i) {
@@ -302,7 +306,12 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
     ql.multiplier.resize(cout);
     ql.shift.resize(cout);
     for (std::uint32_t c = 0; c < cout; ++c) {
-      const auto qm = quantize_multiplier(double{in_scale} * ql.weight_scale[c] / ql.out_scale);
+      numerics::QuantizedMultiplier qm;
+      try {
+        qm = numerics::quantize_multiplier(double{in_scale} * ql.weight_scale[c] / ql.out_scale);
+      } catch (const std::domain_error& e) {
+        refuse(l, fmt::format("output channel {}: {}", c, e.what()));
+      }
       ql.multiplier[c] = qm.multiplier_q31;
       ql.shift[c] = qm.shift;
     }
@@ -411,24 +420,24 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
         }
         // 3. The vector unit's Activate.
         const std::size_t o = ((b * oh + oy) * ow + ox) * oc;
-        const isa::ActFunc f = act_func(l.activation);
+        const Act f = l.activation;
         if (ql.out_type == DType::Int8) {
           for (std::uint32_t c = 0; c < oc; ++c) {
-            std::int8_t v =
-                requantize(add_bias(acc_i[c], ql.bias_i32[c]), ql.multiplier[c], ql.shift[c]);
-            if (f == isa::ActFunc::Relu) v = relu(v);
+            std::int8_t v = numerics::requantize(numerics::add_bias(acc_i[c], ql.bias_i32[c]),
+                                                 ql.multiplier[c], ql.shift[c]);
+            if (f == Act::Relu) v = numerics::relu(v);
             out.i8[o + c] = v;
           }
           continue;
         }
         for (std::uint32_t c = 0; c < oc; ++c)
           row[c] = q.act_type == DType::Int8
-                       ? scale_int(acc_i[c], ql.bias_i32[c], ql.scale_f32[c])
-                       : scale_float(acc_f[c], ql.bias_f32[c], ql.scale_f32[c]);
-        if (f == isa::ActFunc::Softmax)
-          softmax_row(row.data(), row.data(), oc);
+                       ? numerics::scale_int(acc_i[c], ql.bias_i32[c], ql.scale_f32[c])
+                       : numerics::scale_float(acc_f[c], ql.bias_f32[c], ql.scale_f32[c]);
+        if (f == Act::Softmax)
+          numerics::softmax_row(row.data(), row.data(), oc);
         else
-          for (auto& v : row) v = activate_float(f, v);
+          for (auto& v : row) v = activate(f, v);
         for (std::uint32_t c = 0; c < oc; ++c) {
           if (ql.out_type == DType::Bf16)
             out.bf[o + c] = to_bf16(row[c]).bits;
@@ -461,15 +470,15 @@ void pool_layer(const Op& l, const ChipTensor& in, ChipTensor& out, std::size_t 
               } else {
                 const float v = value_at(in, src);
                 fsum += v;
-                fmax = first ? v : max_float(fmax, v);
+                fmax = first ? v : numerics::max_float(fmax, v);
               }
               first = false;
             }
           const std::size_t o = ((b * oh + oy) * ow + ox) * c + ch;
           if (in.type == DType::Int8)
-            out.i8[o] = avg ? avg_int8(isum, window) : static_cast<std::int8_t>(imax);
+            out.i8[o] = avg ? numerics::avg_int8(isum, window) : static_cast<std::int8_t>(imax);
           else
-            out.bf[o] = avg ? avg_bf16(fsum, window).bits : to_bf16(fmax).bits;
+            out.bf[o] = avg ? numerics::avg_bf16(fsum, window).bits : to_bf16(fmax).bits;
         }
 }
 
@@ -507,8 +516,8 @@ void run_global_pool(const ChipArgs& a) {
 // A standalone ReLU: the chip's elementwise max(x, +0).
 void run_relu(const ChipArgs& a) {
   a.out = *a.in[0];
-  for (auto& v : a.out.i8) v = relu(v);
-  for (auto& v : a.out.bf) v = max_bf16(Bf16{v}, Bf16{0}).bits;
+  for (auto& v : a.out.i8) v = numerics::relu(v);
+  for (auto& v : a.out.bf) v = numerics::max_bf16(Bf16{v}, Bf16{0}).bits;
 }
 
 // Zeros, then each row copied as the chip copies it: max(x, x).
@@ -527,7 +536,7 @@ void run_zero_padding(const ChipArgs& a) {
         if (a.out.type == DType::Int8)
           a.out.i8[d + k] = std::max(in.i8[s + k], in.i8[s + k]);
         else
-          a.out.bf[d + k] = max_bf16(Bf16{in.bf[s + k]}, Bf16{in.bf[s + k]}).bits;
+          a.out.bf[d + k] = numerics::max_bf16(Bf16{in.bf[s + k]}, Bf16{in.bf[s + k]}).bits;
       }
     }
 }
@@ -537,9 +546,10 @@ void run_add(const ChipArgs& a) {
   a.out = *a.in[0];
   for (std::size_t k = 1; k < a.in.size(); ++k) {
     const ChipTensor& o = *a.in[k];
-    for (std::size_t e = 0; e < a.out.i8.size(); ++e) a.out.i8[e] = add_int8(a.out.i8[e], o.i8[e]);
+    for (std::size_t e = 0; e < a.out.i8.size(); ++e)
+      a.out.i8[e] = numerics::add_int8(a.out.i8[e], o.i8[e]);
     for (std::size_t e = 0; e < a.out.bf.size(); ++e)
-      a.out.bf[e] = add_bf16(Bf16{a.out.bf[e]}, Bf16{o.bf[e]}).bits;
+      a.out.bf[e] = numerics::add_bf16(Bf16{a.out.bf[e]}, Bf16{o.bf[e]}).bits;
   }
 }
 

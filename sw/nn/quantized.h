@@ -2,7 +2,7 @@
 // must match bit for bit (docs/quantization.md).
 //
 // int8 (v1, Edge): symmetric per-tensor activation scales from calibration, symmetric
-// per-output-channel int8 weights, int32 biases, fixed-point requantization (functions.h).
+// per-output-channel int8 weights, int32 biases, fixed-point requantization (numerics/).
 // bf16 (v2-v4): bf16 activations and weights, fp32 biases, fp32 accumulation in the MXU's order:
 // each tile of `tile_rows` input rows sums its column in row order from +0, then adds into the
 // accumulator.

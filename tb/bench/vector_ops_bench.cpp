@@ -16,8 +16,8 @@
 #include "hw/config/chip_config.h"
 #include "hw/isa/fields.h"
 #include "hw/isa/isa.h"
-#include "hw/vector_unit/functions.h"
 #include "hw/vector_unit/vector_ops.h"
+#include "numerics/fixed_point.h"
 
 namespace tpu {
 namespace {
@@ -102,7 +102,7 @@ ActivateBench make_activate(DType acc_type, DType out_type, isa::ActFunc func,
     std::uint32_t bias = 0, scale_word = 0;
     std::int32_t shift = 0;
     if (out_type == DType::Int8) {
-      const QuantizedMultiplier q = quantize_multiplier(scale);
+      const numerics::QuantizedMultiplier q = numerics::quantize_multiplier(scale);
       bias = static_cast<std::uint32_t>(bias_i(rng));
       scale_word = static_cast<std::uint32_t>(q.multiplier_q31);
       shift = q.shift;

@@ -7,8 +7,8 @@
 
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
-#include "hw/common/bf16.h"
 #include "hw/config/chip_config.h"
+#include "numerics/bf16.h"
 
 namespace tpu {
 namespace {

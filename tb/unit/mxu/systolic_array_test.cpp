@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "hw/common/bf16.h"
 #include "hw/common/dtype.h"
 #include "hw/common/error.h"
+#include "numerics/bf16.h"
 
 namespace tpu {
 namespace {

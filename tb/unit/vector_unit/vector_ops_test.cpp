@@ -1,6 +1,7 @@
-// VectorOps and the shared scalar functions, without the kernel. Every expected value comes from
-// a plain reference written here (exact integer arithmetic, double precision, or fp32 in the
-// documented order with an independent bf16 rounding) or from the config.
+// VectorOps without the kernel. Every expected value comes from the written rules computed a
+// second way (tb/unit/numerics/exact_rules.h: exact integer arithmetic, double precision, or fp32
+// in the documented order with an independent bf16 rounding), from the numerics library's scalar
+// definitions (the fast paths must give their bits) or from the config.
 #include "hw/vector_unit/vector_ops.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -20,12 +20,19 @@
 #include "hw/config/chip_config.h"
 #include "hw/isa/fields.h"
 #include "hw/vector_unit/functions.h"
+#include "numerics/activation.h"
+#include "numerics/bf16.h"
+#include "numerics/elementwise.h"
+#include "numerics/fixed_point.h"
+#include "tb/unit/numerics/exact_rules.h"
 
 namespace tpu {
 namespace {
 
-constexpr std::int32_t kI32Min = std::numeric_limits<std::int32_t>::min();
-constexpr std::int32_t kI32Max = std::numeric_limits<std::int32_t>::max();
+using exact::bits_of;
+using exact::float_of;
+using exact::kI32Max;
+using exact::kI32Min;
 
 ChipConfig test_config() {
   ChipConfig cfg;
@@ -45,58 +52,6 @@ ChipConfig test_config() {
   cfg.vector_unit.sublanes = 4;
   cfg.vector_unit.latency_cycles = 5;
   return cfg;
-}
-
-// ---- independent references ----
-
-// round(n / d) for d > 0, ties away from zero, by integer quotient and remainder.
-std::int64_t ref_round_div(std::int64_t n, std::int64_t d) {
-  const std::int64_t mag = n < 0 ? -n : n;
-  std::int64_t q = mag / d;
-  if (2 * (mag % d) >= d) ++q;
-  return n < 0 ? -q : q;
-}
-
-// floor(n / d + 1/2) for d > 0: round to nearest, ties toward +infinity.
-std::int64_t ref_round_half_up(std::int64_t n, std::int64_t d) {
-  const std::int64_t t = 2 * n + d, dd = 2 * d;
-  return t / dd - ((t % dd != 0 && t < 0) ? 1 : 0);
-}
-
-std::int64_t ref_clamp(std::int64_t v, std::int64_t lo, std::int64_t hi) {
-  return std::min(std::max(v, lo), hi);
-}
-
-// The requantization rule spelled out in exact integer arithmetic: a left shift saturates to
-// int32 first; the Q31 product is rounded to int32 (ties toward +infinity, as gemmlowp's
-// doubling high multiply does), then divided by 2^shift (ties away from zero).
-std::int32_t ref_requantize(std::int32_t x, std::int32_t m, std::int32_t shift) {
-  std::int64_t v = x;
-  if (shift < 0) v = ref_clamp(v * (std::int64_t{1} << -shift), kI32Min, kI32Max);
-  std::int64_t hi =
-      (v == kI32Min && m == kI32Min) ? kI32Max : ref_round_half_up(v * m, std::int64_t{1} << 31);
-  if (shift > 0) hi = ref_round_div(hi, std::int64_t{1} << shift);
-  return static_cast<std::int32_t>(ref_clamp(hi, -128, 127));
-}
-
-// fp32 -> nearest bf16-representable value, ties to even, via frexp on the significand: 8
-// significant bits. Normal numbers only.
-float ref_bf16(float f) {
-  if (f == 0.0f || !std::isfinite(f)) return f;
-  int e = 0;
-  const double m = std::frexp(static_cast<double>(f), &e);
-  return static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8));
-}
-
-std::uint32_t bits_of(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-float float_of(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
 }
 
 // ---- unified buffer and accumulator fixture ----
@@ -124,7 +79,7 @@ struct Core {
            std::uint32_t{ub[at + 2]} << 16 | std::uint32_t{ub[at + 3]} << 24;
   }
   void put_bf16(std::uint64_t at, float v) {
-    const std::uint32_t u = bits_of(ref_bf16(v));
+    const std::uint32_t u = bits_of(exact::bf16(v));
     ub[at] = static_cast<std::uint8_t>(u >> 16);
     ub[at + 1] = static_cast<std::uint8_t>(u >> 24);
   }
@@ -154,125 +109,6 @@ void expect_program_error(F&& f, const std::vector<std::string>& words) {
   }
 }
 
-// ---- scalar functions ----
-
-TEST(VectorFunctions, RoundingDivideByPotRoundsHalfAwayFromZero) {
-  for (std::int32_t x = -1000; x <= 1000; ++x)
-    for (int e = 0; e <= 10; ++e)
-      EXPECT_EQ(rounding_divide_by_pot(x, e), std::round(x / std::ldexp(1.0, e)))
-          << x << " / 2^" << e;
-  for (int e = 0; e <= kMaxRequantShift; ++e) {
-    EXPECT_EQ(rounding_divide_by_pot(kI32Min, e), ref_round_div(kI32Min, std::int64_t{1} << e));
-    EXPECT_EQ(rounding_divide_by_pot(kI32Max, e), ref_round_div(kI32Max, std::int64_t{1} << e));
-  }
-}
-
-TEST(VectorFunctions, DoublingHighMulRoundsHalfUpAndSaturatesOnlyMinTimesMin) {
-  std::mt19937 rng(1);
-  std::uniform_int_distribution<std::int32_t> any(kI32Min, kI32Max);
-  for (int i = 0; i < 20000; ++i) {
-    const std::int32_t a = any(rng), b = any(rng);
-    const std::int64_t expect = (a == kI32Min && b == kI32Min)
-                                    ? kI32Max
-                                    : ref_round_half_up(std::int64_t{a} * b, std::int64_t{1} << 31);
-    EXPECT_EQ(saturating_rounding_doubling_high_mul(a, b), expect) << a << " * " << b;
-  }
-  // b = 2^30 halves a: odd a is an exact tie, which gemmlowp rounds toward +infinity.
-  for (std::int32_t a = -101; a <= 101; ++a)
-    EXPECT_EQ(saturating_rounding_doubling_high_mul(a, std::int32_t{1} << 30),
-              std::floor(a / 2.0 + 0.5));
-  EXPECT_EQ(saturating_rounding_doubling_high_mul(kI32Min, kI32Min), kI32Max);
-}
-
-TEST(VectorFunctions, RequantizeMatchesExactTwoStepRounding) {
-  std::mt19937 rng(2);
-  std::uniform_int_distribution<std::int32_t> any(kI32Min, kI32Max);
-  std::uniform_int_distribution<std::int32_t> small(-70000, 70000);
-  std::uniform_int_distribution<std::int32_t> mult(std::int32_t{1} << 30, kI32Max);
-  std::uniform_int_distribution<std::int32_t> shift(kMinRequantShift, kMaxRequantShift);
-  for (int i = 0; i < 50000; ++i) {
-    const std::int32_t x = (i % 2) ? any(rng) : small(rng);
-    const std::int32_t m = mult(rng), s = shift(rng);
-    EXPECT_EQ(requantize(x, m, s), ref_requantize(x, m, s)) << x << " m=" << m << " s=" << s;
-  }
-}
-
-TEST(VectorFunctions, RequantizeIsWithinOneOfDoublePrecisionScaling) {
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<std::int32_t> acc(-2000000, 2000000);
-  std::uniform_real_distribution<double> log2_scale(-24.0, 2.0);
-  int exact = 0;
-  for (int i = 0; i < 50000; ++i) {
-    const std::int32_t x = acc(rng);
-    const QuantizedMultiplier q = quantize_multiplier(std::exp2(log2_scale(rng)));
-    const double real = x * (q.multiplier_q31 / 2147483648.0) * std::ldexp(1.0, -q.shift);
-    const double ideal = std::min(std::max(std::round(real), -128.0), 127.0);
-    const int got = requantize(x, q.multiplier_q31, q.shift);
-    EXPECT_LE(std::abs(got - ideal), 1.0) << x << " scale " << real / x;
-    // Two roundings differ from one only when the real value is within 2^-shift of a tie.
-    const double frac = std::abs(real - std::trunc(real));
-    if (std::abs(frac - 0.5) > std::ldexp(1.0, -std::max(q.shift, 0)) + 1e-9) {
-      EXPECT_EQ(got, ideal) << x << " real " << real;
-      ++exact;
-    }
-  }
-  EXPECT_GT(exact, 40000);
-}
-
-TEST(VectorFunctions, RequantizeSaturatesToInt8AndShiftsLeftBeforeMultiplying) {
-  const std::int32_t half = std::int32_t{1} << 30;  // 0.5 in Q31
-  EXPECT_EQ(requantize(1000, half, 0), 127);
-  EXPECT_EQ(requantize(-1000, half, 0), -128);
-  // Negative shift: x * 2^3 first (saturating at int32), then x 0.5.
-  EXPECT_EQ(requantize(5, half, -3), std::round(5 * 8 * 0.5));
-  EXPECT_EQ(requantize(kI32Max, kI32Max, kMinRequantShift), 127);
-  EXPECT_EQ(requantize(kI32Min, kI32Max, kMinRequantShift), -128);
-  // A right shift rounds half away from zero: +-6 * 0.5 = +-3, / 2 = +-1.5 -> +-2.
-  EXPECT_EQ(requantize(6, half, 1), std::round(1.5));
-  EXPECT_EQ(requantize(-6, half, 1), std::round(-1.5));
-  // Ties of the Q31 product itself round toward +infinity (gemmlowp): -3 * 0.5 -> -1.
-  EXPECT_EQ(requantize(3, half, 0), std::floor(1.5 + 0.5));
-  EXPECT_EQ(requantize(-3, half, 0), std::floor(-1.5 + 0.5));
-  for (std::int32_t x = -300; x <= 300; ++x)
-    for (std::int32_t s = kMinRequantShift; s <= kMaxRequantShift; ++s)
-      EXPECT_EQ(requantize(x, half, s), ref_requantize(x, half, s)) << x << " " << s;
-}
-
-TEST(VectorFunctions, QuantizeMultiplierRepresentsTheScaleToQ31Precision) {
-  std::mt19937 rng(4);
-  std::uniform_real_distribution<double> log2_scale(-30.0, 30.0);
-  for (int i = 0; i < 10000; ++i) {
-    const double scale = std::exp2(log2_scale(rng));
-    const QuantizedMultiplier q = quantize_multiplier(scale);
-    EXPECT_GE(q.multiplier_q31, std::int32_t{1} << 30);
-    EXPECT_GE(q.shift, kMinRequantShift);
-    EXPECT_LE(q.shift, kMaxRequantShift);
-    const double back = q.multiplier_q31 / 2147483648.0 * std::ldexp(1.0, -q.shift);
-    EXPECT_LE(std::abs(back - scale) / scale, std::ldexp(1.0, -31)) << scale;
-  }
-  EXPECT_EQ(quantize_multiplier(std::ldexp(1.0, -40)).multiplier_q31, 0);
-  EXPECT_THROW((void)quantize_multiplier(0.0), InputError);
-  EXPECT_THROW((void)quantize_multiplier(-1.0), InputError);
-  EXPECT_THROW((void)quantize_multiplier(std::nan("")), InputError);
-  EXPECT_THROW((void)quantize_multiplier(std::ldexp(1.0, 31)), InputError);
-}
-
-TEST(VectorFunctions, SoftmaxRowSumsToOneAndMatchesDoublePrecision) {
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> v(-20.0f, 20.0f);
-  std::vector<float> in(37), out(37);
-  for (float& f : in) f = v(rng);
-  softmax_row(in.data(), out.data(), in.size());
-  const double m = *std::max_element(in.begin(), in.end());
-  double total = 0, sum = 0;
-  for (float f : in) total += std::exp(f - m);
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    EXPECT_NEAR(out[i], std::exp(in[i] - m) / total, 1e-6);
-    sum += out[i];
-  }
-  EXPECT_NEAR(sum, 1.0, 1e-5);
-}
-
 // ---- activate ----
 
 TEST(VectorActivate, IntAccToInt8RequantizesPerColumnThenRelu) {
@@ -291,10 +127,10 @@ TEST(VectorActivate, IntAccToInt8RequantizesPerColumnThenRelu) {
   a.dst_stride = 8;
   a.func = isa::ActFunc::Relu;
   a.out_type = DType::Int8;
-  std::vector<QuantizedMultiplier> q(a.cols);
+  std::vector<numerics::QuantizedMultiplier> q(a.cols);
   std::vector<std::int32_t> bias(a.cols);
   for (std::uint32_t c = 0; c < a.cols; ++c) {
-    q[c] = quantize_multiplier(std::exp2(log2_scale(rng)));
+    q[c] = numerics::quantize_multiplier(std::exp2(log2_scale(rng)));
     bias[c] = biasv(rng);
     core.put_params(a.params.value() + 12 * c, static_cast<std::uint32_t>(bias[c]),
                     static_cast<std::uint32_t>(q[c].multiplier_q31), q[c].shift);
@@ -311,10 +147,10 @@ TEST(VectorActivate, IntAccToInt8RequantizesPerColumnThenRelu) {
   for (std::uint32_t r = 0; r < a.rows; ++r) {
     for (std::uint32_t c = 0; c < a.cols; ++c) {
       const std::int64_t sum =
-          ref_clamp(std::int64_t{static_cast<std::int32_t>(core.acc_word(3 + r, c))} + bias[c],
-                    kI32Min, kI32Max);
+          exact::clamp(std::int64_t{static_cast<std::int32_t>(core.acc_word(3 + r, c))} + bias[c],
+                       kI32Min, kI32Max);
       const std::int32_t expect = std::max(
-          ref_requantize(static_cast<std::int32_t>(sum), q[c].multiplier_q31, q[c].shift), 0);
+          exact::requantize(static_cast<std::int32_t>(sum), q[c].multiplier_q31, q[c].shift), 0);
       EXPECT_EQ(core.get8(a.dst.value() + r * a.dst_stride + c), expect) << r << "," << c;
     }
     for (std::uint32_t g = a.cols; g < a.dst_stride; ++g) {
@@ -345,7 +181,7 @@ TEST(VectorActivate, IntAccToInt32AddsBiasWithSaturationThenRelu) {
     a.func = f;
     ops.activate(a, core.acc_view(), core.ub_view());
     for (std::uint32_t i = 0; i < acc.size(); ++i) {
-      std::int64_t expect = ref_clamp(std::int64_t{acc[i]} + bias[i % a.cols], kI32Min, kI32Max);
+      std::int64_t expect = exact::clamp(std::int64_t{acc[i]} + bias[i % a.cols], kI32Min, kI32Max);
       if (f == isa::ActFunc::Relu) expect = std::max<std::int64_t>(expect, 0);
       const std::uint64_t at = a.dst.value() + (i / a.cols) * a.dst_stride + 4 * (i % a.cols);
       EXPECT_EQ(static_cast<std::int32_t>(core.get32(at)), expect) << i;
@@ -387,7 +223,7 @@ TEST(VectorActivate, FloatAccScalesInFp32AndRoundsToBf16NearestEven) {
         if (f == isa::ActFunc::Sigmoid) y = 1.0f / (1.0f + std::exp(-y));
         if (f == isa::ActFunc::Tanh) y = std::tanh(y);
         EXPECT_EQ(bits_of(core.get_bf16(a.dst.value() + r * a.dst_stride + 2 * c)),
-                  bits_of(ref_bf16(y)))
+                  bits_of(exact::bf16(y)))
             << isa::name_of(f) << " " << r << "," << c;
       }
   }
@@ -415,7 +251,7 @@ TEST(VectorActivate, Bf16RoundingBreaksTiesToEven) {
   }
   ops.activate(a, core.acc_view(), core.ub_view());
   for (std::uint32_t c = 0; c < a.cols; ++c)
-    EXPECT_EQ(core.get_bf16(a.dst.value() + 2 * c), ref_bf16(ties[c])) << c;
+    EXPECT_EQ(core.get_bf16(a.dst.value() + 2 * c), exact::bf16(ties[c])) << c;
 }
 
 TEST(VectorActivate, IntAccToFloatConvertsSaturatedSumThenScales) {
@@ -440,7 +276,7 @@ TEST(VectorActivate, IntAccToFloatConvertsSaturatedSumThenScales) {
   ops.activate(a, core.acc_view(), core.ub_view());
   for (std::uint32_t c = 0; c < a.cols; ++c) {
     const auto sum =
-        static_cast<float>(ref_clamp(std::int64_t{acc[c]} + bias[c], kI32Min, kI32Max));
+        static_cast<float>(exact::clamp(std::int64_t{acc[c]} + bias[c], kI32Min, kI32Max));
     const float y = 1.0f / (1.0f + std::exp(-(sum * scale)));
     EXPECT_EQ(core.get32(a.dst.value() + 4 * c), bits_of(y)) << c;
   }
@@ -487,7 +323,7 @@ TEST(VectorActivate, SoftmaxWorksAcrossTheRowAndSumsToOne) {
         const std::uint64_t at = a.dst.value() + r * a.dst_stride + c * size_of(out);
         const float got = out == DType::Fp32 ? float_of(core.get32(at)) : core.get_bf16(at);
         const float y = std::exp(x[c] - m) / sum;
-        EXPECT_EQ(bits_of(got), bits_of(out == DType::Fp32 ? y : ref_bf16(y))) << r << "," << c;
+        EXPECT_EQ(bits_of(got), bits_of(out == DType::Fp32 ? y : exact::bf16(y))) << r << "," << c;
         EXPECT_NEAR(got, std::exp(static_cast<double>(x[c]) - m) / dsum,
                     out == DType::Fp32 ? 1e-6 : 4e-3);
         total += got;
@@ -587,7 +423,7 @@ TEST(VectorActivate, RejectsBadRequantParamsBeforeWritingAnything) {
   {
     ActivateCase t;
     const std::uint64_t last = t.a.params.value() + 12 * (t.a.cols - 1);
-    t.core.put32(last + 8, static_cast<std::uint32_t>(kMaxRequantShift + 1));
+    t.core.put32(last + 8, static_cast<std::uint32_t>(numerics::kMaxRequantShift + 1));
     const std::vector<std::uint8_t> before = t.core.ub;
     expect_program_error([&] { t.run(); }, {"shift", "column 7"});
     EXPECT_EQ(t.core.ub, before);
@@ -713,9 +549,10 @@ TEST(VectorPool, Bf16MaxAndAvgSumInFp32InWindowOrder) {
                 mx = std::max(mx, x);
                 sum += x;
               }
-            const float expect = kind == isa::PoolKind::Max
-                                     ? mx
-                                     : ref_bf16(sum / static_cast<float>(p.kernel_h * p.kernel_w));
+            const float expect =
+                kind == isa::PoolKind::Max
+                    ? mx
+                    : exact::bf16(sum / static_cast<float>(p.kernel_h * p.kernel_w));
             EXPECT_EQ(
                 core.get_bf16(p.dst.value() + 2 * (((n * g.oh + oy) * g.ow + ox) * p.channels + c)),
                 expect)
@@ -932,8 +769,8 @@ TEST(VectorEltwise, Bf16OpsComputeInFp32AndRoundToBf16) {
       const float x = core.get_bf16(e.a.value() + 2 * i), y = core.get_bf16(e.b.value() + 2 * i);
       float expect = 0;
       switch (op) {
-        case isa::EltOp::Add: expect = ref_bf16(x + y); break;
-        case isa::EltOp::Mul: expect = ref_bf16(x * y); break;
+        case isa::EltOp::Add: expect = exact::bf16(x + y); break;
+        case isa::EltOp::Mul: expect = exact::bf16(x * y); break;
         case isa::EltOp::Max: expect = std::max(x, y); break;
         case isa::EltOp::Min: expect = std::min(x, y); break;
       }
@@ -1003,7 +840,7 @@ TEST(VectorEltwise, RejectsBadFieldsNamingThem) {
   {
     isa::Eltwise e = ok;
     e.op = isa::EltOp::Mul;
-    e.shift = static_cast<std::uint8_t>(kMaxRequantShift + 1);
+    e.shift = static_cast<std::uint8_t>(numerics::kMaxRequantShift + 1);
     expect_program_error([&] { run(e); }, {"shift"});
   }
   {
@@ -1016,10 +853,10 @@ TEST(VectorEltwise, RejectsBadFieldsNamingThem) {
 // ---- both builds of the kernels ----
 //
 // VectorOps runs hand-vectorised AVX2 kernels where the CPU has AVX2 and portable ones elsewhere
-// (hw/vector_unit/vector_ops.cpp); TPUSIM_SIMD picks one. Each must give the bits of the scalar
-// functions in functions.h, which the reference inference in sw/nn uses, on data weighted toward
-// the cases where a shortcut would differ: saturation, rounding ties, NaN, signed zeros, and
-// column or channel counts that leave remainders after each vector width.
+// (hw/vector_unit/vector_ops.cpp); TPUSIM_SIMD picks one. Each must give the bits of the numerics
+// library's scalar definitions (numerics/), which the reference inference in sw/nn follows too,
+// on data weighted toward the cases where a shortcut would differ: saturation, rounding ties,
+// NaN, signed zeros, and column or channel counts that leave remainders after each vector width.
 
 // Selects a build through TPUSIM_SIMD for one scope and restores the environment after.
 class ScopedSimd {
@@ -1127,12 +964,12 @@ TEST(VectorActivate, Int8FastPathsMatchScalarRequantizeOnSaturationAndTies) {
     // Every shift in [kMinRequantShift, kMaxRequantShift], then shifts of 1..3, where the divide
     // by 2^shift meets ties often; multipliers 2^30 (every odd product is a tie of the doubling
     // high multiply), the largest, 0, and random Q31 values.
-    const std::int32_t n_shifts = kMaxRequantShift - kMinRequantShift + 1;
+    const std::int32_t n_shifts = numerics::kMaxRequantShift - numerics::kMinRequantShift + 1;
     std::vector<std::int32_t> bias(t.kCols), mult(t.kCols), shift(t.kCols);
     std::uniform_int_distribution<std::int32_t> q31(std::int32_t{1} << 30, kI32Max);
     for (std::uint32_t c = 0; c < t.kCols; ++c) {
       const auto ci = static_cast<std::int32_t>(c);
-      shift[c] = ci < n_shifts ? kMinRequantShift + ci : 1 + ci % 3;
+      shift[c] = ci < n_shifts ? numerics::kMinRequantShift + ci : 1 + ci % 3;
       const std::int32_t kinds[] = {std::int32_t{1} << 30, kI32Max, c == 6 ? 0 : q31(rng)};
       mult[c] = kinds[c % 3];
       bias[c] = c % 4 == 0 ? 0 : edge_i32(rng);
@@ -1145,18 +982,19 @@ TEST(VectorActivate, Int8FastPathsMatchScalarRequantizeOnSaturationAndTies) {
     for (std::uint32_t r = 0; r < t.kRows; ++r)
       for (std::uint32_t c = 0; c < t.kCols; ++c) {
         const auto x = static_cast<std::int32_t>(t.word(r, c));
-        const std::int32_t s = add_bias(x, bias[c]);
-        std::int8_t q = requantize(s, mult[c], shift[c]);
-        if (func == isa::ActFunc::Relu) q = relu(q);
+        const std::int32_t s = numerics::add_bias(x, bias[c]);
+        std::int8_t q = numerics::requantize(s, mult[c], shift[c]);
+        if (func == isa::ActFunc::Relu) q = numerics::relu(q);
         expect.push_back(static_cast<std::uint8_t>(q));
         bias_saturated += s != std::int64_t{x} + bias[c];
-        const std::int32_t l = shift[c] < 0 ? saturating_shift_left(s, -shift[c]) : s;
+        const std::int32_t l = shift[c] < 0 ? numerics::saturating_shift_left(s, -shift[c]) : s;
         const std::int64_t ab = std::int64_t{l} * mult[c];
         mul_ties += (ab & ((std::int64_t{1} << 31) - 1)) == (std::int64_t{1} << 30);
-        const std::int32_t hi = saturating_rounding_doubling_high_mul(l, mult[c]);
+        const std::int32_t hi = numerics::saturating_rounding_doubling_high_mul(l, mult[c]);
         pot_ties += shift[c] > 0 && (std::int64_t{hi} & ((std::int64_t{1} << shift[c]) - 1)) ==
                                         (std::int64_t{1} << (shift[c] - 1));
-        const std::int32_t unclamped = shift[c] > 0 ? rounding_divide_by_pot(hi, shift[c]) : hi;
+        const std::int32_t unclamped =
+            shift[c] > 0 ? numerics::rounding_divide_by_pot(hi, shift[c]) : hi;
         int8_saturated += unclamped < -128 || unclamped > 127;
         inside += unclamped > -128 && unclamped < 127;
       }
@@ -1228,11 +1066,12 @@ TEST(VectorActivate, FloatFastPathsMatchScalarFunctionsBitForBit) {
         std::vector<float> x(t.kCols);
         for (std::uint32_t r = 0; r < t.kRows; ++r) {
           for (std::uint32_t c = 0; c < t.kCols; ++c)
-            x[c] = int_acc ? scale_int(static_cast<std::int32_t>(t.word(r, c)),
-                                       static_cast<std::int32_t>(bias[c]), scale[c])
-                           : scale_float(float_of(t.word(r, c)), float_of(bias[c]), scale[c]);
+            x[c] = int_acc
+                       ? numerics::scale_int(static_cast<std::int32_t>(t.word(r, c)),
+                                             static_cast<std::int32_t>(bias[c]), scale[c])
+                       : numerics::scale_float(float_of(t.word(r, c)), float_of(bias[c]), scale[c]);
           if (func == isa::ActFunc::Softmax)
-            softmax_row(x.data(), x.data(), x.size());
+            numerics::softmax_row(x.data(), x.data(), x.size());
           else
             for (float& v : x) v = activate_float(func, v);
           for (float v : x) expect.push_back(out == DType::Fp32 ? bits_of(v) : to_bf16(v).bits);
@@ -1329,19 +1168,19 @@ TEST(VectorPool, FastPathsMatchScalarFunctionsForEveryChannelCountAndWindow) {
                     m = std::max<std::int32_t>(m, static_cast<std::int8_t>(w));
                     sum += static_cast<std::int8_t>(w);
                   }
-                  expect.push_back(
-                      static_cast<std::uint8_t>(kind == isa::PoolKind::Max ? m : avg_int8(sum, n)));
+                  expect.push_back(static_cast<std::uint8_t>(
+                      kind == isa::PoolKind::Max ? m : numerics::avg_int8(sum, n)));
                 } else {
                   const auto f = [](std::uint32_t w) {
                     return to_float(Bf16{static_cast<std::uint16_t>(w)});
                   };
                   float m = f(win[0]), sum = 0.0f;
                   for (std::uint32_t w : win) {
-                    m = max_float(m, f(w));
+                    m = numerics::max_float(m, f(w));
                     sum += f(w);
                   }
                   expect.push_back(kind == isa::PoolKind::Max ? to_bf16(m).bits
-                                                              : avg_bf16(sum, n).bits);
+                                                              : numerics::avg_bf16(sum, n).bits);
                 }
               }
         const std::vector<std::uint8_t> input = ub;

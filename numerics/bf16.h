@@ -1,5 +1,10 @@
 // bfloat16: the top 16 bits of an IEEE-754 binary32. Conversion from fp32 rounds to nearest,
-// ties to even, as the TPU's MXU input path does; NaN stays NaN (quiet).
+// ties to even, as the TPU's MXU input path does; subnormals round like any other value (no
+// flush to zero); NaN stays NaN, quieted, with its sign and top payload bits.
+//
+// The element type of every bf16 chip, so its names stay in namespace tpu, where code across
+// the tree spells them (tb/unit/numerics/bf16_test.cpp checks it against TensorFlow's, Eigen's
+// and PyTorch's published vectors).
 #pragma once
 
 #include <cstdint>
