@@ -35,6 +35,8 @@ isa::ActFunc act_func(ir::Act a) {
     case ir::Act::Sigmoid: return isa::ActFunc::Sigmoid;
     case ir::Act::Tanh: return isa::ActFunc::Tanh;
     case ir::Act::Softmax: return isa::ActFunc::Softmax;
+    case ir::Act::LeakyRelu:
+    case ir::Act::Elu: break;  // not Activate's (fuse_activations leaves them standalone)
   }
   return isa::ActFunc::None;
 }
@@ -414,6 +416,14 @@ class Compiler {
         {OpKind::Add, &Compiler::lower_add, false},
         {OpKind::Dropout, &Compiler::lower_unreachable, false},
         {OpKind::Constant, &Compiler::lower_constant, false},
+        {OpKind::DepthwiseConv2D, &Compiler::lower_weighted, false},
+        {OpKind::SeparableConv2D, &Compiler::lower_unreachable, false},
+        {OpKind::Concatenate, &Compiler::lower_unreachable, false},
+        {OpKind::Multiply, &Compiler::lower_unreachable, false},
+        {OpKind::Subtract, &Compiler::lower_unreachable, false},
+        {OpKind::PReLU, &Compiler::lower_unreachable, false},
+        {OpKind::Embedding, &Compiler::lower_unreachable, false},
+        {OpKind::LSTM, &Compiler::lower_unreachable, false},
     };
     return table;
   }
@@ -448,7 +458,7 @@ class Compiler {
     const Op& l = m_.ops[o.i];
     throw std::logic_error(
         fmt::format("{} ({}) reached the code generator; the rewrites fold or "
-                    "remove it",
+                    "remove it, or quantize refuses it",
                     l.name, ir::name_of(l.kind)));
   }
 
@@ -545,7 +555,7 @@ class Compiler {
     const nn::QuantizedLayer& ql = q_.layers[i];
     const WeightedPlan& p = tiling_.plans[i];
     const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols, M = cfg_.mxu.count;
-    const bool conv = l.kind == OpKind::Conv2D;
+    const bool conv = l.kind == OpKind::Conv2D || l.kind == OpKind::DepthwiseConv2D;
     const std::uint32_t e_out = size_of(ql.out_type);
     if (conv) {
       const nn::ConvInput ci = q_.conv_input(i);
@@ -591,12 +601,14 @@ class Compiler {
         next_mxu_ = (next_mxu_ + 1) % M;
         const std::uint32_t acc = (2 * m + parity_[m]) * part_.acc_slot;
         parity_[m] ^= 1;
+        bool first = true;  // the first tile multiplied overwrites the accumulators
         for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+          const std::uint64_t off = p.tile_off[std::size_t{j} * p.k_tiles + kt];
+          if (off == kNoTile) continue;
           const std::uint32_t kr = std::min(R, p.K - kt * R);
           const TileId t{i, j, kt};
           const bool swap = !(resident_[m] == t);
           if (swap) {
-            const std::uint64_t off = p.tile_off[std::size_t{j} * p.k_tiles + kt];
             isa::ReadWeights rw;
             rw.mxu = static_cast<std::uint8_t>(m);
             rw.source =
@@ -608,7 +620,8 @@ class Compiler {
           }
           isa::MatMul mm;
           mm.mxu = static_cast<std::uint8_t>(m);
-          mm.accumulate = kt > 0;
+          mm.accumulate = !first;
+          first = false;
           mm.swap_weights = swap;
           mm.window = conv;
           mm.dst = AccAddr(acc);
@@ -630,7 +643,11 @@ class Compiler {
         a.rows = rows;
         a.cols = static_cast<std::uint16_t>(nc);
         a.dst_stride = p.N * e_out;
-        a.func = row_softmax ? isa::ActFunc::None : act_func(l.activation);
+        // An int8 ReLU6 is the ReLU (quantize keeps 127 steps within 6, docs/quantization.md).
+        const bool int8_relu6 = ql.out_type == DType::Int8 && l.activation == ir::Act::Relu6;
+        a.func = row_softmax  ? isa::ActFunc::None
+                 : int8_relu6 ? isa::ActFunc::Relu
+                              : act_func(l.activation);
         a.out_type = ql.out_type;
         out.push_back(a);
         if (fuse_pool) {
@@ -686,10 +703,28 @@ bool has_lowering(ir::OpKind k) { return ir::find_entry(Compiler::lowerings(), k
 
 nn::QuantizedModel prepare(const ir::Graph& source, const nn::Weights& w, DType input_type,
                            std::uint32_t tile_rows, const float* calibration, std::size_t n_cal) {
-  const nn::Ranges ranges =
-      input_type == DType::Int8 ? nn::calibrate(source, w, calibration, n_cal) : nn::Ranges{};
   Module m = rewrite(source, w);
-  return nn::quantize(std::move(m.graph), m.weights, input_type, tile_rows, ranges);
+  nn::Calibration cal;
+  if (input_type == DType::Int8) {
+    // Each operation's ranges are those of the imported operation it stands for (origin,
+    // value_of), calibrated on the graph as the model gives it; one the rewrites made (a
+    // SeparableConv2D's depthwise half) calibrates on the rewritten graph.
+    const nn::Ranges src = nn::calibrate(source, w, calibration, n_cal);
+    const bool fresh = std::any_of(m.graph.ops.begin(), m.graph.ops.end(),
+                                   [](const ir::Op& op) { return op.value_of == ir::kNoOp; });
+    const nn::Ranges own =
+        fresh ? nn::calibrate(m.graph, m.weights, calibration, n_cal) : nn::Ranges{};
+    cal.input = src.input;
+    for (std::size_t i = 0; i < m.graph.ops.size(); ++i) {
+      const ir::Op& op = m.graph.ops[i];
+      const bool made = op.value_of == ir::kNoOp;
+      cal.value_lo.push_back(made ? own.lo[i] : src.lo[op.value_of]);
+      cal.value_hi.push_back(made ? own.hi[i] : src.hi[op.value_of]);
+      cal.out_lo.push_back(made ? own.lo[i] : src.lo[op.origin]);
+      cal.out_hi.push_back(made ? own.hi[i] : src.hi[op.origin]);
+    }
+  }
+  return nn::quantize(std::move(m.graph), m.weights, input_type, tile_rows, cal);
 }
 
 Program compile(const nn::QuantizedModel& q, const ir::Graph& source, const ChipConfig& cfg,

@@ -61,6 +61,12 @@ bool keeps_output(const Graph& g, std::size_t i, std::size_t replacement) {
 
 bool monotonic(Act a) { return a == Act::Relu || a == Act::Relu6 || a == Act::Linear; }
 
+// The functions Activate applies (isa::ActFunc); LeakyReLU and ELU run on their own.
+bool activate_has(Act a) {
+  return a == Act::Relu || a == Act::Relu6 || a == Act::Sigmoid || a == Act::Tanh ||
+         a == Act::Softmax;
+}
+
 }  // namespace
 
 Graph remove_identities(Graph g) {
@@ -96,6 +102,47 @@ Module start(const Graph& g, const nn::Weights& w) {
   for (std::size_t i = 0; i < m.graph.ops.size(); ++i)
     m.graph.ops[i].origin = m.graph.ops[i].value_of = i;
   return m;
+}
+
+void split_separable(Module& m) {
+  Graph& g = m.graph;
+  std::vector<Op> ops;
+  std::vector<nn::LayerWeights> weights;
+  std::vector<std::size_t> index(g.ops.size());
+  auto remap = [&](std::size_t p) { return p == kGraphInput ? p : index[p]; };
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
+    Op op = std::move(g.ops[i]);
+    nn::LayerWeights w = std::move(m.weights.layers[i]);
+    for (std::size_t& p : op.inputs) p = remap(p);
+    if (op.kind == OpKind::SeparableConv2D) {
+      Op dw = op;
+      dw.kind = OpKind::DepthwiseConv2D;
+      dw.name = op.name + "/depthwise";
+      dw.out.c = op.in.c * op.depth_multiplier;
+      dw.activation = Act::Linear;
+      dw.use_bias = false;
+      dw.value_of = kNoOp;  // a tensor the imported graph never had
+      nn::LayerWeights dww;
+      dww.kernel = std::move(w.kernel);
+      ops.push_back(std::move(dw));
+      weights.push_back(std::move(dww));
+      Op pw = std::move(op);
+      pw.kind = OpKind::Conv2D;
+      pw.inputs = {ops.size() - 1};
+      pw.in = ops.back().out;
+      pw.kernel_h = pw.kernel_w = pw.stride_h = pw.stride_w = 1;
+      pw.dilation_h = pw.dilation_w = 1;
+      pw.padding = ir::Padding::Valid;
+      w.kernel = std::move(w.pointwise);
+      w.pointwise.clear();
+      op = std::move(pw);
+    }
+    index[i] = ops.size();
+    ops.push_back(std::move(op));
+    weights.push_back(std::move(w));
+  }
+  g.ops = std::move(ops);
+  m.weights.layers = std::move(weights);
 }
 
 void fold_batch_norm(Module& m) {
@@ -135,7 +182,7 @@ void fuse_activations(Module& m) {
   Forward forward(g.ops.size());
   for (std::size_t i = 0; i < g.ops.size(); ++i) {
     const Op& act = g.ops[i];
-    if (act.kind != OpKind::Activation || act.activation == Act::Linear) continue;
+    if (act.kind != OpKind::Activation || !activate_has(act.activation)) continue;
     // Walk up through what commutes with the function, each step read by nothing else; an
     // activation fused already passes its input on.
     std::size_t j = act.inputs[0], reader = i;
@@ -180,7 +227,9 @@ void fold_zero_padding(Module& m) {
     const Op& zp = g.ops[i];
     if (zp.kind != OpKind::ZeroPadding2D || readers[i].empty()) continue;
     bool convs = true;
-    for (std::size_t r : readers[i]) convs = convs && g.ops[r].kind == OpKind::Conv2D;
+    for (std::size_t r : readers[i])
+      convs =
+          convs && (g.ops[r].kind == OpKind::Conv2D || g.ops[r].kind == OpKind::DepthwiseConv2D);
     if (!convs) continue;
     for (std::size_t r : readers[i]) {
       Op& conv = g.ops[r];
@@ -197,6 +246,7 @@ void fold_zero_padding(Module& m) {
 
 const std::vector<RewritePass>& rewrite_passes() {
   static const std::vector<RewritePass> passes = {
+      {"split-separable", split_separable},
       {"fold-batch-norm", fold_batch_norm},
       {"fuse-activations", fuse_activations},
       {"remove-linear-activations", remove_linear_activations},

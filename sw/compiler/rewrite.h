@@ -28,6 +28,12 @@ ir::Graph remove_identities(ir::Graph g);
 // Requires: identities removed. Guarantees: each operation's origin and value_of name itself.
 Module start(const ir::Graph& g, const nn::Weights& w);
 
+// Each SeparableConv2D becomes a DepthwiseConv2D "<name>/depthwise" (its depthwise kernel, no
+// bias, linear) and a 1x1 Conv2D under its own name (its pointwise kernel, bias and activation).
+// The depthwise half's tensor is new: its value_of is kNoOp (it calibrates on the rewritten
+// graph).
+void split_separable(Module& m);
+
 // Each BatchNormalization that follows a Conv2D or Dense with a linear activation, which nothing
 // else reads, is folded into its kernel and bias (per output channel c, inv = gamma[c] /
 // sqrt(moving_variance[c] + epsilon): W' = W * inv, b' = b * inv + beta[c] - moving_mean[c] * inv,
@@ -35,7 +41,8 @@ Module start(const ir::Graph& g, const nn::Weights& w);
 // BatchNormalization is refused (InputError naming it).
 void fold_batch_norm(Module& m);
 
-// Each non-linear Activation whose input is a Conv2D or Dense with a linear activation — directly
+// Each Activation that Activate can apply (ReLU, ReLU6, sigmoid, tanh, softmax) whose input is a
+// weighted operation with a linear activation — directly
 // or through views and, for monotonic functions (ReLU, ReLU6), max pools, each read by nothing
 // else — becomes that operation's activation and is removed (max pooling commutes with a
 // non-decreasing function exactly, also after rounding).
@@ -44,8 +51,8 @@ void fuse_activations(Module& m);
 // Each linear Activation is removed; its readers read its input.
 void remove_linear_activations(Module& m);
 
-// Each ZeroPadding2D that only Conv2D operations read is removed: they read its input with its
-// zeros added to their own (Padding::Explicit).
+// Each ZeroPadding2D that only Conv2D and DepthwiseConv2D operations read is removed: they read its
+// input with its zeros added to their own (Padding::Explicit).
 void fold_zero_padding(Module& m);
 
 struct RewritePass {

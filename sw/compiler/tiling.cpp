@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "hw/common/error.h"
 #include "sw/compiler/memory.h"
@@ -34,23 +35,40 @@ Tiling tile(const nn::QuantizedModel& q, const ChipConfig& cfg) {
         l.kind == ir::OpKind::Dense ? l.in.size() : std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c;
     if (K > std::numeric_limits<std::uint32_t>::max() || l.out.c > 65535)
       ir::refuse(g, l, fmt::format("K = {} and N = {} must fit 32 and 16 bits", K, l.out.c));
-    if (l.kind == ir::OpKind::Conv2D && K > 65535u + R)
+    const bool depthwise = l.kind == ir::OpKind::DepthwiseConv2D;
+    if (l.kind != ir::OpKind::Dense && K > 65535u + R)
       ir::refuse(g, l, fmt::format("a window of {} values exceeds the 16-bit k_first field", K));
     p.K = static_cast<std::uint32_t>(K);
     p.N = l.out.c;
     p.k_tiles = static_cast<std::uint32_t>(ceil_div(p.K, R));
     p.n_tiles = static_cast<std::uint32_t>(ceil_div(p.N, C));
+    // Element (k, n) of the K x N matrix the array multiplies by: the kernel's, or for a
+    // depthwise convolution its block-diagonal expansion (the kernel is [taps][cin * m]).
+    const std::uint32_t cin = l.in.c, m = l.depth_multiplier;
+    auto element = [&](std::uint32_t k, std::uint32_t n) -> std::optional<std::size_t> {
+      if (!depthwise) return std::size_t{k} * p.N + n;
+      if (n / m != k % cin) return std::nullopt;
+      return std::size_t{k / cin} * p.N + n;
+    };
     for (std::uint32_t j = 0; j < p.n_tiles; ++j)
       for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
         const std::uint32_t kr = std::min(R, p.K - kt * R), nc = std::min(C, p.N - j * C);
+        bool any = !depthwise;
+        for (std::uint32_t k = 0; k < kr && !any; ++k)
+          for (std::uint32_t n = 0; n < nc && !any; ++n)
+            any = element(kt * R + k, j * C + n).has_value();
+        if (!any) {
+          p.tile_off.push_back(kNoTile);
+          continue;
+        }
         p.tile_off.push_back(t.weights.size());
         for (std::uint32_t k = 0; k < kr; ++k)
           for (std::uint32_t n = 0; n < nc; ++n) {
-            const std::size_t src = (std::size_t{kt} * R + k) * p.N + j * C + n;
+            const auto src = element(kt * R + k, j * C + n);
             if (q.act_type == DType::Int8)
-              put(t.weights, ql.kernel_i8[src]);
+              put(t.weights, src ? ql.kernel_i8[*src] : std::int8_t{0});
             else
-              put(t.weights, ql.kernel_bf16[src]);
+              put(t.weights, src ? ql.kernel_bf16[*src] : std::uint16_t{0});
           }
         t.weights.resize(align(t.weights.size()));
       }

@@ -15,7 +15,13 @@ namespace tpu::compiler {
 inline constexpr std::uint64_t kParamRecordBytes = 12;  // isa::Activate: {bias, scale, shift}
 
 // One weighted operation: K rows (the window, or the flattened input) by N output channels, in
-// k_tiles x n_tiles tiles; tile (j, kt) holds rows kt*R.. and columns j*C.. (R x C the array).
+// k_tiles x n_tiles tiles; tile (j, kt) holds rows kt*R.. and columns j*C.. (R x C the array). A
+// DepthwiseConv2D is the convolution whose kernel is block-diagonal: row (p, ci) of window
+// position p and input channel ci holds channel ci's taps in columns ci*m .. ci*m + m - 1 only.
+// tile_off of a tile that holds only zeros (a DepthwiseConv2D's block-diagonal kernel away from
+// its diagonal): nothing is stored and nothing multiplies by it.
+inline constexpr std::uint64_t kNoTile = ~std::uint64_t{0};
+
 struct WeightedPlan {
   std::uint32_t K = 0, N = 0;
   std::uint32_t k_tiles = 0, n_tiles = 0;

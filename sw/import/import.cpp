@@ -1,6 +1,7 @@
 #include "sw/import/import.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -24,6 +25,7 @@ using ir::kClassArgument;
 using ir::kGraphInput;
 using ir::kInputsArgument;
 using ir::kMaxDim;
+using ir::kMaxEmbeddingRows;
 using ir::kMaxTensorElements;
 using ir::Op;
 using ir::OpKind;
@@ -60,6 +62,15 @@ const std::vector<std::string> kNoiseIgnored = {"trainable", "dtype", "noise_sha
 // Any class may carry the input shape Keras records on a model's first layer; it is checked
 // against the shape the loader resolves.
 const std::vector<std::string> kShapeKeys = {"batch_input_shape", "input_shape"};
+const std::vector<std::string> kDepthwiseIgnored = {"trainable",
+                                                    "dtype",
+                                                    "depthwise_initializer",
+                                                    "bias_initializer",
+                                                    "depthwise_regularizer",
+                                                    "bias_regularizer",
+                                                    "activity_regularizer",
+                                                    "depthwise_constraint",
+                                                    "bias_constraint"};
 
 const std::vector<ClassSpec>& class_specs() {
   static const std::vector<ClassSpec> specs = {
@@ -138,6 +149,50 @@ const std::vector<ClassSpec>& class_specs() {
       {"GaussianDropout", OpKind::Dropout, "gaussian_dropout", {"name", "rate"}, kNoiseIgnored},
       {"AlphaDropout", OpKind::Dropout, "alpha_dropout", {"name", "rate"}, kNoiseIgnored},
       {"GaussianNoise", OpKind::Dropout, "gaussian_noise", {"name", "stddev"}, kNoiseIgnored},
+      {"DepthwiseConv2D",
+       OpKind::DepthwiseConv2D,
+       "depthwise_conv2d",
+       {"name", "kernel_size", "strides", "padding", "depth_multiplier", "use_bias", "activation",
+        "data_format", "dilation_rate"},
+       kDepthwiseIgnored},
+      {"SeparableConv2D",
+       OpKind::SeparableConv2D,
+       "separable_conv2d",
+       {"name", "filters", "kernel_size", "strides", "padding", "depth_multiplier", "use_bias",
+        "activation", "data_format", "dilation_rate"},
+       {"trainable", "dtype", "depthwise_initializer", "pointwise_initializer", "bias_initializer",
+        "depthwise_regularizer", "pointwise_regularizer", "bias_regularizer",
+        "activity_regularizer", "depthwise_constraint", "pointwise_constraint", "bias_constraint"}},
+      {"Concatenate", OpKind::Concatenate, "concatenate", {"name", "axis"}, kBaseIgnored},
+      {"Multiply", OpKind::Multiply, "multiply", {"name"}, kBaseIgnored},
+      {"Subtract", OpKind::Subtract, "subtract", {"name"}, kBaseIgnored},
+      // Keras 2 names the slope `alpha`, Keras 3 `negative_slope`.
+      {"LeakyReLU",
+       OpKind::Activation,
+       "leaky_re_lu",
+       {"name", "alpha", "negative_slope"},
+       kBaseIgnored},
+      {"ELU", OpKind::Activation, "elu", {"name", "alpha"}, kBaseIgnored},
+      {"PReLU",
+       OpKind::PReLU,
+       "p_re_lu",
+       {"name", "shared_axes"},
+       {"trainable", "dtype", "alpha_initializer", "alpha_regularizer", "alpha_constraint"}},
+      {"Embedding",
+       OpKind::Embedding,
+       "embedding",
+       {"name", "input_dim", "output_dim", "input_length", "mask_zero"},
+       {"trainable", "dtype", "embeddings_initializer", "embeddings_regularizer",
+        "activity_regularizer", "embeddings_constraint", "sparse", "lora_rank"}},
+      {"LSTM",
+       OpKind::LSTM,
+       "lstm",
+       {"name", "units", "activation", "recurrent_activation", "use_bias", "return_sequences",
+        "return_state", "go_backwards", "stateful", "time_major", "dropout", "recurrent_dropout"},
+       {"trainable", "dtype", "kernel_initializer", "recurrent_initializer", "bias_initializer",
+        "unit_forget_bias", "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",
+        "activity_regularizer", "kernel_constraint", "recurrent_constraint", "bias_constraint",
+        "implementation", "unroll", "seed"}},
   };
   return specs;
 }
@@ -332,6 +387,7 @@ class Parser {
     }
     auto u = [](std::uint64_t x) { return static_cast<std::uint32_t>(x); };
     if (dims.size() == 3) return Shape{u(dims[0]), u(dims[1]), u(dims[2])};
+    if (dims.size() == 2) return Shape{1, u(dims[0]), u(dims[1])};  // a sequence [steps, features]
     if (dims.size() == 1) return Shape{1, 1, u(dims[0])};
     return std::nullopt;
   }
@@ -340,27 +396,42 @@ class Parser {
     // Keras serialises activation=None as "linear"; a null is read the same way.
     if (v.is_null()) return Act::Linear;
     static const std::vector<std::pair<std::string, Act>> acts = {
-        {"linear", Act::Linear},   {"relu", Act::Relu}, {"relu6", Act::Relu6},
-        {"sigmoid", Act::Sigmoid}, {"tanh", Act::Tanh}, {"softmax", Act::Softmax}};
+        {"linear", Act::Linear},   {"relu", Act::Relu},           {"relu6", Act::Relu6},
+        {"sigmoid", Act::Sigmoid}, {"tanh", Act::Tanh},           {"softmax", Act::Softmax},
+        {"elu", Act::Elu},         {"leaky_relu", Act::LeakyRelu}};
     if (v.is_string())
       for (const auto& [name, act] : acts)
         if (v.get<std::string>() == name) return act;
-    fail(ptr, v, "must be one of linear, relu, relu6, sigmoid, tanh, softmax");
+    fail(ptr, v, "must be one of linear, relu, relu6, sigmoid, tanh, softmax, elu, leaky_relu");
   }
 
   // Keras's ReLU layer: min(max(x, 0), max_value) with slope negative_slope below threshold.
-  // The chips' activations are relu (no max_value) and relu6 (max_value 6).
-  Act relu_layer(const json* max_value, const json* negative_slope, const json* threshold,
+  // The chips' activations are relu (no max_value), relu6 (max_value 6) and the leaky ReLU (no
+  // max_value).
+  Act relu_layer(Op& l, const json* max_value, const json* negative_slope, const json* threshold,
                  const std::string& cptr) const {
     auto zero = [](const json* v) { return !v || (v->is_number() && v->get<double>() == 0); };
-    if (!zero(negative_slope))
-      fail(cptr + "/negative_slope", *negative_slope,
-           "must be 0: a leaky ReLU is not an activation the chips have");
+    if (!zero(threshold))
+      fail(cptr + "/threshold", *threshold, "must be 0: the chips' ReLU thresholds at 0");
+    if (!zero(negative_slope)) {
+      if (max_value && !max_value->is_null())
+        fail(cptr + "/max_value", *max_value,
+             "must be null with a negative_slope: the chips' leaky ReLU has no maximum");
+      l.alpha = slope_value(*negative_slope, cptr + "/negative_slope");
+      return Act::LeakyRelu;
+    }
     if (!zero(threshold))
       fail(cptr + "/threshold", *threshold, "must be 0: the chips' ReLU thresholds at 0");
     if (!max_value || max_value->is_null()) return Act::Relu;
     if (max_value->is_number() && max_value->get<double>() == 6) return Act::Relu6;
     fail(cptr + "/max_value", *max_value, "must be null or 6: the chips' ReLUs are relu and relu6");
+  }
+
+  // A leaky ReLU's slope or an ELU's alpha: a finite number.
+  float slope_value(const json& v, const std::string& ptr) const {
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || std::fabs(v.get<double>()) > 1e6)
+      fail(ptr, v, "must be a finite number of magnitude at most 1e6");
+    return v.get<float>();
   }
 
   // Keras's Softmax layer, over the channels (the last axis).
@@ -589,6 +660,15 @@ class Parser {
         fail(ptr, cfg,
              fmt::format("kernel of {} x {} weights: more than {} elements", fan_in, l.filters,
                          kMaxTensorElements));
+      return;
+    }
+    for (const ir::ParamSpec& spec : ir::op_info(l.kind).params(l)) {
+      long double n = 1;  // wide: four 65536s overflow 64 bits
+      for (std::uint32_t d : spec.dims) n *= d;
+      if (n > static_cast<long double>(kMaxTensorElements))
+        fail(ptr, cfg,
+             fmt::format("{} of {} weights: more than {} elements", spec.suffix,
+                         fmt::join(spec.dims, " x "), kMaxTensorElements));
     }
   }
 
@@ -700,9 +780,8 @@ class Parser {
     // The layer's arguments; its shapes come from the operation table (ops.h) afterwards.
     if (const json* v = arg("data_format"); v && !v->is_null() && *v != "channels_last")
       fail(key_ptr("data_format"), *v, "must be \"channels_last\": activations are NHWC");
-    if (const json* v = arg("dilation_rate"); v && *v != 1 && *v != json::array({1, 1}))
-      fail(key_ptr("dilation_rate"), *v,
-           "must be 1 or [1, 1]: dilated convolutions are not supported");
+    if (const json* v = arg("dilation_rate"))
+      std::tie(l.dilation_h, l.dilation_w) = int_or_pair(*v, key_ptr("dilation_rate"));
     if (const json* v = arg("groups"); v && *v != 1)
       fail(key_ptr("groups"), *v, "must be 1: grouped convolutions are not supported");
     if (const json* v = arg("use_bias")) l.use_bias = bool_value(*v, key_ptr("use_bias"));
@@ -715,10 +794,16 @@ class Parser {
     static const json kDefaultPool = 2;  // pool_size=(2, 2)
     static const json kDefaultPad = 1;   // ZeroPadding2D's padding=(1, 1)
     switch (l.kind) {
-      case OpKind::Conv2D: {
-        const json& f =
-            require(cfg, cptr, "filters", fmt::format("an integer in [1, {}]", kMaxDim));
-        l.filters = uint_value(f, key_ptr("filters"), 1, kMaxDim);
+      case OpKind::Conv2D:
+      case OpKind::DepthwiseConv2D:
+      case OpKind::SeparableConv2D: {
+        if (l.kind != OpKind::DepthwiseConv2D) {
+          const json& f =
+              require(cfg, cptr, "filters", fmt::format("an integer in [1, {}]", kMaxDim));
+          l.filters = uint_value(f, key_ptr("filters"), 1, kMaxDim);
+        }
+        if (const json* v = arg("depth_multiplier"))
+          l.depth_multiplier = uint_value(*v, key_ptr("depth_multiplier"), 1, kMaxDim);
         const json& k = require(cfg, cptr, "kernel_size", "an integer or [rows, cols]");
         std::tie(l.kernel_h, l.kernel_w) = int_or_pair(k, key_ptr("kernel_size"));
         if (const json* v = arg("strides"))
@@ -737,12 +822,23 @@ class Parser {
         break;
       }
       case OpKind::Activation:
-        if (std::string_view(spec->class_name) == "ReLU")
+        if (std::string_view(spec->class_name) == "ReLU") {
           l.activation =
-              relu_layer(arg("max_value"), arg("negative_slope"), arg("threshold"), cptr);
-        else if (std::string_view(spec->class_name) == "Softmax")
+              relu_layer(l, arg("max_value"), arg("negative_slope"), arg("threshold"), cptr);
+        } else if (std::string_view(spec->class_name) == "LeakyReLU") {
+          // Keras's default slope: 0.3 (Keras 2's alpha), 0.2 (Keras 3's negative_slope).
+          l.activation = Act::LeakyRelu;
+          l.alpha = 0.3f;
+          if (const json* v = arg("alpha")) l.alpha = slope_value(*v, key_ptr("alpha"));
+          if (const json* v = arg("negative_slope"))
+            l.alpha = slope_value(*v, key_ptr("negative_slope"));
+        } else if (std::string_view(spec->class_name) == "ELU") {
+          l.activation = Act::Elu;
+          l.alpha = 1.0f;
+          if (const json* v = arg("alpha")) l.alpha = slope_value(*v, key_ptr("alpha"));
+        } else if (std::string_view(spec->class_name) == "Softmax")
           l.activation = softmax_layer(arg("axis"), cptr);
-        else
+        else if (std::string_view(spec->class_name) == "Activation")
           l.activation = activation_value(require(cfg, cptr, "activation", "an activation name"),
                                           key_ptr("activation"));
         break;
@@ -793,8 +889,49 @@ class Parser {
         }
         break;
       }
+      case OpKind::Concatenate:
+        if (const json* v = arg("axis"); v && !(*v == -1 || *v == 3))
+          fail(key_ptr("axis"), *v, "must be -1 or 3: tpusim concatenates along the channels");
+        break;
+      case OpKind::PReLU:
+        if (const json* v = arg("shared_axes");
+            v && !v->is_null() && *v != json::array({1, 2}) && *v != json::array({2, 1}))
+          fail(key_ptr("shared_axes"), *v,
+               "must be [1, 2] or null: one alpha per channel (null on a flat input)");
+        break;
+      case OpKind::Embedding: {
+        const json& n = require(cfg, cptr, "input_dim",
+                                fmt::format("an integer in [1, {}]", kMaxEmbeddingRows));
+        l.input_dim = uint_value(n, key_ptr("input_dim"), 1, kMaxEmbeddingRows);
+        const json& d =
+            require(cfg, cptr, "output_dim", fmt::format("an integer in [1, {}]", kMaxDim));
+        l.filters = uint_value(d, key_ptr("output_dim"), 1, kMaxDim);
+        if (const json* v = arg("mask_zero"); v && bool_value(*v, key_ptr("mask_zero")))
+          fail(key_ptr("mask_zero"), *v, "must be false: tpusim has no masks");
+        break;
+      }
+      case OpKind::LSTM: {
+        const json& u = require(cfg, cptr, "units", fmt::format("an integer in [1, {}]", kMaxDim));
+        l.filters = uint_value(u, key_ptr("units"), 1, kMaxDim);
+        if (!arg("activation")) l.activation = Act::Tanh;  // Keras's default
+        if (const json* v = arg("recurrent_activation"))
+          l.recurrent_activation = activation_value(*v, key_ptr("recurrent_activation"));
+        if (const json* v = arg("return_sequences"))
+          l.return_sequences = bool_value(*v, key_ptr("return_sequences"));
+        for (const char* key : {"return_state", "go_backwards", "stateful", "time_major"})
+          if (const json* v = arg(key); v && bool_value(*v, key_ptr(key)))
+            fail(key_ptr(key), *v, "must be false: tpusim's LSTM runs forward over one sequence");
+        // Dropout only acts in training: at inference the LSTM is the same either way.
+        for (const char* key : {"dropout", "recurrent_dropout"})
+          if (const json* v = arg(key);
+              v && (!v->is_number() || !(v->get<double>() >= 0) || !(v->get<double>() < 1)))
+            fail(key_ptr(key), *v, "must be a number in [0, 1)");
+        break;
+      }
       case OpKind::Flatten:
       case OpKind::Add:
+      case OpKind::Multiply:
+      case OpKind::Subtract:
       case OpKind::Constant: break;
     }
 

@@ -24,6 +24,8 @@ std::string_view name_of(Act a) {
     case Act::Sigmoid: return "sigmoid";
     case Act::Tanh: return "tanh";
     case Act::Softmax: return "softmax";
+    case Act::LeakyRelu: return "leaky_relu";
+    case Act::Elu: return "elu";
   }
   return "?";
 }

@@ -44,11 +44,31 @@ enum class OpKind {
   // A tensor the chip holds in off-chip memory, the same for every image, with seeded random
   // values: the input of a SCALE-Sim topology row, which does not read the previous row's output.
   Constant,
+  // Keras's DepthwiseConv2D: each input channel convolved with its own depth_multiplier filters;
+  // output channel c * depth_multiplier + j reads input channel c only.
+  DepthwiseConv2D,
+  // Keras's SeparableConv2D: a DepthwiseConv2D then a 1x1 Conv2D (pointwise) with the bias and
+  // activation; the compiler splits it into the two (rewrite.h).
+  SeparableConv2D,
+  // Keras's Concatenate along the channels (the last axis).
+  Concatenate,
+  // Keras's Multiply and Subtract: elementwise, like Add (Subtract takes exactly two inputs).
+  Multiply,
+  Subtract,
+  // Keras's PReLU: x > 0 ? x : alpha * x with a learned alpha per channel.
+  PReLU,
+  // Keras's Embedding: each of the input's token ids (a sequence of `in.c` ids) looked up in a
+  // table of input_dim rows of `filters` values; a 1 x T x filters sequence out.
+  Embedding,
+  // Keras's LSTM over a 1 x T x F sequence: units = filters, gates i, f, c, o in Keras's order;
+  // the last step's state (1 x 1 x units) or every step's (1 x T x units, return_sequences).
+  LSTM,
 };
 
 // Op::inputs entry for the graph's input (the images the host streams in).
 inline constexpr std::size_t kGraphInput = std::numeric_limits<std::size_t>::max();
-enum class Act { Linear, Relu, Relu6, Sigmoid, Tanh, Softmax };
+// LeakyRelu and Elu take Op::alpha (Keras's negative_slope and alpha).
+enum class Act { Linear, Relu, Relu6, Sigmoid, Tanh, Softmax, LeakyRelu, Elu };
 // Explicit: pad_top/bottom/left/right zeros around the input (a convolution that a ZeroPadding2D
 // was folded into; never read from a model file).
 enum class Padding { Valid, Same, Explicit };
@@ -57,7 +77,8 @@ inline constexpr std::size_t kNoOp = std::numeric_limits<std::size_t>::max();
 struct Op {
   std::string name;  // unique within the graph (Keras: "conv2d", "dense_1", ...)
   OpKind kind = OpKind::Flatten;
-  // Conv2D: filters, kernel, strides, padding, use_bias, activation.
+  // Conv2D (and DepthwiseConv2D, SeparableConv2D): filters, kernel, strides, padding, use_bias,
+  // activation.
   // Pooling: kernel (= pool_size), strides, padding (valid only on the chip).
   // Dense: filters (= units), use_bias, activation. Activation: activation.
   std::uint32_t filters = 0;
@@ -66,6 +87,18 @@ struct Op {
   Padding padding = Padding::Valid;
   bool use_bias = true;
   Act activation = Act::Linear;
+  // Conv2D, DepthwiseConv2D, SeparableConv2D: the distance between window taps.
+  std::uint32_t dilation_h = 1, dilation_w = 1;
+  // DepthwiseConv2D, SeparableConv2D: output channels per input channel.
+  std::uint32_t depth_multiplier = 1;
+  // Act::LeakyRelu's negative slope, Act::Elu's alpha.
+  float alpha = 0.0f;
+  // Embedding: rows of its table (Keras's input_dim; its output_dim is `filters`).
+  std::uint32_t input_dim = 0;
+  // LSTM: units = filters; `activation` (tanh) on the cell, recurrent_activation (sigmoid) on
+  // the gates; every step's output or the last.
+  Act recurrent_activation = Act::Sigmoid;
+  bool return_sequences = false;
   // Reshape: Keras's target_shape (per image, 1 to 3 dimensions, at most one -1).
   std::vector<std::int64_t> target_shape;
   // ZeroPadding2D, and Conv2D with Padding::Explicit: rows and columns of zeros added on each

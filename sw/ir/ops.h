@@ -21,6 +21,8 @@ namespace tpu::ir {
 // element counts (the weights file and the compiler use 32-bit dimensions).
 inline constexpr std::uint32_t kMaxDim = 65536;
 inline constexpr std::uint64_t kMaxTensorElements = std::uint64_t{1} << 31;
+// Rows of an Embedding table (token ids must fit the chip's int32 indices with room to spare).
+inline constexpr std::uint32_t kMaxEmbeddingRows = std::uint32_t{1} << 24;
 
 // Why a layer's output shape cannot be inferred: the argument at fault — a Keras argument name
 // ("kernel_size", "padding"), kInputsArgument for the inputs themselves or kClassArgument for
@@ -33,6 +35,40 @@ inline constexpr std::string_view kInputsArgument = "inbound_nodes";
 inline constexpr std::string_view kClassArgument = "class_name";
 
 using InferredShape = std::variant<Shape, ShapeProblem>;
+
+// A parameter tensor of an operation: the LayerWeights field that holds it (sw/nn/weights.h),
+// its name in the weights file (<operation name>/<suffix>, Keras's), its Keras shape, and how
+// random weights draw it.
+enum class Param {
+  Kernel,  // Conv2D / Dense kernel, DepthwiseConv2D's depthwise_kernel, Embedding's table
+  Bias,
+  Gamma,
+  Beta,
+  MovingMean,
+  MovingVariance,
+  PointwiseKernel,  // SeparableConv2D
+  RecurrentKernel,  // LSTM
+  Alpha,            // PReLU
+};
+enum class Init {
+  Glorot,  // Keras's glorot_uniform: U(-l, l), l = sqrt(6 / (fan_in + fan_out))
+  Zeros,
+  Ones,
+  Embedding,  // Keras's Embedding default: U(-0.05, 0.05)
+  LstmBias,   // zeros, the forget gate's quarter ones (Keras's unit_forget_bias)
+};
+struct ParamSpec {
+  Param param;
+  std::string_view suffix;
+  std::vector<std::uint32_t> dims;
+  Init init = Init::Zeros;
+  double fan_in = 0, fan_out = 0;  // Init::Glorot
+  [[nodiscard]] std::uint64_t elements() const {
+    std::uint64_t n = 1;
+    for (std::uint32_t d : dims) n *= d;
+    return n;
+  }
+};
 
 struct OpInfo {
   OpKind kind;
@@ -48,6 +84,8 @@ struct OpInfo {
   InferredShape (*infer)(const Op& l, const std::vector<Shape>& inputs);
   // Multiply-accumulates per image, shapes resolved.
   std::uint64_t (*macs)(const Op& l);
+  // Its parameter tensors, in the weights file's order, shapes resolved.
+  std::vector<ParamSpec> (*params)(const Op& l);
 };
 
 const OpInfo& op_info(OpKind k);
@@ -91,5 +129,8 @@ struct Pads {
   std::uint32_t top = 0, bottom = 0, left = 0, right = 0;
 };
 Pads window_pads(const Op& op);
+// The window's extent on the input with its dilation: (kernel - 1) * dilation + 1.
+std::uint32_t dilated_kernel_h(const Op& op);
+std::uint32_t dilated_kernel_w(const Op& op);
 
 }  // namespace tpu::ir

@@ -44,13 +44,15 @@ std::int8_t quantize_value(float x, float scale) {
 
 // An elementwise activation on fp32, as the numerics library defines it; Softmax is a row
 // function (numerics::softmax_row).
-float activate(Act a, float x) {
+float activate(Act a, float alpha, float x) {
   switch (a) {
     case Act::Linear: return x;
     case Act::Relu: return numerics::relu(x);
     case Act::Relu6: return numerics::relu6(x);
     case Act::Sigmoid: return numerics::sigmoid(x);
     case Act::Tanh: return numerics::tanh_act(x);
+    case Act::LeakyRelu: return numerics::leaky_relu(x, alpha);
+    case Act::Elu: return numerics::elu(x, alpha);
     case Act::Softmax: break;
   }
   return x;
@@ -125,7 +127,7 @@ Ranges calibrate(const Graph& g, const Weights& w, const float* images, std::siz
 }
 
 QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32_t tile_rows,
-                        const Ranges& ranges) {
+                        const Calibration& cal) {
   if (input_type != DType::Int8 && input_type != DType::Bf16)
     throw InputError("quantize: the MXU input type must be int8 or bf16");
   QuantizedModel q;
@@ -156,6 +158,8 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
   // 3. What the chip cannot run, named before anything is built.
   for (std::size_t i = 0; i < L; ++i) {
     const Op& l = m.ops[i];
+    const ChipSemantics& chip = ir::entry_for(chip_semantics(), l.kind, "chip semantics");
+    if (chip.unsupported) refuse(l, chip.unsupported);
     if (l.kind == OpKind::Activation && !(l.activation == Act::Relu || l.activation == Act::Linear))
       throw InputError(
           fmt::format("{}: layer {} ({} {}): the chip applies this activation only "
@@ -204,11 +208,11 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
   }
   // A class with a fixed member (the input, a constant) takes its scale; others cover the
   // largest range of their members, Add outputs included, so the sums do not saturate. A
-  // weighted operation's range is that of the float operation its value stands for (a folded
-  // BatchNormalization's) with its activation applied.
+  // weighted operation's range is that of its value (a folded BatchNormalization's output) with
+  // its activation applied.
   std::vector<float> class_range(L + 1, 0.0f);
   std::vector<std::optional<float>> class_fixed(L + 1);
-  class_fixed[sc.find(0)] = scale_for(ranges.input);
+  class_fixed[sc.find(0)] = scale_for(cal.input);
   for (std::size_t i = 0; i < L; ++i) {
     if (!q.computes(i) || input_type != DType::Int8) continue;
     const Op& l = m.ops[i];
@@ -223,12 +227,11 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
                "differ");
       class_fixed[root] = scale_for(r);
     } else if (l.has_weights() && !(final_float && i == last_weighted)) {
-      const std::size_t v = l.value_of;
       class_range[root] =
-          std::max(class_range[root], range_of(ranges.lo[v], ranges.hi[v], l.activation));
+          std::max(class_range[root], range_of(cal.value_lo[i], cal.value_hi[i], l.activation));
     } else if (l.kind == OpKind::Add) {
-      class_range[root] = std::max(class_range[root],
-                                   range_of(ranges.lo[l.origin], ranges.hi[l.origin], Act::Linear));
+      class_range[root] =
+          std::max(class_range[root], range_of(cal.out_lo[i], cal.out_hi[i], Act::Linear));
     }
   }
   auto scale_of_tensor = [&](std::size_t tensor) {
@@ -265,11 +268,19 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
                       "output)",
                       m.file, l.name));
     if (input_type == DType::Int8 && !out_float &&
-        !(l.activation == Act::Linear || l.activation == Act::Relu))
+        !(l.activation == Act::Linear || l.activation == Act::Relu || l.activation == Act::Relu6))
       throw InputError(
           fmt::format("{}: layer {}: activation {} on an int8 chip needs an fp32 "
                       "output; only the last layer gives one",
                       m.file, l.name, name_of(l.activation)));
+    // An int8 ReLU6 is the ReLU when 127 steps of the output scale stay within 6: the clamp at 6
+    // then never bites, and Activate's integer outputs have no other (docs/quantization.md).
+    if (input_type == DType::Int8 && !out_float && l.activation == Act::Relu6 &&
+        ql.out_scale * kInt8Max > 6.0f)
+      refuse(l, fmt::format("its ReLU6 output shares an int8 scale of {} (127 steps = {}) with "
+                            "wider tensors through an Add; the chip's int8 ReLU6 needs at most "
+                            "6 / 127",
+                            ql.out_scale, ql.out_scale * kInt8Max));
     const std::vector<float>& kernel = w.layers[i].kernel;
     std::vector<float> bias = w.layers[i].bias;
     bias.resize(cout, 0.0f);
@@ -336,6 +347,39 @@ std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* ima
 }
 
 namespace {
+
+// The vector unit's Activate of one pixel's accumulators into `out` at element o: int8 outputs
+// requantize (a ReLU6 there is the ReLU: quantize keeps its scale within 6 / 127), float outputs
+// scale, apply the activation (softmax across the row) and round to the output type.
+void activate_pixel(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
+                    const std::vector<std::int32_t>& acc_i, const std::vector<float>& acc_f,
+                    std::vector<float>& row, ChipTensor& out, std::size_t o) {
+  const std::uint32_t oc = l.out.c;
+  const Act f = l.activation;
+  if (ql.out_type == DType::Int8) {
+    for (std::uint32_t c = 0; c < oc; ++c) {
+      std::int8_t v = numerics::requantize(numerics::add_bias(acc_i[c], ql.bias_i32[c]),
+                                           ql.multiplier[c], ql.shift[c]);
+      if (f == Act::Relu || f == Act::Relu6) v = numerics::relu(v);
+      out.i8[o + c] = v;
+    }
+    return;
+  }
+  for (std::uint32_t c = 0; c < oc; ++c)
+    row[c] = q.act_type == DType::Int8
+                 ? numerics::scale_int(acc_i[c], ql.bias_i32[c], ql.scale_f32[c])
+                 : numerics::scale_float(acc_f[c], ql.bias_f32[c], ql.scale_f32[c]);
+  if (f == Act::Softmax)
+    numerics::softmax_row(row.data(), row.data(), oc);
+  else
+    for (auto& v : row) v = activate(f, l.alpha, v);
+  for (std::uint32_t c = 0; c < oc; ++c) {
+    if (ql.out_type == DType::Bf16)
+      out.bf[o + c] = to_bf16(row[c]).bits;
+    else
+      out.f32[o + c] = row[c];
+  }
+}
 
 // Conv2D and Dense in the chip's arithmetic. A Dense layer is a 1x1 "convolution" of a 1x1
 // image whose channels are the flattened input: the same loop covers both.
@@ -419,31 +463,69 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
           }
         }
         // 3. The vector unit's Activate.
-        const std::size_t o = ((b * oh + oy) * ow + ox) * oc;
-        const Act f = l.activation;
-        if (ql.out_type == DType::Int8) {
-          for (std::uint32_t c = 0; c < oc; ++c) {
-            std::int8_t v = numerics::requantize(numerics::add_bias(acc_i[c], ql.bias_i32[c]),
-                                                 ql.multiplier[c], ql.shift[c]);
-            if (f == Act::Relu) v = numerics::relu(v);
-            out.i8[o + c] = v;
+        activate_pixel(q, l, ql, acc_i, acc_f, row, out, ((b * oh + oy) * ow + ox) * oc);
+      }
+}
+
+// DepthwiseConv2D on the MXU (docs/quantization.md): the convolution whose kh*kw*cin x cin*m
+// kernel is block-diagonal — row k = p * cin + ci (window position p, input channel ci) holds
+// channel ci's taps in its own m columns and zeros elsewhere. int8 sums are exact. bf16 runs K in
+// tiles of `tile_rows` rows, each summed from +0 in row order, then added into the accumulator;
+// a zero weight adds +-0 to a partial sum that is never -0 and a zero tile adds +0, so output
+// channel co = ci * m + j sums only channel ci's taps, grouped by the tile their row falls in
+// (finite activations: an infinite one times a zero weight would be NaN on the array).
+void depthwise_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
+                     const ConvInput& geometry, const ChipTensor& in, ChipTensor& out,
+                     std::size_t n) {
+  const std::uint32_t ih = geometry.shape.h, iw = geometry.shape.w, ic = geometry.shape.c;
+  const std::uint32_t m = l.depth_multiplier, oh = l.out.h, ow = l.out.w, oc = l.out.c;
+  const std::uint32_t taps = l.kernel_h * l.kernel_w;
+  const std::uint64_t tile = q.tile_rows;
+  out.type = ql.out_type;
+  resize(out, n * std::uint64_t{oh} * ow * oc);
+  std::vector<std::int32_t> acc_i(oc);
+  std::vector<float> acc_f(oc), row(oc);
+  std::vector<std::int64_t> src(taps);  // per tap, the input pixel's first element, or -1
+  for (std::size_t b = 0; b < n; ++b)
+    for (std::uint32_t oy = 0; oy < oh; ++oy)
+      for (std::uint32_t ox = 0; ox < ow; ++ox) {
+        for (std::uint32_t p = 0; p < taps; ++p) {
+          const std::int64_t y = std::int64_t{oy} * l.stride_h +
+                                 std::int64_t{p / l.kernel_w} * l.dilation_h - geometry.pad_top;
+          const std::int64_t x = std::int64_t{ox} * l.stride_w +
+                                 std::int64_t{p % l.kernel_w} * l.dilation_w - geometry.pad_left;
+          const bool inside = y >= 0 && y < ih && x >= 0 && x < iw;
+          src[p] = inside ? static_cast<std::int64_t>(((b * ih + y) * iw + x) * ic) : -1;
+        }
+        for (std::uint32_t co = 0; co < oc; ++co) {
+          const std::uint32_t ci = co / m;
+          if (q.act_type == DType::Int8) {
+            std::uint32_t acc = 0;  // wraps like the chip's int32 accumulator
+            for (std::uint32_t p = 0; p < taps; ++p)
+              if (src[p] >= 0)
+                acc += static_cast<std::uint32_t>(
+                    std::int32_t{in.i8[static_cast<std::size_t>(src[p]) + ci]} *
+                    ql.kernel_i8[std::size_t{p} * oc + co]);
+            acc_i[co] = static_cast<std::int32_t>(acc);
+            continue;
           }
-          continue;
+          float acc = 0.0f, psum = 0.0f;
+          std::uint64_t current = 0;
+          for (std::uint32_t p = 0; p < taps; ++p) {
+            const std::uint64_t t = (std::uint64_t{p} * ic + ci) / tile;
+            if (t != current) {
+              acc = acc + psum;
+              psum = 0.0f;
+              current = t;
+            }
+            const float xv =
+                src[p] >= 0 ? value_at(in, static_cast<std::size_t>(src[p]) + ci) : 0.0f;
+            if (xv == 0.0f) continue;
+            psum += xv * to_float(Bf16{ql.kernel_bf16[std::size_t{p} * oc + co]});
+          }
+          acc_f[co] = acc + psum;
         }
-        for (std::uint32_t c = 0; c < oc; ++c)
-          row[c] = q.act_type == DType::Int8
-                       ? numerics::scale_int(acc_i[c], ql.bias_i32[c], ql.scale_f32[c])
-                       : numerics::scale_float(acc_f[c], ql.bias_f32[c], ql.scale_f32[c]);
-        if (f == Act::Softmax)
-          numerics::softmax_row(row.data(), row.data(), oc);
-        else
-          for (auto& v : row) v = activate(f, v);
-        for (std::uint32_t c = 0; c < oc; ++c) {
-          if (ql.out_type == DType::Bf16)
-            out.bf[o + c] = to_bf16(row[c]).bits;
-          else
-            out.f32[o + c] = row[c];
-        }
+        activate_pixel(q, l, ql, acc_i, acc_f, row, out, ((b * oh + oy) * ow + ox) * oc);
       }
 }
 
@@ -499,6 +581,9 @@ namespace {
 
 void run_conv(const ChipArgs& a) {
   weighted_layer(a.q, a.l, a.ql, a.q.conv_input(a.i), *a.in[0], a.out, a.n);
+}
+void run_depthwise(const ChipArgs& a) {
+  depthwise_layer(a.q, a.l, a.ql, a.q.conv_input(a.i), *a.in[0], a.out, a.n);
 }
 void run_dense(const ChipArgs& a) {
   weighted_layer(a.q, a.l, a.ql, ConvInput{}, *a.in[0], a.out, a.n);
@@ -575,6 +660,9 @@ void not_computed(const ChipArgs& a) {
 
 }  // namespace
 
+// Kinds the importers read and the float reference computes, whose lowering is not written yet.
+constexpr const char* kNotYet = "tpusim does not lower this layer to the chips yet";
+
 const std::vector<ChipSemantics>& chip_semantics() {
   static const std::vector<ChipSemantics> table = {
       {OpKind::Conv2D, run_conv, ScaleRule::Own},
@@ -592,6 +680,14 @@ const std::vector<ChipSemantics>& chip_semantics() {
       {OpKind::Add, run_add, ScaleRule::Joined},
       {OpKind::Dropout, not_computed, ScaleRule::Input},
       {OpKind::Constant, run_constant, ScaleRule::Own},
+      {OpKind::DepthwiseConv2D, run_depthwise, ScaleRule::Own},
+      {OpKind::SeparableConv2D, not_computed, ScaleRule::Own},
+      {OpKind::Concatenate, nullptr, ScaleRule::Joined, kNotYet},
+      {OpKind::Multiply, nullptr, ScaleRule::Own, kNotYet},
+      {OpKind::Subtract, nullptr, ScaleRule::Joined, kNotYet},
+      {OpKind::PReLU, nullptr, ScaleRule::Own, kNotYet},
+      {OpKind::Embedding, nullptr, ScaleRule::Own, kNotYet},
+      {OpKind::LSTM, nullptr, ScaleRule::Own, kNotYet},
   };
   return table;
 }

@@ -87,12 +87,18 @@ struct QuantizedModel {
 // first calibration_images(g) of the n images (floats, NHWC): one float pass.
 Ranges calibrate(const ir::Graph& g, const Weights& w, const float* images, std::size_t n);
 
+// Per operation of the graph quantize builds: the float range of its value before its activation
+// and of its output over the calibration images, and the largest |x| of the images (int8 only).
+struct Calibration {
+  float input = 0.0f;
+  std::vector<float> value_lo, value_hi, out_lo, out_hi;
+};
+
 // Builds the quantized model of the rewritten graph `g` with parameters `w` for a chip whose MXU
-// takes `input_type` in tiles of `tile_rows`. int8 scales come from `ranges`, taken over the graph
-// that g's operations' origin and value_of name (unused for bf16). Throws InputError naming the
-// operation the chip cannot run.
+// takes `input_type` in tiles of `tile_rows`; int8 scales come from `cal` (unused for bf16).
+// Throws InputError naming the operation the chip cannot run.
 QuantizedModel quantize(ir::Graph g, const Weights& w, DType input_type, std::uint32_t tile_rows,
-                        const Ranges& ranges);
+                        const Calibration& cal);
 
 // How an operation's int8 output scale follows from its operands' (docs/quantization.md): its
 // own (weighted operations, constants), one scale shared with all its operands (Add: the vector
@@ -108,6 +114,7 @@ struct ChipSemantics {
   ir::OpKind kind;
   void (*run)(const ChipArgs&);
   ScaleRule scale;
+  const char* unsupported = nullptr;  // why the chips cannot run it, when they cannot
 };
 const std::vector<ChipSemantics>& chip_semantics();
 

@@ -119,8 +119,35 @@ void window_all(const Window& w, const float* bias, float* out) {
   for (; co < w.cout; co += kLane) window_block<kLane / 4>(w, co, bias, out);
 }
 
+// A window with dilation: every tap on its own, in the window order (ky, kx, ci) as the
+// contiguous path sums them; taps outside the image are zeros and add nothing.
+void conv2d_dilated(const Op& l, const Packed& p, const float* in, float* out) {
+  const ir::Pads pads = ir::window_pads(l);
+  const std::int64_t ih = l.in.h, iw = l.in.w;
+  const std::uint32_t cin = l.in.c;
+  for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
+    for (std::uint32_t ox = 0; ox < l.out.w; ++ox) {
+      float* o = out + (std::size_t{oy} * l.out.w + ox) * p.cout_padded;
+      for (std::uint32_t co = 0; co < p.cout_padded; ++co) o[co] = 0.0f;
+      for (std::uint32_t ky = 0; ky < l.kernel_h; ++ky)
+        for (std::uint32_t kx = 0; kx < l.kernel_w; ++kx) {
+          const std::int64_t y = std::int64_t{oy} * l.stride_h + ky * l.dilation_h - pads.top;
+          const std::int64_t x = std::int64_t{ox} * l.stride_w + kx * l.dilation_w - pads.left;
+          if (y < 0 || y >= ih || x < 0 || x >= iw) continue;
+          const float* v = in + (y * iw + x) * cin;
+          const float* k =
+              p.kernel.data() + (std::size_t{ky} * l.kernel_w + kx) * cin * p.cout_padded;
+          for (std::uint32_t ci = 0; ci < cin; ++ci)
+            for (std::uint32_t co = 0; co < p.cout_padded; ++co)
+              o[co] += v[ci] * k[std::size_t{ci} * p.cout_padded + co];
+        }
+      for (std::uint32_t co = 0; co < p.cout_padded; ++co) o[co] += p.bias[co];
+    }
+}
+
 // `out` holds out.h x out.w x cout_padded floats.
 void conv2d(const Op& l, const Packed& p, const float* in, float* out) {
+  if (l.dilation_h != 1 || l.dilation_w != 1) return conv2d_dilated(l, p, in, out);
   // TensorFlow's SAME padding (tf.nn.convolution): the smaller half of the total before.
   const ir::Pads pads = ir::window_pads(l);
   const std::int64_t pt = pads.top, pl = pads.left;
@@ -196,7 +223,7 @@ void pool(const Op& l, const float* in, float* out) {
 
 // Keras activations; softmax runs over the channels of each pixel (Keras: the last axis) and
 // subtracts the maximum first so exp never overflows.
-void activate(Act a, std::size_t pixels, std::uint32_t c, float* v) {
+void activate(Act a, float alpha, std::size_t pixels, std::uint32_t c, float* v) {
   const std::size_t n = pixels * c;
   switch (a) {
     case Act::Linear: return;
@@ -214,6 +241,12 @@ void activate(Act a, std::size_t pixels, std::uint32_t c, float* v) {
       return;
     case Act::Tanh:
       for (std::size_t i = 0; i < n; ++i) v[i] = std::tanh(v[i]);
+      return;
+    case Act::LeakyRelu:
+      for (std::size_t i = 0; i < n; ++i) v[i] = v[i] > 0.0f ? v[i] : alpha * v[i];
+      return;
+    case Act::Elu:
+      for (std::size_t i = 0; i < n; ++i) v[i] = v[i] > 0.0f ? v[i] : alpha * std::expm1(v[i]);
       return;
     case Act::Softmax:
       for (std::size_t p = 0; p < pixels; ++p) {
@@ -269,6 +302,7 @@ namespace {
 struct Prepared {
   Packed packed;
   std::vector<float> constant;
+  std::vector<ir::Shape> input_shapes;  // Concatenate
 };
 
 // One image's output of `l` (NHWC floats; a weighted operation's `out` holds its padded channel
@@ -293,7 +327,7 @@ void run_weighted(const FloatArgs& a) {
   if (p.cout_padded != p.cout)
     for (std::size_t px = 0; px < pixels; ++px)
       std::copy_n(a.out + px * p.cout_padded, p.cout, a.out + px * p.cout);
-  activate(l.activation, pixels, l.out.c, a.out);
+  activate(l.activation, l.alpha, pixels, l.out.c, a.out);
 }
 
 // A pooling whose window is the whole image.
@@ -306,7 +340,7 @@ void run_global_pool(const FloatArgs& a) {
 
 void run_activation(const FloatArgs& a) {
   std::copy_n(a.in[0], a.l.out.size(), a.out);
-  activate(a.l.activation, std::size_t{a.l.out.h} * a.l.out.w, a.l.out.c, a.out);
+  activate(a.l.activation, a.l.alpha, std::size_t{a.l.out.h} * a.l.out.w, a.l.out.c, a.out);
 }
 
 // NHWC is already (h, w, c) order in memory: a view changes only the shape.
@@ -316,6 +350,130 @@ void run_add(const FloatArgs& a) {
   std::copy_n(a.in[0], a.l.out.size(), a.out);
   for (std::size_t k = 1; k < a.in.size(); ++k)
     combine(a.l.out.size(), a.out, a.in[k], [](auto p, auto q) { return p + q; });
+}
+
+// Keras's DepthwiseConv2D: output channel c * m + j sums input channel c's window times
+// kernel[ky][kx][c][j], then its bias.
+void depthwise(const Op& l, const std::vector<float>& kernel, const std::vector<float>& bias,
+               const float* in, float* out) {
+  const ir::Pads pads = ir::window_pads(l);
+  const std::int64_t ih = l.in.h, iw = l.in.w;
+  const std::uint32_t cin = l.in.c, m = l.depth_multiplier, cout = cin * m;
+  for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
+    for (std::uint32_t ox = 0; ox < l.out.w; ++ox) {
+      float* o = out + (std::size_t{oy} * l.out.w + ox) * cout;
+      std::fill(o, o + cout, 0.0f);
+      for (std::uint32_t ky = 0; ky < l.kernel_h; ++ky)
+        for (std::uint32_t kx = 0; kx < l.kernel_w; ++kx) {
+          const std::int64_t y = std::int64_t{oy} * l.stride_h + ky * l.dilation_h - pads.top;
+          const std::int64_t x = std::int64_t{ox} * l.stride_w + kx * l.dilation_w - pads.left;
+          if (y < 0 || y >= ih || x < 0 || x >= iw) continue;
+          const float* v = in + (y * iw + x) * cin;
+          const float* k = kernel.data() + (std::size_t{ky} * l.kernel_w + kx) * cout;
+          for (std::uint32_t co = 0; co < cout; ++co) o[co] += v[co / m] * k[co];
+        }
+      if (!bias.empty())
+        for (std::uint32_t co = 0; co < cout; ++co) o[co] += bias[co];
+    }
+}
+
+void run_depthwise(const FloatArgs& a) {
+  const Op& l = a.l;
+  depthwise(l, a.w.kernel, a.w.bias, a.in[0], a.out);
+  activate(l.activation, l.alpha, std::size_t{l.out.h} * l.out.w, l.out.c, a.out);
+}
+
+// Keras's SeparableConv2D: the depthwise convolution (no bias), then the pointwise 1x1
+// convolution with the bias and the activation.
+void run_separable(const FloatArgs& a) {
+  const Op& l = a.l;
+  Op dw = l;
+  dw.out.c = l.in.c * l.depth_multiplier;
+  const std::size_t pixels = std::size_t{l.out.h} * l.out.w;
+  std::vector<float> mid(pixels * dw.out.c);
+  depthwise(dw, a.w.kernel, {}, a.in[0], mid.data());
+  const std::uint32_t cm = dw.out.c, cout = l.out.c;
+  for (std::size_t px = 0; px < pixels; ++px)
+    for (std::uint32_t co = 0; co < cout; ++co) {
+      float acc = 0.0f;
+      for (std::uint32_t ci = 0; ci < cm; ++ci)
+        acc += mid[px * cm + ci] * a.w.pointwise[std::size_t{ci} * cout + co];
+      a.out[px * cout + co] = acc + (a.w.bias.empty() ? 0.0f : a.w.bias[co]);
+    }
+  activate(l.activation, l.alpha, pixels, cout, a.out);
+}
+
+// Channels of each pixel: input 0's, then input 1's, ...
+void run_concatenate(const FloatArgs& a, const std::vector<ir::Shape>& shapes) {
+  const std::size_t pixels = std::size_t{a.l.out.h} * a.l.out.w;
+  for (std::size_t px = 0; px < pixels; ++px) {
+    float* o = a.out + px * a.l.out.c;
+    for (std::size_t k = 0; k < a.in.size(); ++k) {
+      o = std::copy_n(a.in[k] + px * shapes[k].c, shapes[k].c, o);
+    }
+  }
+}
+
+template <class F>
+void run_elementwise(const FloatArgs& a, F f) {
+  std::copy_n(a.in[0], a.l.out.size(), a.out);
+  for (std::size_t k = 1; k < a.in.size(); ++k)
+    for (std::size_t e = 0; e < a.l.out.size(); ++e) a.out[e] = f(a.out[e], a.in[k][e]);
+}
+
+void run_prelu(const FloatArgs& a) {
+  const std::uint32_t c = a.l.out.c;
+  for (std::size_t e = 0; e < a.l.out.size(); ++e) {
+    const float x = a.in[0][e];
+    a.out[e] = x > 0.0f ? x : a.w.alpha[e % c] * x;
+  }
+}
+
+// Token ids as Keras reads them (a cast to int, truncating); one outside the table is an error.
+void run_embedding(const FloatArgs& a) {
+  const std::uint32_t steps = a.l.in.c, d = a.l.filters;
+  for (std::uint32_t t = 0; t < steps; ++t) {
+    const float x = a.in[0][t];
+    if (!(x >= 0.0f && x < static_cast<float>(a.l.input_dim)))
+      throw InputError(
+          fmt::format("layer {} (Embedding): token id {} at step {} is outside its "
+                      "table of {} rows",
+                      a.l.name, x, t, a.l.input_dim));
+    const auto id = static_cast<std::size_t>(x);
+    std::copy_n(a.w.kernel.data() + id * d, d, a.out + std::size_t{t} * d);
+  }
+}
+
+float apply(Act f, float alpha, float x) {
+  activate(f, alpha, 1, 1, &x);
+  return x;
+}
+
+// Keras's LSTM cell (gates i, f, c, o in that order of the 4 * units columns):
+//   z = x_t W + h_{t-1} U + b;  i, f, o = rec(z_i), rec(z_f), rec(z_o);  g = act(z_c)
+//   c_t = f * c_{t-1} + i * g;  h_t = o * act(c_t)
+void run_lstm(const FloatArgs& a) {
+  const Op& l = a.l;
+  const std::uint32_t steps = l.in.w, feats = l.in.c, u = l.filters, g4 = 4 * u;
+  std::vector<float> h(u, 0.0f), c(u, 0.0f), z(g4);
+  for (std::uint32_t t = 0; t < steps; ++t) {
+    const float* x = a.in[0] + std::size_t{t} * feats;
+    for (std::uint32_t j = 0; j < g4; ++j) z[j] = a.w.bias.empty() ? 0.0f : a.w.bias[j];
+    for (std::uint32_t k = 0; k < feats; ++k)
+      for (std::uint32_t j = 0; j < g4; ++j) z[j] += x[k] * a.w.kernel[std::size_t{k} * g4 + j];
+    for (std::uint32_t k = 0; k < u; ++k)
+      for (std::uint32_t j = 0; j < g4; ++j) z[j] += h[k] * a.w.recurrent[std::size_t{k} * g4 + j];
+    for (std::uint32_t j = 0; j < u; ++j) {
+      const float ig = apply(l.recurrent_activation, 0.0f, z[j]);
+      const float fg = apply(l.recurrent_activation, 0.0f, z[u + j]);
+      const float gg = apply(l.activation, l.alpha, z[2 * u + j]);
+      const float og = apply(l.recurrent_activation, 0.0f, z[3 * u + j]);
+      c[j] = fg * c[j] + ig * gg;
+      h[j] = og * apply(l.activation, l.alpha, c[j]);
+    }
+    if (l.return_sequences) std::copy(h.begin(), h.end(), a.out + std::size_t{t} * u);
+  }
+  if (!l.return_sequences) std::copy(h.begin(), h.end(), a.out);
 }
 
 // The float semantics of each operation kind: the network as Keras computes it.
@@ -339,6 +497,16 @@ const std::vector<FloatSemantics> kFloatSemantics = {
     {OpKind::Dropout, [](const FloatArgs&) { throw std::logic_error(ir::kIdentityRemoved); }},
     {OpKind::Constant,
      [](const FloatArgs& a) { std::copy(a.p.constant.begin(), a.p.constant.end(), a.out); }},
+    {OpKind::DepthwiseConv2D, run_depthwise},
+    {OpKind::SeparableConv2D, run_separable},
+    {OpKind::Concatenate, [](const FloatArgs& a) { run_concatenate(a, a.p.input_shapes); }},
+    {OpKind::Multiply,
+     [](const FloatArgs& a) { run_elementwise(a, [](float x, float y) { return x * y; }); }},
+    {OpKind::Subtract,
+     [](const FloatArgs& a) { run_elementwise(a, [](float x, float y) { return x - y; }); }},
+    {OpKind::PReLU, run_prelu},
+    {OpKind::Embedding, run_embedding},
+    {OpKind::LSTM, run_lstm},
 };
 
 }  // namespace
@@ -355,10 +523,13 @@ std::vector<float> forward_float(const Graph& m, const Weights& w, const float* 
   for (std::size_t i = 0; i < L; ++i) {
     const Op& l = m.ops[i];
     semantics[i] = &ir::entry_for(kFloatSemantics, l.kind, "float semantics");
-    if (l.has_weights()) prepared[i].packed = pack(l, w.layers[i]);
-    const std::size_t c = l.has_weights() ? prepared[i].packed.cout_padded : l.out.c;
+    if (l.kind == OpKind::Conv2D || l.kind == OpKind::Dense)
+      prepared[i].packed = pack(l, w.layers[i]);
+    const std::size_t c = prepared[i].packed.cout_padded ? prepared[i].packed.cout_padded : l.out.c;
     out[i].resize(std::size_t{l.out.h} * l.out.w * c);
     if (l.kind == OpKind::Constant) prepared[i].constant = constant_values(l);
+    for (std::size_t p : l.inputs)
+      prepared[i].input_shapes.push_back(p == kGraphInput ? m.input : m.ops[p].out);
   }
   const Shape out_shape = m.output();
   std::vector<float> result(n * out_shape.size());

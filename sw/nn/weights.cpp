@@ -17,6 +17,7 @@
 #include "hw/common/error.h"
 #include "hw/common/input_file.h"
 #include "sw/io/output.h"
+#include "sw/ir/ops.h"
 
 namespace tpu::nn {
 using ir::Act;
@@ -34,65 +35,63 @@ constexpr std::uint32_t kVersion = 1;
 constexpr std::uint32_t kMaxNameBytes = 256;
 constexpr std::uint32_t kMaxRank = 4;
 
-enum class Role { Kernel, Bias, Gamma, Beta, MovingMean, MovingVariance };
-
 // What the model expects of one tensor.
 struct Expected {
   std::size_t layer = 0;
-  Role role = Role::Kernel;
-  std::vector<std::uint32_t> dims;
-  [[nodiscard]] std::uint64_t elements() const {
-    std::uint64_t n = 1;
-    for (std::uint32_t d : dims) n *= d;
-    return n;
-  }
+  ir::ParamSpec spec;
 };
 
-// Keras's shapes: Conv2D kernel [kh, kw, cin, cout], Dense kernel [in, units], bias [units].
-std::vector<std::uint32_t> kernel_dims(const Op& l) {
-  if (l.kind == OpKind::Conv2D) return {l.kernel_h, l.kernel_w, l.in.c, l.out.c};
-  return {static_cast<std::uint32_t>(l.in.size()), l.out.c};
-}
-
-// Tensors in the order save_weights writes them: model order, kernel before bias; Keras's
-// BatchNormalization order gamma, beta, moving_mean, moving_variance.
+// Tensors in the order save_weights writes them: model order, each operation's in its table's
+// order (kernel before bias; Keras's BatchNormalization order gamma, beta, moving_mean,
+// moving_variance).
 std::vector<std::pair<std::string, Expected>> expected_tensors(const Graph& m) {
   std::vector<std::pair<std::string, Expected>> out;
   for (std::size_t i = 0; i < m.ops.size(); ++i) {
     const Op& l = m.ops[i];
-    if (l.kind == OpKind::BatchNormalization) {
-      const std::vector<std::uint32_t> c = {l.out.c};
-      if (l.scale) out.push_back({l.name + "/gamma", Expected{i, Role::Gamma, c}});
-      if (l.use_bias) out.push_back({l.name + "/beta", Expected{i, Role::Beta, c}});
-      out.push_back({l.name + "/moving_mean", Expected{i, Role::MovingMean, c}});
-      out.push_back({l.name + "/moving_variance", Expected{i, Role::MovingVariance, c}});
-      continue;
-    }
-    if (!l.has_weights()) continue;
-    out.push_back({l.name + "/kernel", Expected{i, Role::Kernel, kernel_dims(l)}});
-    if (l.use_bias) out.push_back({l.name + "/bias", Expected{i, Role::Bias, {l.out.c}}});
+    for (ir::ParamSpec& spec : ir::op_info(l.kind).params(l))
+      out.push_back({l.name + "/" + std::string(spec.suffix), Expected{i, std::move(spec)}});
   }
   return out;
 }
 
 // LW is LayerWeights or const LayerWeights.
 template <class LW>
-auto& tensor_of(LW& w, Role r) {
-  switch (r) {
-    case Role::Kernel: return w.kernel;
-    case Role::Bias: return w.bias;
-    case Role::Gamma: return w.gamma;
-    case Role::Beta: return w.beta;
-    case Role::MovingMean: return w.moving_mean;
-    case Role::MovingVariance: return w.moving_variance;
+auto& tensor_of(LW& w, ir::Param p) {
+  switch (p) {
+    case ir::Param::Kernel: return w.kernel;
+    case ir::Param::Bias: return w.bias;
+    case ir::Param::Gamma: return w.gamma;
+    case ir::Param::Beta: return w.beta;
+    case ir::Param::MovingMean: return w.moving_mean;
+    case ir::Param::MovingVariance: return w.moving_variance;
+    case ir::Param::PointwiseKernel: return w.pointwise;
+    case ir::Param::RecurrentKernel: return w.recurrent;
+    case ir::Param::Alpha: return w.alpha;
   }
   return w.kernel;
 }
 
-// Keras's defaults for the BatchNormalization tensors a layer without scale or center omits.
-void fill_bn_defaults(const Graph& m, Weights& w) {
+std::string_view param_name(ir::Param p) {
+  switch (p) {
+    case ir::Param::Kernel: return "kernel";
+    case ir::Param::Bias: return "bias";
+    case ir::Param::Gamma: return "gamma";
+    case ir::Param::Beta: return "beta";
+    case ir::Param::MovingMean: return "moving_mean";
+    case ir::Param::MovingVariance: return "moving_variance";
+    case ir::Param::PointwiseKernel: return "pointwise_kernel";
+    case ir::Param::RecurrentKernel: return "recurrent_kernel";
+    case ir::Param::Alpha: return "alpha";
+  }
+  return "?";
+}
+
+// What a file may omit: a weighted layer without bias gets zeros, and Keras's defaults for the
+// BatchNormalization tensors a layer without scale or center omits.
+void fill_defaults(const Graph& m, Weights& w) {
   for (std::size_t i = 0; i < m.ops.size(); ++i) {
     const Op& l = m.ops[i];
+    if (l.has_weights() && !l.use_bias) w.layers[i].bias.assign(l.out.c, 0.0f);
     if (l.kind != OpKind::BatchNormalization) continue;
     if (!l.scale) w.layers[i].gamma.assign(l.out.c, 1.0f);
     if (!l.use_bias) w.layers[i].beta.assign(l.out.c, 0.0f);
@@ -191,61 +190,67 @@ void check_weights(const Graph& m, const Weights& w) {
   for (std::size_t i = 0; i < m.ops.size(); ++i) {
     const Op& l = m.ops[i];
     const LayerWeights& lw = w.layers[i];
+    LayerWeights expected;  // each field sized as the operation needs it
+    for (const ir::ParamSpec& spec : ir::op_info(l.kind).params(l))
+      tensor_of(expected, spec.param).resize(static_cast<std::size_t>(spec.elements()));
+    // Defaults the file may omit: a weighted layer's missing bias is zeros, a normalisation's
+    // missing gamma ones and beta zeros (fill_defaults).
+    const bool weighted = l.has_weights();
+    if (weighted && !l.use_bias && lw.bias.empty()) expected.bias.clear();
+    if (weighted && !l.use_bias && !lw.bias.empty()) expected.bias.resize(l.out.c);
     if (l.kind == OpKind::BatchNormalization) {
-      for (const auto* v : {&lw.gamma, &lw.beta, &lw.moving_mean, &lw.moving_variance})
-        if (v->size() != l.out.c)
-          throw InputError(
-              fmt::format("{}: layer {} (BatchNormalization) needs {} values per "
-                          "parameter, the weights hold {}",
-                          m.file, l.name, l.out.c, v->size()));
-      continue;
+      expected.gamma.resize(l.out.c);
+      expected.beta.resize(l.out.c);
     }
-    const std::uint64_t kernel =
-        l.has_weights() ? Expected{i, Role::Kernel, kernel_dims(l)}.elements() : 0;
-    const std::uint64_t bias = l.has_weights() ? l.out.c : 0;
-    // A layer without bias may carry no bias or its zeros (LayerWeights).
-    const bool bias_ok = lw.bias.size() == bias || (!l.use_bias && lw.bias.empty());
-    if (lw.kernel.size() != kernel || !bias_ok)
-      throw InputError(fmt::format(
-          "{}: layer {} ({}) needs {} kernel and {} bias values, the "
-          "weights hold {} and {}",
-          m.file, l.name, name_of(l.kind), kernel, bias, lw.kernel.size(), lw.bias.size()));
+    for (ir::Param p : {ir::Param::Kernel, ir::Param::Bias, ir::Param::Gamma, ir::Param::Beta,
+                        ir::Param::MovingMean, ir::Param::MovingVariance,
+                        ir::Param::PointwiseKernel, ir::Param::RecurrentKernel, ir::Param::Alpha})
+      if (tensor_of(lw, p).size() != tensor_of(expected, p).size())
+        throw InputError(
+            fmt::format("{}: layer {} ({}) needs {} values of parameter {}, the weights hold {}",
+                        m.file, l.name, name_of(l.kind), tensor_of(expected, p).size(),
+                        param_name(p), tensor_of(lw, p).size()));
   }
 }
 
 Weights random_weights(const Graph& m, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
+  // The top 53 bits as a double in [0, 1): the same numbers on every platform, unlike
+  // std::uniform_real_distribution whose algorithm the standard leaves open.
+  auto uniform = [&](double limit) {
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    return static_cast<float>(limit * (2.0 * u - 1.0));
+  };
   Weights w;
   w.layers.resize(m.ops.size());
   for (std::size_t i = 0; i < m.ops.size(); ++i) {
     const Op& l = m.ops[i];
-    if (l.kind == OpKind::BatchNormalization) {
-      LayerWeights& bn = w.layers[i];
-      bn.gamma.assign(l.out.c, 1.0f);
-      bn.beta.assign(l.out.c, 0.0f);
-      bn.moving_mean.assign(l.out.c, 0.0f);
-      bn.moving_variance.assign(l.out.c, 1.0f);
-      continue;
-    }
-    if (!l.has_weights()) continue;
-    // Glorot & Bengio 2010 (Keras's glorot_uniform): U(-limit, limit) with
-    // limit = sqrt(6 / (fan_in + fan_out)); a convolution's fans count its receptive field.
-    const double receptive =
-        l.kind == OpKind::Conv2D ? static_cast<double>(l.kernel_h) * l.kernel_w : 1.0;
-    const double fan_in = l.kind == OpKind::Conv2D ? receptive * l.in.c : double(l.in.size());
-    const double fan_out = receptive * l.out.c;
-    const double limit = std::sqrt(6.0 / (fan_in + fan_out));
     LayerWeights& lw = w.layers[i];
-    lw.kernel.resize(
-        static_cast<std::size_t>(Expected{i, Role::Kernel, kernel_dims(l)}.elements()));
-    for (float& x : lw.kernel) {
-      // The top 53 bits as a double in [0, 1): the same numbers on every platform, unlike
-      // std::uniform_real_distribution whose algorithm the standard leaves open.
-      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-      x = static_cast<float>(limit * (2.0 * u - 1.0));
+    for (const ir::ParamSpec& spec : ir::op_info(l.kind).params(l)) {
+      std::vector<float>& t = tensor_of(lw, spec.param);
+      t.resize(static_cast<std::size_t>(spec.elements()));
+      switch (spec.init) {
+        case ir::Init::Glorot: {
+          // Glorot & Bengio 2010 (Keras's glorot_uniform): U(-limit, limit) with
+          // limit = sqrt(6 / (fan_in + fan_out)); a convolution's fans count its receptive field.
+          const double limit = std::sqrt(6.0 / (spec.fan_in + spec.fan_out));
+          for (float& x : t) x = uniform(limit);
+          break;
+        }
+        case ir::Init::Embedding:
+          for (float& x : t) x = uniform(0.05);
+          break;
+        case ir::Init::Zeros: std::fill(t.begin(), t.end(), 0.0f); break;
+        case ir::Init::Ones: std::fill(t.begin(), t.end(), 1.0f); break;
+        case ir::Init::LstmBias:
+          // Gates i, f, c, o: the forget gate's quarter starts at 1 (Jozefowicz et al. 2015).
+          for (std::size_t k = 0; k < t.size(); ++k)
+            t[k] = k >= t.size() / 4 && k < t.size() / 2 ? 1.0f : 0.0f;
+          break;
+      }
     }
-    lw.bias.assign(l.out.c, 0.0f);
   }
+  fill_defaults(m, w);
   return w;
 }
 
@@ -301,23 +306,23 @@ Weights load_weights(const std::string& path, const Graph& m) {
       throw InputError(
           fmt::format("{}: tensor \"{}\": rank {} (must be 1 to {}; layer {} ({}) "
                       "expects shape {})",
-                      path, name, rank, kMaxRank, l.name, name_of(l.kind), show_dims(e.dims)));
+                      path, name, rank, kMaxRank, l.name, name_of(l.kind), show_dims(e.spec.dims)));
     std::vector<std::uint32_t> dims(rank);
     for (std::uint32_t d = 0; d < rank; ++d)
       dims[d] = in.u32(fmt::format("tensor \"{}\"'s dimension {}", name, d));
-    if (dims != e.dims)
+    if (dims != e.spec.dims)
       throw InputError(fmt::format("{}: tensor \"{}\": shape {}, layer {} ({}) expects {}", path,
                                    name, show_dims(dims), l.name, name_of(l.kind),
-                                   show_dims(e.dims)));
+                                   show_dims(e.spec.dims)));
 
     // The shape equals the model's, so the allocation is bounded by the model, and the bytes are
     // known to be in the file before it is made.
-    const std::uint64_t n = e.elements();
+    const std::uint64_t n = e.spec.elements();
     const std::string data_what = fmt::format("tensor \"{}\"'s {} fp32 values", name, n);
     in.require(n * 4, data_what);
     std::vector<std::uint8_t> raw(static_cast<std::size_t>(n * 4));
     in.read(raw.data(), raw.size(), data_what);
-    std::vector<float>& dst = tensor_of(w.layers[e.layer], e.role);
+    std::vector<float>& dst = tensor_of(w.layers[e.layer], e.spec.param);
     dst.resize(static_cast<std::size_t>(n));
     for (std::size_t k = 0; k < dst.size(); ++k) {
       const std::uint32_t bits = get_u32(raw.data() + 4 * k);
@@ -327,7 +332,7 @@ Weights load_weights(const std::string& path, const Graph& m) {
       if (!std::isfinite(dst[k]))
         throw InputError(fmt::format("{}: tensor \"{}\": value {} is {} (weights must be finite)",
                                      path, name, k, dst[k]));
-      if (e.role == Role::MovingVariance && dst[k] < 0)
+      if (e.spec.param == ir::Param::MovingVariance && dst[k] < 0)
         throw InputError(fmt::format("{}: tensor \"{}\": value {} is {} (a variance must be >= 0)",
                                      path, name, k, dst[k]));
     }
@@ -335,9 +340,7 @@ Weights load_weights(const std::string& path, const Graph& m) {
   if (in.remaining() != 0)
     throw InputError(fmt::format("{}: {} bytes after the last tensor (offset {})", path,
                                  in.remaining(), in.pos()));
-  for (std::size_t i = 0; i < m.ops.size(); ++i)
-    if (m.ops[i].has_weights() && !m.ops[i].use_bias) w.layers[i].bias.assign(m.ops[i].out.c, 0.0f);
-  fill_bn_defaults(m, w);
+  fill_defaults(m, w);
   return w;
 }
 
@@ -353,9 +356,9 @@ std::string weights_bytes(const Graph& m, const Weights& w) {
   for (const auto& [name, e] : expected) {
     put(static_cast<std::uint32_t>(name.size()));
     bytes += name;
-    put(static_cast<std::uint32_t>(e.dims.size()));
-    for (std::uint32_t d : e.dims) put(d);
-    const std::vector<float>& src = tensor_of(w.layers[e.layer], e.role);
+    put(static_cast<std::uint32_t>(e.spec.dims.size()));
+    for (std::uint32_t d : e.spec.dims) put(d);
+    const std::vector<float>& src = tensor_of(w.layers[e.layer], e.spec.param);
     for (float f : src) put(float_bits(f));
   }
   return bytes;

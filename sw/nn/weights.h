@@ -11,11 +11,18 @@
 
 namespace tpu::nn {
 
+// One operation's parameters, each in Keras's layout (the operation table's ParamSpec, ir/ops.h).
 struct LayerWeights {
-  std::vector<float> kernel;  // Conv2D [kh][kw][cin][cout]; Dense [in][out]
-  std::vector<float> bias;    // [cout]; zeros when the layer has no bias
+  // Conv2D [kh][kw][cin][cout]; Dense [in][out]; DepthwiseConv2D / SeparableConv2D
+  // [kh][kw][cin][multiplier]; Embedding [input_dim][output_dim]; LSTM [features][4 units].
+  std::vector<float> kernel;
+  // [cout] (LSTM [4 units]); zeros when a weighted layer has no bias.
+  std::vector<float> bias;
   // BatchNormalization, [channels] each; gamma ones without `scale`, beta zeros without `center`.
   std::vector<float> gamma, beta, moving_mean, moving_variance;
+  std::vector<float> pointwise;  // SeparableConv2D [1][1][cin * multiplier][filters]
+  std::vector<float> recurrent;  // LSTM [units][4 units]
+  std::vector<float> alpha;      // PReLU, per channel
 };
 
 // One entry per model layer (empty for layers without weights).

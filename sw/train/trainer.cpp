@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <type_traits>
 
 #if defined(__SSE__)
@@ -252,6 +253,8 @@ void activate(Act a, std::size_t pixels, std::size_t c, float* v) {
     case Act::Tanh:
       for (std::size_t i = 0; i < n; ++i) v[i] = std::tanh(v[i]);
       return;
+    case Act::LeakyRelu:
+    case Act::Elu: throw std::logic_error("the trainer refuses leaky_relu and elu layers");
     case Act::Softmax:
       for (std::size_t p = 0; p < pixels; ++p) {
         float* x = v + p * c;
@@ -284,6 +287,8 @@ void activate_backward(Act a, std::size_t pixels, std::size_t c, const float* y,
     case Act::Tanh:
       for (std::size_t i = 0; i < n; ++i) d[i] *= 1.0f - y[i] * y[i];
       return;
+    case Act::LeakyRelu:
+    case Act::Elu: throw std::logic_error("the trainer refuses leaky_relu and elu layers");
     case Act::Softmax:
       // dx_i = y_i (d_i - sum_j d_j y_j)
       for (std::size_t p = 0; p < pixels; ++p) {
@@ -677,6 +682,11 @@ class Network {
                         "Conv2D, MaxPooling2D, AveragePooling2D, Activation, Flatten, "
                         "Reshape and Dense layers",
                         m.file, l.name, ir::name_of(l.kind)));
+      if (l.activation == Act::LeakyRelu || l.activation == Act::Elu)
+        throw InputError(
+            fmt::format("{}: layer {}: the trainer's activations are linear, relu, "
+                        "relu6, sigmoid, tanh and softmax",
+                        m.file, l.name));
     }
     bool ok = w.layers.size() == m.ops.size();
     for (std::size_t i = 0; ok && i < m.ops.size(); ++i) {

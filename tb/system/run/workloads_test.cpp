@@ -221,6 +221,28 @@ TEST(TopologyRun, ScaleSimConvolutionRowsEachReadTheirOwnInputFromOffChipMemory)
 }
 TEST(TopologyRun, ScaleSimGemmRowsRunOnBf16) { run_topology("v3", "scalesim_gemm.csv"); }
 
+// Depthwise convolutions (multiplier 2 with a BatchNormalization and a ReLU6 after it; stride 2
+// behind a ZeroPadding2D) and a SeparableConv2D beside a 1x1 convolution, into an Add: the MXU
+// multiplies the block-diagonal kernel, the reference sums each channel's taps tile by tile.
+TEST(DepthwiseRun, DepthwiseAndSeparableConvolutionsAreBitExactOnInt8) {
+  run_exact("depthwise_mix.json", 16, "v1");
+}
+TEST(DepthwiseRun, DepthwiseAndSeparableConvolutionsAreBitExactOnBf16) {
+  run_exact("depthwise_mix.json", 16, "v3");
+}
+
+// MobileNetV2 as keras.applications builds it (configs/models/mobilenet_v2.py): 17 inverted
+// residual blocks of depthwise convolutions, ReLU6 and linear bottlenecks.
+void run_mobilenet(const std::string& chip) {
+  const sim::RunOptions o = options("configs/models/mobilenet_v2.json", 2);
+  const ordered_json r = sim::run_workload(shipped(chip), o);
+  expect_exact_with_rows(r, importers::load_model(o.model));
+  EXPECT_LT(r["totals"]["utilization"].get<double>(), 0.5)
+      << "utilization counts the network's MACs, not the zeros of a depthwise kernel";
+}
+TEST(MobileNetV2, RunsBitExactOnInt8) { run_mobilenet("v1"); }
+TEST(MobileNetV2, RunsBitExactOnBf16) { run_mobilenet("v3"); }
+
 TEST(Refusals, ALayerTheChipCannotRunStopsTheRunWithItsName) {
   sim::RunOptions o = options("tb/system/run/data/keras_functional.json", 2);
   const std::string path = std::string(TPUSIM_BINARY_DIR) + "/sigmoid_mid_network.json";

@@ -125,6 +125,44 @@ TEST(Tiling, RefusesWeightsLargerThanOffChipMemory) {
   }
 }
 
+TEST(Tiling, ADepthwiseKernelIsBlockDiagonalAndItsZeroTilesAreNotStored) {
+  ChipConfig cfg = load_chip_config(kChips + "v1.json");
+  cfg.mxu.rows = cfg.mxu.cols = 8;    // small tiles: several of them, some all zero
+  const std::uint32_t C = 16, m = 1;  // each 8-row tile holds 8 channels of one position
+  const ir::Graph g =
+      graph(json::array({layer("DepthwiseConv2D",
+                               {{"name", "dw"}, {"kernel_size", 3}, {"depth_multiplier", m}})}),
+            json{6, 6, C});
+  const nn::QuantizedModel q = quantized(g, cfg);
+  const Tiling t = tile(q, cfg);
+  const WeightedPlan& p = t.plans[0];
+  const std::uint32_t R = cfg.mxu.rows, N = C * m;
+  EXPECT_EQ(p.K, 9 * C);
+  EXPECT_EQ(p.N, N);
+  std::size_t stored = 0;
+  for (std::uint32_t j = 0; j < p.n_tiles; ++j)
+    for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+      const std::uint64_t off = p.tile_off[j * p.k_tiles + kt];
+      bool diagonal = false;  // does the tile cross the block diagonal?
+      for (std::uint32_t k = kt * R; k < std::min(p.K, kt * R + R); ++k)
+        for (std::uint32_t n = j * R; n < std::min(N, j * R + R); ++n)
+          diagonal = diagonal || n / m == k % C;
+      EXPECT_EQ(off != kNoTile, diagonal) << "tile " << j << "," << kt;
+      if (off == kNoTile) continue;
+      ++stored;
+      const std::uint32_t kr = std::min(R, p.K - kt * R), nc = std::min(R, N - j * R);
+      for (std::uint32_t k = 0; k < kr; ++k)
+        for (std::uint32_t n = 0; n < nc; ++n) {
+          const std::uint32_t row = kt * R + k, col = j * R + n;
+          const auto v = static_cast<std::int8_t>(t.weights[off + k * nc + n]);
+          const std::int8_t want =
+              col / m == row % C ? q.layers[0].kernel_i8[(row / C) * N + col] : 0;
+          EXPECT_EQ(v, want) << row << "," << col;
+        }
+    }
+  EXPECT_LT(stored, p.tile_off.size()) << "some tiles hold only zeros";
+}
+
 TEST(Lifetimes, ATensorLivesUntilItsLastReaderInTheSchedule) {
   const ChipConfig cfg = load_chip_config(kChips + "v3.json");
   // a -> b -> sum(a, b): a is read last by the Add, b too; the Add is the output.

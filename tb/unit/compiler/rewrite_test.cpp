@@ -138,8 +138,11 @@ TEST(ActivationLayers, ReluAndSoftmaxLayersReadAsTheActivationTheyStandFor) {
     }
     return std::string("(no InputError)");
   };
-  EXPECT_THAT(error(layer("ReLU", {{"negative_slope", 0.1}})),
-              HasSubstr("/layers/0/config/negative_slope = 0.1 (must be 0: a leaky ReLU"));
+  const Op leaky = parse(layer("ReLU", {{"negative_slope", 0.25}}));
+  EXPECT_EQ(leaky.activation, Act::LeakyRelu);
+  EXPECT_EQ(leaky.alpha, 0.25f);
+  EXPECT_THAT(error(layer("ReLU", {{"negative_slope", 0.1}, {"max_value", 6}})),
+              HasSubstr("/layers/0/config/max_value = 6 (must be null with a negative_slope"));
   EXPECT_THAT(error(layer("ReLU", {{"max_value", 1.0}})),
               HasSubstr("/layers/0/config/max_value = 1.0 (must be null or 6"));
   EXPECT_THAT(error(layer("ReLU", {{"threshold", 0.5}})), HasSubstr("/layers/0/config/threshold"));
@@ -285,13 +288,54 @@ TEST(FoldZeroPadding, KeepsAPaddingThatAPoolReads) {
   EXPECT_EQ(m.graph.ops[1].padding, Padding::Valid);
 }
 
+TEST(SplitSeparable, BecomesADepthwiseThenAPointwiseConvolutionUnderItsOwnName) {
+  const Graph g = functional(json::array({layer("SeparableConv2D",
+                                                {{"name", "sep"},
+                                                 {"filters", 5},
+                                                 {"kernel_size", 3},
+                                                 {"depth_multiplier", 2},
+                                                 {"padding", "same"},
+                                                 {"activation", "relu"}},
+                                                {"in"})}));
+  const nn::Weights w = nn::random_weights(g, 4);
+  const Module m = rewrite(g, w);
+  ASSERT_EQ(names(m.graph), (std::vector<std::string>{"sep/depthwise", "sep"}));
+  const Op& dw = m.graph.ops[0];
+  const Op& pw = m.graph.ops[1];
+  EXPECT_EQ(dw.kind, OpKind::DepthwiseConv2D);
+  EXPECT_EQ(dw.out, (Shape{6, 6, 4}));
+  EXPECT_EQ(dw.activation, Act::Linear);
+  EXPECT_FALSE(dw.use_bias);
+  EXPECT_EQ(dw.value_of, ir::kNoOp) << "a tensor the model never had calibrates on its own";
+  EXPECT_EQ(dw.origin, 0u);
+  EXPECT_EQ(pw.kind, OpKind::Conv2D);
+  EXPECT_EQ(pw.inputs, std::vector<std::size_t>{0});
+  EXPECT_EQ(pw.kernel_h, 1u);
+  EXPECT_EQ(pw.activation, Act::Relu);
+  EXPECT_EQ(pw.out, g.ops[0].out);
+  EXPECT_EQ(m.weights.layers[0].kernel, w.layers[0].kernel);
+  EXPECT_EQ(m.weights.layers[1].kernel, w.layers[0].pointwise);
+  EXPECT_EQ(m.weights.layers[1].bias, w.layers[0].bias);
+}
+
+TEST(FoldZeroPadding, DepthwiseConvolutionsTakeThePaddingToo) {
+  const Graph g = functional(json::array(
+      {layer("ZeroPadding2D", {{"name", "pad"}, {"padding", json{{0, 1}, {0, 1}}}}, {"in"}),
+       layer("DepthwiseConv2D", {{"name", "dw"}, {"kernel_size", 3}, {"strides", 2}}, {"pad"})}));
+  const Module m = rewritten(g);
+  ASSERT_EQ(names(m.graph), std::vector<std::string>{"dw"});
+  EXPECT_EQ(m.graph.ops[0].pad_bottom, 1u);
+  EXPECT_EQ(m.graph.ops[0].out, g.ops[1].out);
+}
+
 TEST(Rewrite, RunsThePassesInTheirDocumentedOrderAndShowsEach) {
   const Graph g = functional(json::array({conv("c", "in")}));
   std::vector<std::string> seen;
   rewrite(g, nn::random_weights(g, 1),
           [&](std::string_view pass, const Module&) { seen.emplace_back(pass); });
-  EXPECT_EQ(seen, (std::vector<std::string>{"fold-batch-norm", "fuse-activations",
-                                            "remove-linear-activations", "fold-zero-padding"}));
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"split-separable", "fold-batch-norm", "fuse-activations",
+                                      "remove-linear-activations", "fold-zero-padding"}));
 }
 
 }  // namespace

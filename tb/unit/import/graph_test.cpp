@@ -226,15 +226,15 @@ TEST(KerasJson, UnsupportedLayersAndGraphsAreRefusedByName) {
 TEST(KerasJson, EveryUnsupportedLayerIsNamedInOneMessage) {
   const json doc = json::parse(R"({"class_name": "Sequential", "config": {"name": "m", "layers": [
       {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 4, 8]}},
-      {"class_name": "LSTM", "config": {"name": "lstm", "units": 8}},
+      {"class_name": "GRU", "config": {"name": "gru", "units": 8}},
       {"class_name": "Dense", "config": {"name": "d", "units": 8}},
       {"class_name": "Conv1D", "config": {"name": "c1", "filters": 2}},
       {"class_name": "Dense", "config": {"units": 2}},
-      {"class_name": "Concatenate", "config": {"axis": -1}}]}})");
+      {"class_name": "Conv3D", "config": {"filters": 2}}]}})");
   const std::string e = error_of(doc);
   EXPECT_THAT(e, AllOf(HasSubstr("test.json: /config/layers/1/class_name: 3 layers cannot run: "
-                                 "/config/layers/1 LSTM (lstm), /config/layers/3 Conv1D (c1), "
-                                 "/config/layers/5 Concatenate"),
+                                 "/config/layers/1 GRU (gru), /config/layers/3 Conv1D (c1), "
+                                 "/config/layers/5 Conv3D"),
                        HasSubstr("tpusim supports InputLayer, Conv2D")));
   // The known layers between them are not the subject of the message.
   EXPECT_THAT(e, ::testing::Not(HasSubstr("(d)")));

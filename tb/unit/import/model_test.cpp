@@ -320,8 +320,8 @@ std::vector<BadCase> bad_cases() {
        {"/layers/0/config/data_format", "channels_last"}},
       {"dilation",
        model_doc(json::array(
-           {layer("Conv2D", {{"filters", 1}, {"kernel_size", 3}, {"dilation_rate", 2}})})),
-       {"/layers/0/config/dilation_rate", "1 or [1, 1]"}},
+           {layer("Conv2D", {{"filters", 1}, {"kernel_size", 3}, {"dilation_rate", 0}})})),
+       {"/layers/0/config/dilation_rate", "= 0"}},
       {"groups",
        model_doc(
            json::array({layer("Conv2D", {{"filters", 2}, {"kernel_size", 3}, {"groups", 2}})})),

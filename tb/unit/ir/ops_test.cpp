@@ -49,7 +49,15 @@ TEST(OpTable, EveryLayerKindHasExactlyOneEntryAndItsKerasName) {
                                    OpKind::GlobalMaxPooling2D,
                                    OpKind::Add,
                                    OpKind::Dropout,
-                                   OpKind::Constant};
+                                   OpKind::Constant,
+                                   OpKind::DepthwiseConv2D,
+                                   OpKind::SeparableConv2D,
+                                   OpKind::Concatenate,
+                                   OpKind::Multiply,
+                                   OpKind::Subtract,
+                                   OpKind::PReLU,
+                                   OpKind::Embedding,
+                                   OpKind::LSTM};
   EXPECT_EQ(op_infos().size(), all.size());
   std::set<std::string_view> names;
   for (OpKind k : all) {

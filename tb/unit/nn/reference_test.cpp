@@ -56,7 +56,7 @@ std::int64_t tf_pad_top(std::uint32_t in, std::uint32_t out, std::uint32_t k, st
   return total / 2;
 }
 
-void naive_activation(Act a, Tensor& t) {
+void naive_activation(Act a, double l_alpha, Tensor& t) {
   for (std::uint32_t px = 0; px < t.h * t.w; ++px) {
     double* x = &t.v[px * t.c];
     if (a == Act::Softmax) {
@@ -72,6 +72,8 @@ void naive_activation(Act a, Tensor& t) {
         case Act::Relu6: x[i] = std::min(6.0, x[i] > 0 ? x[i] : 0); break;
         case Act::Sigmoid: x[i] = 1 / (1 + std::exp(-x[i])); break;
         case Act::Tanh: x[i] = std::tanh(x[i]); break;
+        case Act::LeakyRelu: x[i] = x[i] > 0 ? x[i] : l_alpha * x[i]; break;
+        case Act::Elu: x[i] = x[i] > 0 ? x[i] : l_alpha * std::expm1(x[i]); break;
         case Act::Softmax: break;
       }
     }
@@ -106,7 +108,7 @@ std::vector<double> naive_forward(const Graph& m, const Weights& wts, const floa
                 }
               o.at(oy, ox, co) = s;
             }
-        naive_activation(l.activation, o);
+        naive_activation(l.activation, l.alpha, o);
         break;
       case OpKind::MaxPooling2D:
       case OpKind::AveragePooling2D:
@@ -129,7 +131,7 @@ std::vector<double> naive_forward(const Graph& m, const Weights& wts, const floa
         break;
       case OpKind::Activation:
         o.v = t.v;
-        naive_activation(l.activation, o);
+        naive_activation(l.activation, l.alpha, o);
         break;
       case OpKind::Flatten: o.v = t.v; break;
       case OpKind::Dense:
@@ -139,7 +141,7 @@ std::vector<double> naive_forward(const Graph& m, const Weights& wts, const floa
             s += t.v[i] * wts.layers[li].kernel[i * l.out.c + j];
           o.v[j] = s;
         }
-        naive_activation(l.activation, o);
+        naive_activation(l.activation, l.alpha, o);
         break;
       default:  // graph layers have their own tests (graph_test.cpp)
         ADD_FAILURE() << "the naive reference runs chains of the classes above only";
