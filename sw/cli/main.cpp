@@ -13,6 +13,7 @@
 #include "hw/config/chip_config.h"
 #include "hw/isa/assembler.h"
 #include "sw/cli/compare_cmd.h"
+#include "sw/cli/graph_cmd.h"
 #include "sw/cli/info.h"
 #include "sw/cli/run_cmd.h"
 #include "sw/cli/sweep_cmd.h"
@@ -84,6 +85,23 @@ int run_cli(int argc, char** argv) {
   CLI::App* disasm_cmd = app.add_subcommand("disasm", "Print a binary program as assembly text");
   disasm_cmd->add_option("file", disasm_in, "Binary program")->required();
 
+  tpu::cli::GraphCommand gc;
+  CLI::App* graph = app.add_subcommand(
+      "graph", "Print a model's graph after each compiler pass (docs/compiler.md)");
+  graph->add_option("--chip", gc.workload.chip,
+                    "Chip config (JSON): add quantization, tiling and buffer lifetimes");
+  graph->add_option("--model", gc.workload.options.model, "Model (Keras-style JSON)")
+      ->capture_default_str();
+  graph->add_option("--weights", gc.workload.weights, "Weights file");
+  graph->add_flag("--random-weights", gc.workload.options.random_weights,
+                  "Seeded random weights instead");
+  graph->add_option("--seed", gc.workload.options.seed, "Seed for random weights and inputs")
+      ->capture_default_str();
+  graph->add_option("--data-dir", gc.workload.options.data_dir,
+                    "Fashion-MNIST directory (default: Debian's)");
+  graph->add_option("--pass", gc.pass, "Show this pass only");
+  graph->add_option("--json", gc.json, "Write the graphs as JSON here (- for standard output)");
+
   tpu::cli::TrainCommand tc;
   CLI::App* train =
       app.add_subcommand("train", "Train a model on Fashion-MNIST and write its weights");
@@ -133,6 +151,8 @@ int run_cli(int argc, char** argv) {
         tpu::isa::from_binary(std::vector<std::uint8_t>(text.begin(), text.end()), disasm_in);
     if (program.empty()) throw tpu::ProgramError(disasm_in + ": no instructions in the file");
     std::cout << tpu::isa::disassemble(program);
+  } else if (graph->parsed()) {
+    tpu::cli::run_graph(gc);
   } else if (train->parsed()) {
     tpu::cli::run_train(tc);
   } else if (run->parsed()) {

@@ -119,6 +119,7 @@ void split_separable(Module& m) {
       dw.kind = OpKind::DepthwiseConv2D;
       dw.name = op.name + "/depthwise";
       dw.out.c = op.in.c * op.depth_multiplier;
+      dw.filters = 0;
       dw.activation = Act::Linear;
       dw.use_bias = false;
       dw.value_of = kNoOp;  // a tensor the imported graph never had

@@ -160,6 +160,8 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
     const Op& l = m.ops[i];
     const ChipSemantics& chip = ir::entry_for(chip_semantics(), l.kind, "chip semantics");
     if (chip.unsupported) refuse(l, chip.unsupported);
+    if (l.dilation_h != 1 || l.dilation_w != 1)
+      refuse(l, "the chips' windowed MatMul does not read dilated windows yet");
     if (l.kind == OpKind::Activation && !(l.activation == Act::Relu || l.activation == Act::Linear))
       throw InputError(
           fmt::format("{}: layer {} ({} {}): the chip applies this activation only "

@@ -26,9 +26,9 @@ json functional() {
 // The fixture with three layers of classes tpusim does not run.
 json three_unsupported_layers() {
   json doc = functional();
-  doc["config"]["layers"][2]["class_name"] = "LSTM";
+  doc["config"]["layers"][2]["class_name"] = "SimpleRNN";
   doc["config"]["layers"][3]["class_name"] = "GRU";
-  doc["config"]["layers"][4]["class_name"] = "Concatenate";
+  doc["config"]["layers"][4]["class_name"] = "Conv3D";
   return doc;
 }
 Case keras(std::string name, const std::string& pointer, const json& value, std::string expect) {
@@ -60,13 +60,13 @@ std::vector<Case> cases() {
             "/config/layers/2/inbound_nodes"),
       keras("keras_input_of_zero_rows", "/config/layers/0/config/batch_input_shape",
             json::parse("[null, 0, 20, 3]"), "/config/layers/0/config/batch_input_shape"),
-      keras("keras_unsupported_layer", "/config/layers/2/class_name", "LSTM",
+      keras("keras_unsupported_layer", "/config/layers/2/class_name", "GRU",
             "/config/layers/2/class_name"),
       Case{&kKeras,
            "keras_three_unsupported_layers_named_at_once",
            file("model.json", three_unsupported_layers().dump()),
-           {"3 layers cannot run", "/config/layers/2 LSTM", "/config/layers/3 GRU",
-            "/config/layers/4 Concatenate"}},
+           {"3 layers cannot run", "/config/layers/2 SimpleRNN", "/config/layers/3 GRU",
+            "/config/layers/4 Conv3D"}},
       keras("keras_output_of_an_unknown_layer", "/config/output_layers",
             json::parse(R"([["ghost", 0, 0]])"), "/config/output_layers"),
       Case{&kKeras,

@@ -49,6 +49,12 @@ const Entry kModel = entry(
       return {"run",      "--chip", kV1,          "--model", p.input.string(), "--random-weights",
               "--images", "1",      "--no-check", "--json",  p.out.string()};
     });
+const Entry kGraph =
+    entry("model for tpusim graph", "graph.json", "model.json", read_bytes(kCnn),
+          [](const Paths& p) -> std::vector<std::string> {
+            return {"graph",          "--chip",           kV1,      "--model",
+                    p.input.string(), "--random-weights", "--json", p.out.string()};
+          });
 const Entry kTopology = entry(
     "topology", "report.json", "topology.csv",
     "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, "
@@ -164,6 +170,7 @@ std::vector<Case> cases() {
   };
   add(kChip, "chip", false);
   add(kModel, "model", false);
+  add(kGraph, "graph_model", false);
   add(kTopology, "topology", false);
   add(kWeights, "weights", false);
   add(kSpec, "spec", false);

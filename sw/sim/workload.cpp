@@ -1,0 +1,72 @@
+#include "sw/sim/workload.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <random>
+
+#include "hw/common/error.h"
+#include "sw/data/idx.h"
+#include "sw/nn/quantized.h"
+
+namespace tpu::sim {
+namespace fs = std::filesystem;
+namespace {
+
+// Seeded inputs uniform in [0, 255], like raw pixels, from our own mapping of mt19937_64 (the
+// standard distributions are implementation-defined).
+std::vector<float> random_images(std::size_t count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(count);
+  for (auto& x : v) x = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-53 * 255.0);
+  return v;
+}
+
+}  // namespace
+
+Inputs load_inputs(const ir::Graph& m, const RunOptions& opt) {
+  Inputs in;
+  const std::size_t per = m.input.size();
+  const bool fashion = m.input == ir::Shape{28, 28, 1};
+  if (!fashion) {
+    in.images = random_images(opt.images * per, opt.seed);
+    // Only the images calibration will use: 256 random ResNet-50 inputs would be 154 MB. The
+    // generator is sequential, so the first images are the same whatever the count.
+    in.calibration = random_images(nn::calibration_images(m) * per, opt.seed + 1);
+    in.source = fmt::format(
+        "random inputs (seed {}): the model's input {}x{}x{} is not "
+        "Fashion-MNIST's 28x28x1",
+        opt.seed, m.input.h, m.input.w, m.input.c);
+    return in;
+  }
+  const std::string dir = opt.data_dir.empty() ? data::kDefaultFashionMnistDir : opt.data_dir;
+  data::Dataset ds = data::load_fashion_mnist(dir, "t10k");
+  if (opt.images > ds.images.count)
+    throw InputError(fmt::format("--images {}: the Fashion-MNIST test set in {} has {} images",
+                                 opt.images, dir, ds.images.count));
+  in.images.resize(opt.images * per);
+  for (std::size_t i = 0; i < in.images.size(); ++i) in.images[i] = ds.images.pixels[i];
+  in.labels.assign(ds.labels.begin(), ds.labels.begin() + static_cast<std::ptrdiff_t>(opt.images));
+  const std::size_t cal = std::min<std::size_t>(nn::calibration_images(m), ds.images.count);
+  in.calibration.resize(cal * per);
+  for (std::size_t i = 0; i < in.calibration.size(); ++i) in.calibration[i] = ds.images.pixels[i];
+  in.source = fmt::format("Fashion-MNIST t10k ({})", dir);
+  return in;
+}
+
+nn::Weights load_weights(const ir::Graph& model, const RunOptions& opt, std::string& source) {
+  std::string wfile = opt.weights.value_or("");
+  if (wfile.empty() && !opt.random_weights && opt.topology.empty()) {
+    const fs::path guess = fs::path(opt.model).parent_path() / ".." / "weights" /
+                           (fs::path(opt.model).stem().string() + ".bin");
+    if (fs::exists(guess)) wfile = guess.lexically_normal().string();
+  }
+  if (!wfile.empty()) {
+    source = wfile;
+    return nn::load_weights(wfile, model);
+  }
+  source = fmt::format("random (seed {})", opt.seed);
+  return nn::random_weights(model, opt.seed);
+}
+
+}  // namespace tpu::sim
