@@ -124,7 +124,7 @@ class Compiler {
   // 1. Host memory: all input images, then all outputs.
   void layout_host() {
     p_.images = opt_.images;
-    p_.input_bytes_per_image = m_.input.size() * e_;
+    p_.input_bytes_per_image = m_.input.size() * size_of(q_.input_type());
     p_.input_addr = 0;
     p_.output_addr = align(opt_.images * p_.input_bytes_per_image);
     const std::size_t last = m_.ops.size() - 1;

@@ -361,11 +361,17 @@ class Parser {
     return s;
   }
 
+  // [h, w, c] (an image), [steps, features] (a sequence, 1 x steps x features) or [n] (1 x 1 x n:
+  // flat, or n token ids).
   Shape input_shape(const json& v) const {
-    if (!v.is_array() || v.size() != 3)
-      fail("/input", v, fmt::format("must be [h, w, c], integers in [1, {}]", kMaxDim));
-    Shape s{uint_value(v[0], "/input/0", 1, kMaxDim), uint_value(v[1], "/input/1", 1, kMaxDim),
-            uint_value(v[2], "/input/2", 1, kMaxDim)};
+    if (!v.is_array() || v.empty() || v.size() > 3)
+      fail(
+          "/input", v,
+          fmt::format("must be [h, w, c], [steps, features] or [n], integers in [1, {}]", kMaxDim));
+    std::uint32_t d[3] = {1, 1, 1};
+    for (std::size_t k = 0; k < v.size(); ++k)
+      d[3 - v.size() + k] = uint_value(v[k], fmt::format("/input/{}", k), 1, kMaxDim);
+    const Shape s{d[0], d[1], d[2]};
     if (s.size() > kMaxTensorElements)
       fail("/input", v, fmt::format("at most {} elements per image", kMaxTensorElements));
     return s;
@@ -995,7 +1001,17 @@ json unwrap_tuples(const json& v) {
 }  // namespace
 
 Graph parse_model(const json& doc, const std::string& origin) {
-  return Parser(origin).parse(unwrap_tuples(doc));
+  Graph g = Parser(origin).parse(unwrap_tuples(doc));
+  // An input an Embedding reads holds token ids: nothing else may read it as values.
+  if (ir::input_is_token_ids(g))
+    for (const Op& op : g.ops)
+      for (std::size_t p : op.inputs)
+        if (p == kGraphInput && op.kind != OpKind::Embedding)
+          throw InputError(
+              fmt::format("{}: layer {} ({}) reads the model's input, which holds the "
+                          "token ids an Embedding reads; only Embeddings may read it",
+                          origin, op.name, ir::name_of(op.kind)));
+  return g;
 }
 
 namespace {

@@ -16,6 +16,13 @@ std::vector<std::vector<std::size_t>> consumers(const Graph& g) {
   return out;
 }
 
+bool input_is_token_ids(const Graph& g) {
+  for (const Op& op : g.ops)
+    for (std::size_t p : op.inputs)
+      if (p == kGraphInput && op.kind == OpKind::Embedding) return true;
+  return false;
+}
+
 std::string_view name_of(Act a) {
   switch (a) {
     case Act::Linear: return "linear";

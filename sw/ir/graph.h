@@ -139,6 +139,9 @@ struct Graph {
   [[nodiscard]] std::uint64_t macs_per_image() const;
 };
 
+// Whether the graph's input holds token ids (an Embedding reads it) rather than values.
+bool input_is_token_ids(const Graph& g);
+
 // For each operation, the operations that read its tensor, in order.
 std::vector<std::vector<std::size_t>> consumers(const Graph& g);
 

@@ -30,6 +30,7 @@ struct ChipTensor {
   std::vector<std::int8_t> i8;
   std::vector<std::uint16_t> bf;
   std::vector<float> f32;
+  std::vector<std::int32_t> i32;  // token ids
 };
 
 namespace {
@@ -62,6 +63,7 @@ float value_at(const ChipTensor& t, std::size_t i) {
   switch (t.type) {
     case DType::Int8: return static_cast<float>(t.i8[i]);
     case DType::Bf16: return to_float(Bf16{t.bf[i]});
+    case DType::Int32: return static_cast<float>(t.i32[i]);
     default: return t.f32[i];
   }
 }
@@ -71,6 +73,8 @@ void resize(ChipTensor& t, std::size_t n) {
     t.i8.assign(n, 0);
   else if (t.type == DType::Bf16)
     t.bf.assign(n, 0);
+  else if (t.type == DType::Int32)
+    t.i32.assign(n, 0);
   else
     t.f32.assign(n, 0.0f);
 }
@@ -195,7 +199,7 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
     if (!q.computes(i)) continue;
     const Op& l = m.ops[i];
     const ScaleRule rule = ir::entry_for(chip_semantics(), l.kind, "chip semantics").scale;
-    if (rule == ScaleRule::Own) {
+    if (rule == ScaleRule::Own || rule == ScaleRule::Values) {
       source[i + 1] = i + 1;
     } else if (rule == ScaleRule::Joined) {
       const std::size_t root = source_of(q.tensor_of(l.inputs[0]));
@@ -219,8 +223,8 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
     if (!q.computes(i) || input_type != DType::Int8) continue;
     const Op& l = m.ops[i];
     const std::size_t root = sc.find(source[i + 1]);
-    if (l.kind == OpKind::Constant) {
-      const auto v = constant_values(l);
+    if (ir::entry_for(chip_semantics(), l.kind, "chip semantics").scale == ScaleRule::Values) {
+      const auto v = l.kind == OpKind::Constant ? constant_values(l) : w.layers[i].kernel;
       float r = 0.0f;
       for (float x : v) r = std::max(r, std::fabs(x));
       if (class_fixed[root] && *class_fixed[root] != scale_for(r))
@@ -260,6 +264,15 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
           ql.constant.push_back(static_cast<std::uint8_t>(b & 0xff));
           ql.constant.push_back(static_cast<std::uint8_t>(b >> 8));
         }
+      }
+    }
+    if (l.kind == OpKind::Embedding) {
+      // The table on the output's scale (its own: ScaleRule::Values), or rounded to bf16.
+      for (float x : w.layers[i].kernel) {
+        if (input_type == DType::Int8)
+          ql.kernel_i8.push_back(quantize_value(x, ql.out_scale));
+        else
+          ql.kernel_bf16.push_back(to_bf16(x).bits);
       }
     }
     if (!l.has_weights()) continue;
@@ -335,9 +348,17 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
 std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images,
                                        std::size_t n) {
   const std::size_t count = n * q.graph.input.size();
-  std::vector<std::uint8_t> out(count * size_of(q.act_type));
+  std::vector<std::uint8_t> out(count * size_of(q.input_type()));
   for (std::size_t i = 0; i < count; ++i) {
-    if (q.act_type == DType::Int8) {
+    if (q.input_type() == DType::Int32) {
+      // Token ids, little-endian int32; one outside every table is the user's input to fix.
+      if (!(images[i] >= 0.0f && images[i] < static_cast<float>(ir::kMaxEmbeddingRows)))
+        throw InputError(fmt::format("{}: token id {} of sample {} is not an id (0 to {})",
+                                     q.graph.file, images[i], i / q.graph.input.size(),
+                                     ir::kMaxEmbeddingRows - 1));
+      const auto id = static_cast<std::uint32_t>(images[i]);
+      for (int k = 0; k < 4; ++k) out[4 * i + k] = static_cast<std::uint8_t>(id >> (8 * k));
+    } else if (q.act_type == DType::Int8) {
       out[i] = static_cast<std::uint8_t>(quantize_value(images[i], q.input_scale));
     } else {
       const std::uint16_t b = to_bf16(images[i]).bits;
@@ -653,6 +674,31 @@ void run_constant(const ChipArgs& a) {
   }
 }
 
+// Each token id's row of the table (in the chip's encoding), step after step; an id outside the
+// table stops the run, as the chip's gather does.
+void run_embedding(const ChipArgs& a) {
+  const Op& l = a.l;
+  const ChipTensor& ids = *a.in[0];
+  const std::size_t steps = l.in.c, d = l.filters;
+  a.out.type = a.q.act_type;
+  resize(a.out, a.n * steps * d);
+  for (std::size_t k = 0; k < a.n * steps; ++k) {
+    const std::int32_t id = ids.i32[k];
+    if (id < 0 || static_cast<std::uint32_t>(id) >= l.input_dim)
+      throw InputError(
+          fmt::format("{}: layer {} (Embedding): token id {} of sample {} is outside "
+                      "its table of {} rows",
+                      a.q.graph.file, l.name, id, k / steps, l.input_dim));
+    const std::size_t row = static_cast<std::size_t>(id) * d;
+    if (a.q.act_type == DType::Int8)
+      std::copy_n(a.ql.kernel_i8.begin() + static_cast<std::ptrdiff_t>(row), d,
+                  a.out.i8.begin() + static_cast<std::ptrdiff_t>(k * d));
+    else
+      std::copy_n(a.ql.kernel_bf16.begin() + static_cast<std::ptrdiff_t>(row), d,
+                  a.out.bf.begin() + static_cast<std::ptrdiff_t>(k * d));
+  }
+}
+
 void not_computed(const ChipArgs& a) {
   throw std::logic_error(
       fmt::format("{} ({}) reached the quantized reference; the rewrites fold "
@@ -681,14 +727,14 @@ const std::vector<ChipSemantics>& chip_semantics() {
       {OpKind::ZeroPadding2D, run_zero_padding, ScaleRule::Input},
       {OpKind::Add, run_add, ScaleRule::Joined},
       {OpKind::Dropout, not_computed, ScaleRule::Input},
-      {OpKind::Constant, run_constant, ScaleRule::Own},
+      {OpKind::Constant, run_constant, ScaleRule::Values},
       {OpKind::DepthwiseConv2D, run_depthwise, ScaleRule::Own},
       {OpKind::SeparableConv2D, not_computed, ScaleRule::Own},
       {OpKind::Concatenate, nullptr, ScaleRule::Joined, kNotYet},
       {OpKind::Multiply, nullptr, ScaleRule::Own, kNotYet},
       {OpKind::Subtract, nullptr, ScaleRule::Joined, kNotYet},
       {OpKind::PReLU, nullptr, ScaleRule::Own, kNotYet},
-      {OpKind::Embedding, nullptr, ScaleRule::Own, kNotYet},
+      {OpKind::Embedding, run_embedding, ScaleRule::Values, kNotYet},
       {OpKind::LSTM, nullptr, ScaleRule::Own, kNotYet},
   };
   return table;
@@ -699,9 +745,12 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
   const std::size_t L = m.ops.size();
   ChipTensor input;
   input.type = q.act_type;
+  input.type = q.input_type();
   const auto enc = encode_input(q, images, n);
   resize(input, n * m.input.size());
-  if (q.act_type == DType::Int8)
+  if (input.type == DType::Int32)
+    std::memcpy(input.i32.data(), enc.data(), enc.size());
+  else if (input.type == DType::Int8)
     std::memcpy(input.i8.data(), enc.data(), enc.size());
   else
     std::memcpy(input.bf.data(), enc.data(), enc.size());

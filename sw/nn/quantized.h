@@ -43,6 +43,7 @@ struct QuantizedLayer {
   std::vector<std::int32_t> shift;
   std::vector<float> bias_f32;   // bf16 chips
   std::vector<float> scale_f32;  // fp32 out: dequantization scale (int) or 1.0 (float)
+  // Embedding: its table in kernel_i8 / kernel_bf16 ([input_dim][output_dim]).
   // Constant: one image's values in the chip's encoding (int8 or bf16 little-endian bytes).
   std::vector<std::uint8_t> constant;
 };
@@ -81,6 +82,10 @@ struct QuantizedModel {
     return p == ir::kGraphInput ? ir::kGraphInput : tensor[p];
   }
   [[nodiscard]] ConvInput conv_input(std::size_t op) const;
+  // The input's element type: int32 token ids when an Embedding reads it, else act_type.
+  [[nodiscard]] DType input_type() const {
+    return ir::input_is_token_ids(graph) ? DType::Int32 : act_type;
+  }
 };
 
 // The ranges of every operation of `g` (the model as imported, identities removed) over the
@@ -103,7 +108,8 @@ QuantizedModel quantize(ir::Graph g, const Weights& w, DType input_type, std::ui
 // How an operation's int8 output scale follows from its operands' (docs/quantization.md): its
 // own (weighted operations, constants), one scale shared with all its operands (Add: the vector
 // unit adds the integers), or its input's (pooling, padding, ReLU, views).
-enum class ScaleRule { Own, Joined, Input };
+// Values: fixed by its own values (a constant's, an Embedding's table), never by calibration.
+enum class ScaleRule { Own, Joined, Input, Values };
 
 struct ChipTensor;
 struct ChipArgs;

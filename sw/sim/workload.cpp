@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
+#include "sw/ir/ops.h"
 #include "sw/nn/quantized.h"
 
 namespace tpu::sim {
@@ -22,11 +24,34 @@ std::vector<float> random_images(std::size_t count, std::uint64_t seed) {
   return v;
 }
 
+// Seeded token ids uniform in [0, vocab), as floats (exact: vocab <= 2^24).
+std::vector<float> random_ids(std::size_t count, std::uint32_t vocab, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(count);
+  for (auto& x : v) x = static_cast<float>(rng() % vocab);
+  return v;
+}
+
+// The smallest table an Embedding on the input has: every id must fit all of them.
+std::uint32_t vocabulary(const ir::Graph& m) {
+  std::uint32_t vocab = ir::kMaxEmbeddingRows;
+  for (const ir::Op& op : m.ops)
+    if (op.kind == ir::OpKind::Embedding) vocab = std::min(vocab, op.input_dim);
+  return vocab;
+}
+
 }  // namespace
 
 Inputs load_inputs(const ir::Graph& m, const RunOptions& opt) {
   Inputs in;
   const std::size_t per = m.input.size();
+  if (ir::input_is_token_ids(m)) {
+    const std::uint32_t vocab = vocabulary(m);
+    in.images = random_ids(opt.images * per, vocab, opt.seed);
+    in.calibration = random_ids(nn::calibration_images(m) * per, vocab, opt.seed + 1);
+    in.source = fmt::format("random token ids (seed {}) in [0, {})", opt.seed, vocab);
+    return in;
+  }
   const bool fashion = m.input == ir::Shape{28, 28, 1};
   if (!fashion) {
     in.images = random_images(opt.images * per, opt.seed);
