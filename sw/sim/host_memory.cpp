@@ -14,6 +14,7 @@
 
 #include "hw/common/error.h"
 #include "hw/common/input_file.h"
+#include "sw/ir/ops.h"
 #include "sw/nn/quantized.h"
 
 namespace tpu::sim {
@@ -103,10 +104,8 @@ HostMemory host_memory_needed(const ChipConfig& cfg, const ir::Graph& m, std::ui
   for (const ir::Op& l : m.ops) {
     largest = std::max(largest, static_cast<double>(l.out.size()));
     double params = 0;
-    if (l.kind == ir::OpKind::Conv2D)
-      params = static_cast<double>(l.kernel_h) * l.kernel_w * l.in.c * l.out.c + l.out.c;
-    else if (l.kind == ir::OpKind::Dense)
-      params = static_cast<double>(l.in.size()) * l.out.c + l.out.c;
+    for (const ir::ParamSpec& spec : ir::op_info(l.kind).params(l))
+      params += static_cast<double>(spec.elements());
     h.weights += params * kBytesPerWeight;
   }
   const double input = static_cast<double>(m.input.size());

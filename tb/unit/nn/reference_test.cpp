@@ -85,10 +85,32 @@ std::vector<double> naive_forward(const Graph& m, const Weights& wts, const floa
   for (std::size_t li = 0; li < m.ops.size(); ++li) {
     const Op& l = m.ops[li];
     Tensor o{l.out.h, l.out.w, l.out.c, std::vector<double>(l.out.size(), 0.0)};
-    const std::int64_t pt = tf_pad_top(l.in.h, l.out.h, l.kernel_h, l.stride_h, l.padding);
-    const std::int64_t pl = tf_pad_top(l.in.w, l.out.w, l.kernel_w, l.stride_w, l.padding);
+    // The window's extent with its dilation sets the SAME padding (tf.nn.convolution).
+    const std::uint32_t ekh = (l.kernel_h - 1) * l.dilation_h + 1;
+    const std::uint32_t ekw = (l.kernel_w - 1) * l.dilation_w + 1;
+    const std::int64_t pt = tf_pad_top(l.in.h, l.out.h, ekh, l.stride_h, l.padding);
+    const std::int64_t pl = tf_pad_top(l.in.w, l.out.w, ekw, l.stride_w, l.padding);
     auto inside = [&](std::int64_t y, std::int64_t x) {
       return y >= 0 && x >= 0 && y < std::int64_t(l.in.h) && x < std::int64_t(l.in.w);
+    };
+    const LayerWeights& lw = wts.layers[li];
+    // Output channel co of a depthwise window reads input channel co / mult only.
+    auto depthwise = [&](const Tensor& in, Tensor& out, bool bias) {
+      const std::uint32_t mult = l.depth_multiplier;
+      for (std::uint32_t oy = 0; oy < out.h; ++oy)
+        for (std::uint32_t ox = 0; ox < out.w; ++ox)
+          for (std::uint32_t co = 0; co < in.c * mult; ++co) {
+            double acc = bias && l.use_bias ? lw.bias[co] : 0.0;
+            for (std::uint32_t ky = 0; ky < l.kernel_h; ++ky)
+              for (std::uint32_t kx = 0; kx < l.kernel_w; ++kx) {
+                const std::int64_t y = std::int64_t(oy) * l.stride_h + ky * l.dilation_h - pt;
+                const std::int64_t x = std::int64_t(ox) * l.stride_w + kx * l.dilation_w - pl;
+                if (!inside(y, x)) continue;
+                acc += in.v[(std::uint64_t(y) * in.w + std::uint64_t(x)) * in.c + co / mult] *
+                       lw.kernel[((ky * l.kernel_w + kx) * in.c + co / mult) * mult + co % mult];
+              }
+            out.v[(std::size_t(oy) * out.w + ox) * in.c * mult + co] = acc;
+          }
     };
     switch (l.kind) {
       case OpKind::Conv2D:
@@ -98,8 +120,8 @@ std::vector<double> naive_forward(const Graph& m, const Weights& wts, const floa
               double s = l.use_bias ? wts.layers[li].bias[co] : 0.0;
               for (std::uint32_t ky = 0; ky < l.kernel_h; ++ky)
                 for (std::uint32_t kx = 0; kx < l.kernel_w; ++kx) {
-                  const std::int64_t y = std::int64_t(oy) * l.stride_h + ky - pt;
-                  const std::int64_t x = std::int64_t(ox) * l.stride_w + kx - pl;
+                  const std::int64_t y = std::int64_t(oy) * l.stride_h + ky * l.dilation_h - pt;
+                  const std::int64_t x = std::int64_t(ox) * l.stride_w + kx * l.dilation_w - pl;
                   if (!inside(y, x)) continue;
                   for (std::uint32_t ci = 0; ci < l.in.c; ++ci)
                     s += t.at(std::uint32_t(y), std::uint32_t(x), ci) *
@@ -143,6 +165,57 @@ std::vector<double> naive_forward(const Graph& m, const Weights& wts, const floa
         }
         naive_activation(l.activation, l.alpha, o);
         break;
+      case OpKind::DepthwiseConv2D:
+        depthwise(t, o, true);
+        naive_activation(l.activation, l.alpha, o);
+        break;
+      case OpKind::SeparableConv2D: {
+        Tensor mid{
+            l.out.h, l.out.w, l.in.c * l.depth_multiplier,
+            std::vector<double>(std::size_t(l.out.h) * l.out.w * l.in.c * l.depth_multiplier)};
+        depthwise(t, mid, false);
+        for (std::uint32_t px = 0; px < l.out.h * l.out.w; ++px)
+          for (std::uint32_t co = 0; co < l.out.c; ++co) {
+            double acc = l.use_bias ? lw.bias[co] : 0.0;
+            for (std::uint32_t ci = 0; ci < mid.c; ++ci)
+              acc += mid.v[px * mid.c + ci] * lw.pointwise[ci * l.out.c + co];
+            o.v[px * l.out.c + co] = acc;
+          }
+        naive_activation(l.activation, l.alpha, o);
+        break;
+      }
+      case OpKind::PReLU:
+        for (std::size_t i = 0; i < o.v.size(); ++i)
+          o.v[i] = t.v[i] > 0 ? t.v[i] : lw.alpha[i % l.out.c] * t.v[i];
+        break;
+      case OpKind::Embedding:
+        for (std::uint32_t s = 0; s < l.in.c; ++s)
+          for (std::uint32_t d = 0; d < l.filters; ++d)
+            o.v[s * l.filters + d] = lw.kernel[std::size_t(t.v[s]) * l.filters + d];
+        break;
+      case OpKind::LSTM: {
+        // Keras's LSTM cell in double: gates i, f, c, o.
+        const std::uint32_t T = l.in.w, F = l.in.c, U = l.filters;
+        std::vector<double> h(U, 0.0), c(U, 0.0);
+        auto sig = [](double x) { return 1 / (1 + std::exp(-x)); };
+        for (std::uint32_t st = 0; st < T; ++st) {
+          std::vector<double> z(4 * U);
+          for (std::uint32_t j = 0; j < 4 * U; ++j) {
+            double acc = l.use_bias ? lw.bias[j] : 0.0;
+            for (std::uint32_t k = 0; k < F; ++k) acc += t.v[st * F + k] * lw.kernel[k * 4 * U + j];
+            for (std::uint32_t k = 0; k < U; ++k) acc += h[k] * lw.recurrent[k * 4 * U + j];
+            z[j] = acc;
+          }
+          for (std::uint32_t u = 0; u < U; ++u) {
+            c[u] = sig(z[U + u]) * c[u] + sig(z[u]) * std::tanh(z[2 * U + u]);
+            h[u] = sig(z[3 * U + u]) * std::tanh(c[u]);
+          }
+          if (l.return_sequences)
+            for (std::uint32_t u = 0; u < U; ++u) o.v[st * U + u] = h[u];
+        }
+        if (!l.return_sequences) o.v = h;
+        break;
+      }
       default:  // graph layers have their own tests (graph_test.cpp)
         ADD_FAILURE() << "the naive reference runs chains of the classes above only";
         break;
@@ -231,6 +304,53 @@ TEST(FloatReference, ValidPoolingAndDenseActivationsMatchTheDefinitions) {
       }),
       json::array({12, 12, 2}));
   expect_matches_naive(m, random_with_biases(m, 21), 3, 22);
+}
+
+TEST(FloatReference, DilatedDepthwiseSeparableAndParametricActivationsMatchTheDefinitions) {
+  const Graph m = model_of(
+      json::array({
+          layer("Conv2D", {{"filters", 4}, {"kernel_size", 3}, {"dilation_rate", 2}}),
+          layer("DepthwiseConv2D", {{"kernel_size", 3},
+                                    {"strides", 2},
+                                    {"padding", "same"},
+                                    {"depth_multiplier", 2},
+                                    {"activation", "relu6"}}),
+          layer(
+              "SeparableConv2D",
+              {{"filters", 5}, {"kernel_size", 2}, {"dilation_rate", {2, 1}}, {"padding", "same"}}),
+          layer("PReLU", {{"shared_axes", {1, 2}}}),
+          layer("ELU", {{"alpha", 0.7}}),
+          layer("LeakyReLU", {{"negative_slope", 0.2}}),
+          layer("Flatten", json::object()),
+          layer("Dense", {{"units", 6}, {"activation", "elu"}}),
+      }),
+      json::array({13, 11, 3}));
+  Weights w = random_with_biases(m, 41);
+  std::mt19937_64 rng(42);
+  for (float& a : w.layers[3].alpha) a = uniform(rng, -0.5, 0.5);
+  expect_matches_naive(m, w, 3, 43);
+}
+
+TEST(FloatReference, StackedLstmsMatchKerassCell) {
+  const Graph m =
+      model_of(json::array({layer("LSTM", {{"units", 7}, {"return_sequences", true}}),
+                            layer("LSTM", {{"units", 4}}), layer("Dense", {{"units", 3}})}),
+               json::array({6, 5}));
+  expect_matches_naive(m, random_with_biases(m, 51), 3, 52);
+}
+
+TEST(FloatReference, AnEmbeddingLooksUpEachTokensRowAndRefusesAnIdOutsideItsTable) {
+  const Graph m = model_of(json::array({layer("Embedding", {{"input_dim", 11}, {"output_dim", 3}}),
+                                        layer("Flatten", json::object())}),
+                           json::array({4}));
+  const Weights w = random_weights(m, 61);
+  const std::vector<float> ids = {3, 0, 10, 3};
+  const auto got = forward_float(m, w, ids.data(), 1);
+  const auto want = naive_forward(m, w, ids.data());
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(double(got[i]), want[i]);
+  const std::vector<float> bad = {3, 11, 0, 0};
+  EXPECT_THROW(forward_float(m, w, bad.data(), 1), InputError);
 }
 
 TEST(FloatReference, ShippedModelMatchesTheDefinitions) {
