@@ -66,6 +66,8 @@ void visit_fields(SetWindow& i, F&& f) {
   f("pad_left", i.pad_left);
   f("out_h", i.out_h);
   f("out_w", i.out_w);
+  f("dilation_h", i.dilation_h);
+  f("dilation_w", i.dilation_w);
 }
 template <class F>
 void visit_fields(MatMul& i, F&& f) {

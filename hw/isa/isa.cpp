@@ -163,6 +163,8 @@ struct Codec {
                           &i.kernel_w, &i.stride_h, &i.stride_w, &i.pad_top,
                           &i.pad_left, &i.out_h,    &i.out_w};
     for (std::size_t k = 0; k < std::size(f); ++k) field(4 + 2 * k, *f[k]);
+    field(26, i.dilation_h);
+    field(28, i.dilation_w);
   }
   void operands(MatMul& i) {
     field(2, i.mxu);

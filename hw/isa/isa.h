@@ -82,13 +82,16 @@ struct ReadWeights {
 // row r of the MatMul is output pixel p = first_pixel + r (image p / (out_h*out_w), then oy, ox);
 // its element k (k_first <= k < k_first + tile rows) is channel k % in_c of window position
 // (ky, kx) = ((k / in_c) / kernel_w, (k / in_c) % kernel_w), read at input pixel
-// (oy*stride_h + ky - pad_top, ox*stride_w + kx - pad_left), zero outside the image.
+// (oy*stride_h + ky*dilation_h - pad_top, ox*stride_w + kx*dilation_w - pad_left), zero outside
+// the image. A dilation of 0 reads as 1: programs written before the dilation fields existed
+// encode 0 there and keep their meaning.
 struct SetWindow {
   std::uint16_t in_h = 0, in_w = 0, in_c = 0;
   std::uint16_t kernel_h = 0, kernel_w = 0;
   std::uint16_t stride_h = 1, stride_w = 1;
   std::uint16_t pad_top = 0, pad_left = 0;
   std::uint16_t out_h = 0, out_w = 0;
+  std::uint16_t dilation_h = 1, dilation_w = 1;
 };
 // B = rows input vectors times the resident weight tile (K = tile rows, N = tile cols) into
 // accumulator entries dst .. dst+rows-1. Dense: row r starts at src + r*src_stride. Windowed: see

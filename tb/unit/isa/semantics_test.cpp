@@ -124,17 +124,43 @@ TEST(Semantics, ADenseMatMulReadsItsRowsAndWritesWholeAccumulatorEntries) {
   EXPECT_EQ(ranges(mm).back(), (Range{Space::Accumulators, 7 * entry, 17 * entry, false, "dst"}));
 }
 
-TEST(Semantics, AWindowedMatMulReadsTheWindowsBoundingRange) {
+// An 8x8x4 image read through a 3x3 window by a whole-window tile (K = 36), and the windowed
+// MatMul of output pixels [0, rows) at UB 0x1000.
+FootprintContext window_context(std::uint16_t out_side) {
   FootprintContext c = context();
   c.window.in_h = 8, c.window.in_w = 8, c.window.in_c = 4;
-  c.window.kernel_h = 3, c.window.kernel_w = 3, c.window.out_h = 6, c.window.out_w = 6;
+  c.window.kernel_h = 3, c.window.kernel_w = 3, c.window.out_h = out_side,
+  c.window.out_w = out_side;
   c.tile_rows = 36;
+  return c;
+}
+MatMul windowed_matmul(std::uint32_t rows) {
   MatMul mm;
-  mm.window = true, mm.src = UbAddr(0x1000), mm.rows = 36;
-  const auto r = ranges(mm, c);
+  mm.window = true, mm.src = UbAddr(0x1000), mm.rows = rows;
+  return mm;
+}
+
+TEST(Semantics, AWindowedMatMulReadsTheWindowsBoundingRange) {
+  const auto r = ranges(windowed_matmul(36), window_context(6));
   ASSERT_FALSE(r.empty());
   // Output pixels 0..35 of one 8x8x4 image through a 3x3 window read every input element.
   EXPECT_EQ(r.front(), (Range{Space::UnifiedBuffer, 0x1000, 0x1000 + 8 * 8 * 4, false, "window"}));
+}
+
+TEST(Semantics, ADilatedWindowReadsPositionsDilationApart) {
+  FootprintContext c = window_context(4);
+  const MatMul mm = windowed_matmul(1);
+  // Output pixel 0 reads input pixels (0, 0) to (2*d_h, 2*d_w), each of its 4 channels.
+  auto range_to = [&](std::uint64_t y, std::uint64_t x) {
+    return Range{Space::UnifiedBuffer, 0x1000, 0x1000 + (y * 8 + x) * 4 + 4, false, "window"};
+  };
+  c.window.dilation_h = 2, c.window.dilation_w = 2;
+  EXPECT_EQ(ranges(mm, c).front(), range_to(4, 4));
+  c.window.dilation_h = 3, c.window.dilation_w = 1;
+  EXPECT_EQ(ranges(mm, c).front(), range_to(6, 2));
+  // Dilation 0 (a program written before the field existed) is dilation 1.
+  c.window.dilation_h = 0, c.window.dilation_w = 0;
+  EXPECT_EQ(ranges(mm, c).front(), range_to(2, 2));
 }
 
 TEST(Semantics, ActivateReadsEntriesAndParametersAndWritesStridedRows) {
