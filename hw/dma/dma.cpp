@@ -7,6 +7,11 @@
 
 namespace tpu {
 
+Cycles Dma::ub_port_cycles(std::uint64_t bytes) const {
+  const std::uint64_t per_cycle = cfg_.unified_buffer.bytes_per_cycle;
+  return Cycles((bytes + per_cycle - 1) / per_cycle);
+}
+
 Dma::Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
          const CoreStorage& storage, LayerCounters& counters, std::string core_name)
     : sc_core::sc_module(name),
@@ -27,8 +32,7 @@ void Dma::run() {
     std::shared_ptr<InFlight> f = queue.read();
     f->wait_deps(clock_);
     Counters& c = counters_.at(f->layer);
-    const Cycle start = clock_.now();
-    f->started_at = start;
+    f->started_at = clock_.now();
 
     // Each transfer: (UB address, far address, bytes, command seen from the far side, socket).
     std::uint64_t ub = 0, far = 0, bytes = 0;
@@ -54,25 +58,26 @@ void Dma::run() {
           }
         },
         f->inst);
-    if (ub > storage_.ub_bytes || bytes > storage_.ub_bytes - ub)
-      report_program_error(core_name_, *f,
-                           fmt::format("unified-buffer range {:#x} + {} bytes is outside the "
-                                       "{}-byte unified buffer",
-                                       ub, bytes, storage_.ub_bytes));
-    const auto status = to_host ? tlm_transfer(dma2host, cmd, far, storage_.ub + ub, bytes)
-                                : tlm_transfer(dma2mem, cmd, far, storage_.ub + ub, bytes);
-    if (status != tlm::TLM_OK_RESPONSE)
-      report_program_error(core_name_, *f,
-                           fmt::format("{} answered {} for {} bytes at {:#x}",
-                                       to_host ? "host memory" : "off-chip memory",
-                                       response_name(status), bytes, far));
-    // The UB port streams concurrently with the far side; it only lengthens the transfer when
-    // it is the slower of the two.
-    const Cycle ub_done = start + (bytes + cfg_.unified_buffer.bytes_per_cycle - 1) /
-                                      cfg_.unified_buffer.bytes_per_cycle;
-    clock_.wait_until(ub_done);
+    transfer(*f, to_host, cmd, far, ub, bytes);
     f->complete_at(clock_, clock_.now());
   }
+}
+
+void Dma::transfer(const InFlight& f, bool to_host, tlm::tlm_command cmd, std::uint64_t far,
+                   std::uint64_t ub, std::uint64_t bytes) {
+  const Cycle start = clock_.now();
+  check_ub_range(core_name_, f, storage_.ub_bytes, "unified-buffer", ub, bytes);
+  const auto status = to_host ? tlm_transfer(dma2host, cmd, far, storage_.ub + ub, bytes)
+                              : tlm_transfer(dma2mem, cmd, far, storage_.ub + ub, bytes);
+  if (status != tlm::TLM_OK_RESPONSE)
+    report_program_error(core_name_, f,
+                         fmt::format("{} answered {} for {} bytes at {:#x}",
+                                     to_host ? "host memory" : "off-chip memory",
+                                     response_name(status), bytes, far));
+  // The UB port streams concurrently with the far side; it only lengthens the transfer when
+  // it is the slower of the two.
+  const Cycle ub_done = start + ub_port_cycles(bytes).value();
+  clock_.wait_until(ub_done);
 }
 
 }  // namespace tpu

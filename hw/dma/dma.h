@@ -29,6 +29,11 @@ class Dma : public sc_core::sc_module {
 
  private:
   void run();
+  // One transfer of `bytes` between UB `ub` and `far` on the host link or off-chip memory:
+  // max(far side, UB port) cycles. Stops the run if either side refuses it.
+  void transfer(const InFlight& f, bool to_host, tlm::tlm_command cmd, std::uint64_t far,
+                std::uint64_t ub, std::uint64_t bytes);
+  [[nodiscard]] Cycles ub_port_cycles(std::uint64_t bytes) const;
 
   const ChipConfig& cfg_;
   const Clock& clock_;
