@@ -135,6 +135,15 @@ template <class F>
 void visit_fields(Tag& i, F&& f) {
   f("id", i.id);
 }
+template <class F>
+void visit_fields(Gather& i, F&& f) {
+  f("table", i.table);
+  f("indices", i.indices);
+  f("dst", i.dst);
+  f("count", i.count);
+  f("row_bytes", i.row_bytes);
+  f("rows", i.rows);
+}
 
 // Names of enum values in the text form.
 std::string_view name_of(WeightSource v);

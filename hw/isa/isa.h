@@ -34,6 +34,7 @@ enum class Opcode : std::uint8_t {
   Tag = 0x0c,          // debug tag: attributes following work to a layer id in the counters
   Softmax = 0x0d,      // unified buffer fp32 rows -> softmax across each row -> unified buffer
   Halt = 0x0f,         // end of this core's program
+  Gather = 0x20,       // off-chip table rows picked by unified-buffer indices -> unified buffer
 };
 
 enum class WeightSource : std::uint8_t { OffChip = 0, UnifiedBuffer = 1 };
@@ -162,10 +163,21 @@ struct Tag {
   std::uint32_t id = 0;
 };
 struct Halt {};
+// Keras Embedding's lookup: for r < count, idx = the int32 at indices + 4*r, which must lie in
+// [0, rows); the row_bytes bytes at off-chip table + idx*row_bytes go to dst + r*row_bytes.
+// Every index is read before any row is written, so dst may overlap indices.
+struct Gather {
+  MemAddr table;
+  UbAddr indices;
+  UbAddr dst;
+  std::uint32_t count = 0;
+  std::uint32_t row_bytes = 0;
+  std::uint32_t rows = 0;
+};
 
 using Instruction =
     std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul,
-                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt>;
+                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt, Gather>;
 
 Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);

@@ -115,6 +115,11 @@ const std::vector<DocLayout>& doc_layouts() {
        {integer("src", 4, 4), integer("dst", 8, 4), integer("rows", 12, 4), integer("cols", 16, 2),
         integer("src_stride", 20, 4), integer("dst_stride", 24, 4)}},
       {0x0f, "halt", Halt{}, {}},
+      {0x20,
+       "gather",
+       Gather{},
+       {integer("table", 4, 8), integer("indices", 12, 4), integer("dst", 16, 4),
+        integer("count", 20, 4), integer("row_bytes", 24, 4), integer("rows", 28, 4)}},
   };
   return layouts;
 }

@@ -56,15 +56,16 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
   std::vector<UnitKind> kinds;
   for (const Instruction& i : every_kind()) kinds.push_back(unit_of(i).kind);
   // Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul, Activate, Pool,
-  // Eltwise, Softmax, Sync, Tag, Halt.
-  const std::vector<UnitKind> doc = {UnitKind::Sequencer, UnitKind::Dma,       UnitKind::Dma,
-                                     UnitKind::Dma,       UnitKind::Dma,       UnitKind::MxuWeights,
-                                     UnitKind::Sequencer, UnitKind::MxuArray,  UnitKind::Vector,
-                                     UnitKind::Vector,    UnitKind::Vector,    UnitKind::Vector,
-                                     UnitKind::Sequencer, UnitKind::Sequencer, UnitKind::Sequencer};
+  // Eltwise, Softmax, Sync, Tag, Halt, Gather.
+  const std::vector<UnitKind> doc = {
+      UnitKind::Sequencer, UnitKind::Dma,        UnitKind::Dma,       UnitKind::Dma,
+      UnitKind::Dma,       UnitKind::MxuWeights, UnitKind::Sequencer, UnitKind::MxuArray,
+      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
+      UnitKind::Sequencer, UnitKind::Sequencer,  UnitKind::Sequencer, UnitKind::Dma};
   EXPECT_EQ(kinds, doc);
   EXPECT_TRUE(unit_of(ReadHost{}).host_link);
   EXPECT_FALSE(unit_of(ReadMem{}).host_link);
+  EXPECT_FALSE(unit_of(Gather{}).host_link) << "a gather reads off-chip memory";
   ReadWeights rw;
   rw.mxu = 3;
   MatMul mm;
@@ -77,6 +78,7 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
 TEST(Semantics, TheTraceTrackFollowsTheUnit) {
   EXPECT_EQ(track_of(ReadHost{}), static_cast<std::uint32_t>(TrackKind::HostLink));
   EXPECT_EQ(track_of(WriteMem{}), static_cast<std::uint32_t>(TrackKind::Dma));
+  EXPECT_EQ(track_of(Gather{}), static_cast<std::uint32_t>(TrackKind::Dma));
   ReadWeights rw;
   rw.mxu = 2;
   EXPECT_EQ(track_of(rw), mxu_weights_track(2));
@@ -99,6 +101,19 @@ TEST(Semantics, TransfersReadTheirSourceAndWriteTheirDestination) {
   wm.src = UbAddr(0x80), wm.dst = MemAddr(0x9000), wm.bytes = 64;
   EXPECT_EQ(ranges(wm), (std::vector<Range>{{Space::UnifiedBuffer, 0x80, 0xc0, false, "src"},
                                             {Space::OffChip, 0x9000, 0x9040, true, "dst"}}));
+}
+
+TEST(Semantics, AGatherMayReadAnyRowOfItsTableAndReadsItsIndicesBeforeWritingItsRows) {
+  Gather g;
+  g.table = MemAddr(0x100000), g.indices = UbAddr(0x40), g.dst = UbAddr(0x2000);
+  g.count = 10, g.row_bytes = 96, g.rows = 5000;
+  // The rows it reads depend on the indices, so the whole table is its off-chip read.
+  EXPECT_EQ(ranges(g),
+            (std::vector<Range>{{Space::OffChip, 0x100000, 0x100000 + 5000 * 96, false, "table"},
+                                {Space::UnifiedBuffer, 0x40, 0x40 + 10 * 4, false, "indices"},
+                                {Space::UnifiedBuffer, 0x2000, 0x2000 + 10 * 96, true, "dst"}}));
+  g.table = MemAddr(0xffffffffffff0000ull), g.rows = 0xffffffffu, g.row_bytes = 0xffffffffu;
+  EXPECT_EQ(ranges(g).front().hi, 0xffffffffffffffffull) << "the table's end saturates";
 }
 
 TEST(Semantics, ReadWeightsReadsKTimesNElementsOfTheInputType) {
