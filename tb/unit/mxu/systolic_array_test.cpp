@@ -464,6 +464,41 @@ TEST(SystolicArray, WindowedMatMulsComputeTheDilatedConvolution) {
   }
 }
 
+// gather() is what the RTL array is fed (hw/mxu/rtl_mxu.cpp): every row, padding and dilation
+// included, as the ISA defines it, for a run that starts mid-image and crosses into the next.
+TEST(SystolicArray, GatheredRowsAreTheWindowedRowsTheIsaDefines) {
+  for (DType t : {DType::Int8, DType::Bf16}) {
+    const SystolicArray array(make_config(16, 8, t));
+    Values v(22);
+    for (const Conv& c : convs()) {
+      const isa::SetWindow& g = c.g;
+      SCOPED_TRACE(fmt::format("in {}x{}x{} stride {} pad {} dilation {}x{}", g.in_h, g.in_w,
+                               g.in_c, g.stride_h, g.pad_top, g.dilation_h, g.dilation_w));
+      InputSpec in;
+      in.window = true;
+      in.geom = g;
+      in.src = 3 * size_of(t);
+      in.first_pixel = std::uint32_t{g.out_h} * g.out_w / 2 + 1;
+      in.rows = std::uint32_t{g.out_h} * g.out_w;
+      in.k_first = static_cast<std::uint16_t>(window_k(g) > 16 ? 5 : 0);
+      const std::uint32_t k = std::min(16u, window_k(g) - in.k_first);
+      const std::vector<std::uint8_t> ub =
+          v.bytes(t, 3 + std::size_t{c.images} * g.in_h * g.in_w * g.in_c);
+      const std::vector<std::uint8_t> rows = array.gather(in, k, ub.data(), ub.size());
+      std::vector<std::uint32_t> got, want;
+      for (std::uint32_t r = 0; r < in.rows; ++r)
+        for (std::uint32_t i = 0; i < k; ++i) {
+          const std::size_t at = (std::size_t{r} * k + i) * size_of(t);
+          got.push_back(t == DType::Int8
+                            ? std::uint32_t{rows.at(at)}
+                            : std::uint32_t{rows.at(at)} | std::uint32_t{rows.at(at + 1)} << 8);
+          want.push_back(input_bits(in, t, ub, r, i));
+        }
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
 TEST(SystolicArray, AccumulateAddsTheColumnSumAndOverwriteReplacesTheEntry) {
   for (DType t : {DType::Int8, DType::Bf16}) {
     const MxuConfig cfg = make_config(8, 8, t);
