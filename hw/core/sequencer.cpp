@@ -89,15 +89,6 @@ void Sequencer::finish(Cycle end) {
   ledger_started_.clear();
 }
 
-void Sequencer::check_ub(const InFlight& f, const char* field, std::uint64_t lo,
-                         std::uint64_t bytes) const {
-  if (lo > storage_.ub_bytes || bytes > storage_.ub_bytes - lo)
-    report_program_error(core_name_, f,
-                         fmt::format("{} range {:#x} + {} bytes is outside the {}-byte unified "
-                                     "buffer",
-                                     field, lo, bytes, storage_.ub_bytes));
-}
-
 void Sequencer::check_acc(const InFlight& f, const char* field, std::uint64_t first,
                           std::uint64_t count) const {
   if (first > storage_.acc_entries || count > storage_.acc_entries - first)
@@ -192,7 +183,8 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
   if (unit.kind == isa::UnitKind::MxuArray) ctx.tile_rows = resident_tile_[unit.mxu].first;
   for (const isa::Access& a : isa::footprint(inst, ctx)) {
     if (a.space == isa::Space::Host) continue;
-    if (a.space == isa::Space::UnifiedBuffer) check_ub(*f, a.field, a.lo, a.hi - a.lo);
+    if (a.space == isa::Space::UnifiedBuffer)
+      check_ub_range(core_name_, *f, storage_.ub_bytes, a.field, a.lo, a.hi - a.lo);
     if (a.space == isa::Space::Accumulators)
       check_acc(*f, a.field, a.lo / ctx.acc_entry_bytes, (a.hi - a.lo) / ctx.acc_entry_bytes);
     (a.write ? f->writes : f->reads).push_back(a);

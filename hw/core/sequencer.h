@@ -78,7 +78,6 @@ class Sequencer : public sc_core::sc_module {
  private:
   void run();
   void issue(std::uint64_t index, const isa::Instruction& inst);
-  void check_ub(const InFlight& f, const char* field, std::uint64_t lo, std::uint64_t bytes) const;
   void check_acc(const InFlight& f, const char* field, std::uint64_t first,
                  std::uint64_t count) const;
 

@@ -3,9 +3,15 @@
 #include <fmt/format.h>
 
 #include "hw/common/tlm_util.h"
+#include "hw/isa/window.h"
 #include "hw/unit/program_error.h"
 
 namespace tpu {
+
+Cycles Dma::ub_port_cycles(std::uint64_t bytes) const {
+  const std::uint64_t per_cycle = cfg_.unified_buffer.bytes_per_cycle;
+  return Cycles((bytes + per_cycle - 1) / per_cycle);
+}
 
 Dma::Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
          const CoreStorage& storage, LayerCounters& counters, std::string core_name)
@@ -27,8 +33,12 @@ void Dma::run() {
     std::shared_ptr<InFlight> f = queue.read();
     f->wait_deps(clock_);
     Counters& c = counters_.at(f->layer);
-    const Cycle start = clock_.now();
-    f->started_at = start;
+    f->started_at = clock_.now();
+    if (const auto* g = std::get_if<isa::Gather>(&f->inst)) {
+      gather(*f, *g, c);
+      f->complete_at(clock_, clock_.now());
+      continue;
+    }
 
     // Each transfer: (UB address, far address, bytes, command seen from the far side, socket).
     std::uint64_t ub = 0, far = 0, bytes = 0;
@@ -54,25 +64,64 @@ void Dma::run() {
           }
         },
         f->inst);
-    if (ub > storage_.ub_bytes || bytes > storage_.ub_bytes - ub)
-      report_program_error(core_name_, *f,
-                           fmt::format("unified-buffer range {:#x} + {} bytes is outside the "
-                                       "{}-byte unified buffer",
-                                       ub, bytes, storage_.ub_bytes));
-    const auto status = to_host ? tlm_transfer(dma2host, cmd, far, storage_.ub + ub, bytes)
-                                : tlm_transfer(dma2mem, cmd, far, storage_.ub + ub, bytes);
-    if (status != tlm::TLM_OK_RESPONSE)
-      report_program_error(core_name_, *f,
-                           fmt::format("{} answered {} for {} bytes at {:#x}",
-                                       to_host ? "host memory" : "off-chip memory",
-                                       response_name(status), bytes, far));
-    // The UB port streams concurrently with the far side; it only lengthens the transfer when
-    // it is the slower of the two.
-    const Cycle ub_done = start + (bytes + cfg_.unified_buffer.bytes_per_cycle - 1) /
-                                      cfg_.unified_buffer.bytes_per_cycle;
-    clock_.wait_until(ub_done);
+    transfer(*f, to_host, cmd, far, ub, bytes);
     f->complete_at(clock_, clock_.now());
   }
+}
+
+void Dma::transfer(const InFlight& f, bool to_host, tlm::tlm_command cmd, std::uint64_t far,
+                   std::uint64_t ub, std::uint64_t bytes) {
+  const Cycle start = clock_.now();
+  check_ub_range(core_name_, f, storage_.ub_bytes, "unified-buffer", ub, bytes);
+  const auto status = to_host ? tlm_transfer(dma2host, cmd, far, storage_.ub + ub, bytes)
+                              : tlm_transfer(dma2mem, cmd, far, storage_.ub + ub, bytes);
+  if (status != tlm::TLM_OK_RESPONSE)
+    report_program_error(core_name_, f,
+                         fmt::format("{} answered {} for {} bytes at {:#x}",
+                                     to_host ? "host memory" : "off-chip memory",
+                                     response_name(status), bytes, far));
+  // The UB port streams concurrently with the far side; it only lengthens the transfer when
+  // it is the slower of the two.
+  const Cycle ub_done = start + ub_port_cycles(bytes).value();
+  clock_.wait_until(ub_done);
+}
+
+void Dma::gather(const InFlight& f, const isa::Gather& g, Counters& c) {
+  const std::uint64_t index_bytes = 4ull * g.count;
+  const std::uint64_t row_bytes = g.row_bytes;
+  check_ub_range(core_name_, f, storage_.ub_bytes, "indices", g.indices.value(), index_bytes);
+  check_ub_range(core_name_, f, storage_.ub_bytes, "dst", g.dst.value(), g.count * row_bytes);
+  // 1. Every index, little-endian int32, checked against the table and its row against off-chip
+  //    memory before any row moves, so a bad index stops the run with nothing written.
+  const std::uint64_t mem_bytes = cfg_.off_chip_memory.bytes;
+  std::vector<std::uint64_t> addr(g.count);
+  for (std::uint32_t r = 0; r < g.count; ++r) {
+    const std::uint64_t at = g.indices.value() + 4ull * r;
+    const std::uint8_t* p = storage_.ub + at;
+    const auto idx =
+        static_cast<std::int32_t>(std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 |
+                                  std::uint32_t{p[2]} << 16 | std::uint32_t{p[3]} << 24);
+    if (idx < 0 || static_cast<std::uint32_t>(idx) >= g.rows)
+      report_program_error(core_name_, f,
+                           fmt::format("gather: index {} (indices[{}] at {:#x}) is outside the "
+                                       "table's rows [0, {})",
+                                       idx, r, at, g.rows));
+    addr[r] = isa::sat_add(g.table.value(), static_cast<std::uint64_t>(idx) * row_bytes);
+    if (addr[r] > mem_bytes || row_bytes > mem_bytes - addr[r])
+      report_program_error(core_name_, f,
+                           fmt::format("gather: row {} (indices[{}]) at {:#x} + {} bytes is "
+                                       "outside the {}-byte off-chip memory",
+                                       idx, r, addr[r], row_bytes, mem_bytes));
+  }
+  // 2. The indices stream in through the UB port before the first row's address is known.
+  clock_.wait_for(ub_port_cycles(index_bytes));
+  c.ub_bytes_read += index_bytes;
+  // 3. One off-chip transfer per row, as a read_mem of row_bytes: the rows lie anywhere in the
+  //    table, so they cannot be merged into one burst.
+  for (std::uint32_t r = 0; r < g.count; ++r)
+    transfer(f, false, tlm::TLM_READ_COMMAND, addr[r], g.dst.value() + r * row_bytes, row_bytes);
+  c.off_chip_bytes_read += g.count * row_bytes;
+  c.ub_bytes_written += g.count * row_bytes;
 }
 
 }  // namespace tpu

@@ -1,8 +1,8 @@
 // Dma: a TensorCore's data mover between the unified buffer and off-chip memory (dma2mem) or
 // host memory across the host link (dma2host) — J17's Read_Host_Memory / Write_Host_Memory plus
-// the HBM-resident activations of v2-v4. One transfer at a time, in order; the far side's
-// bandwidth resource times it (shared with every other initiator), and the UB port adds only what
-// it cannot overlap.
+// the HBM-resident activations of v2-v4 and the embedding lookups (Gather) of layers whose
+// tables live off chip. One transfer at a time, in order; the far side's bandwidth resource
+// times it (shared with every other initiator), and the UB port adds only what it cannot overlap.
 #pragma once
 
 #include <tlm_utils/simple_initiator_socket.h>
@@ -22,13 +22,20 @@ class Dma : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<Dma> dma2mem;
   tlm_utils::simple_initiator_socket<Dma> dma2host;
-  UnitQueue queue;  // ReadHost, WriteHost, ReadMem, WriteMem
+  UnitQueue queue;  // ReadHost, WriteHost, ReadMem, WriteMem, Gather
 
   Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
       const CoreStorage& storage, LayerCounters& counters, std::string core_name);
 
  private:
   void run();
+  // One transfer of `bytes` between UB `ub` and `far` on the host link or off-chip memory:
+  // max(far side, UB port) cycles. Stops the run if either side refuses it.
+  void transfer(const InFlight& f, bool to_host, tlm::tlm_command cmd, std::uint64_t far,
+                std::uint64_t ub, std::uint64_t bytes);
+  // The indices, then one off-chip transfer per row (docs/timing-model.md, DMA).
+  void gather(const InFlight& f, const isa::Gather& g, Counters& c);
+  [[nodiscard]] Cycles ub_port_cycles(std::uint64_t bytes) const;
 
   const ChipConfig& cfg_;
   const Clock& clock_;

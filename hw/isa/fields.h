@@ -66,6 +66,8 @@ void visit_fields(SetWindow& i, F&& f) {
   f("pad_left", i.pad_left);
   f("out_h", i.out_h);
   f("out_w", i.out_w);
+  f("dilation_h", i.dilation_h);
+  f("dilation_w", i.dilation_w);
 }
 template <class F>
 void visit_fields(MatMul& i, F&& f) {
@@ -132,6 +134,15 @@ void visit_fields(Sync& i, F&& f) {
 template <class F>
 void visit_fields(Tag& i, F&& f) {
   f("id", i.id);
+}
+template <class F>
+void visit_fields(Gather& i, F&& f) {
+  f("table", i.table);
+  f("indices", i.indices);
+  f("dst", i.dst);
+  f("count", i.count);
+  f("row_bytes", i.row_bytes);
+  f("rows", i.rows);
 }
 
 // Names of enum values in the text form.

@@ -72,6 +72,10 @@ template <>
 struct OpcodeOf<Halt> {
   static constexpr Opcode value = Opcode::Halt;
 };
+template <>
+struct OpcodeOf<Gather> {
+  static constexpr Opcode value = Opcode::Gather;
+};
 
 // Little-endian field access into a 32-byte word.
 class Bytes32 {
@@ -163,6 +167,8 @@ struct Codec {
                           &i.kernel_w, &i.stride_h, &i.stride_w, &i.pad_top,
                           &i.pad_left, &i.out_h,    &i.out_w};
     for (std::size_t k = 0; k < std::size(f); ++k) field(4 + 2 * k, *f[k]);
+    field(26, i.dilation_h);
+    field(28, i.dilation_w);
   }
   void operands(MatMul& i) {
     field(2, i.mxu);
@@ -214,6 +220,14 @@ struct Codec {
   }
   void operands(Sync& i) { flag(0, i.all_cores); }
   void operands(Tag& i) { field(4, i.id); }
+  void operands(Gather& i) {
+    field(4, i.table);
+    field(12, i.indices);
+    field(16, i.dst);
+    field(20, i.count);
+    field(24, i.row_bytes);
+    field(28, i.rows);
+  }
 };
 
 template <class T>
@@ -260,6 +274,7 @@ std::string mnemonic(Opcode op) {
     case Opcode::Sync: return "sync";
     case Opcode::Tag: return "tag";
     case Opcode::Halt: return "halt";
+    case Opcode::Gather: return "gather";
   }
   return fmt::format("op_{:#04x}", static_cast<unsigned>(op));
 }
@@ -295,6 +310,7 @@ Instruction decode(const Word& word) {
     case Opcode::Sync: inst = decode_as<Sync>(word); break;
     case Opcode::Tag: inst = decode_as<Tag>(word); break;
     case Opcode::Halt: inst = decode_as<Halt>(word); break;
+    case Opcode::Gather: inst = decode_as<Gather>(word); break;
     default: throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
   }
   if (!enums_valid(inst))

@@ -34,6 +34,7 @@ enum class Opcode : std::uint8_t {
   Tag = 0x0c,          // debug tag: attributes following work to a layer id in the counters
   Softmax = 0x0d,      // unified buffer fp32 rows -> softmax across each row -> unified buffer
   Halt = 0x0f,         // end of this core's program
+  Gather = 0x20,       // off-chip table rows picked by unified-buffer indices -> unified buffer
 };
 
 enum class WeightSource : std::uint8_t { OffChip = 0, UnifiedBuffer = 1 };
@@ -82,13 +83,16 @@ struct ReadWeights {
 // row r of the MatMul is output pixel p = first_pixel + r (image p / (out_h*out_w), then oy, ox);
 // its element k (k_first <= k < k_first + tile rows) is channel k % in_c of window position
 // (ky, kx) = ((k / in_c) / kernel_w, (k / in_c) % kernel_w), read at input pixel
-// (oy*stride_h + ky - pad_top, ox*stride_w + kx - pad_left), zero outside the image.
+// (oy*stride_h + ky*dilation_h - pad_top, ox*stride_w + kx*dilation_w - pad_left), zero outside
+// the image. A dilation of 0 reads as 1: programs written before the dilation fields existed
+// encode 0 there and keep their meaning.
 struct SetWindow {
   std::uint16_t in_h = 0, in_w = 0, in_c = 0;
   std::uint16_t kernel_h = 0, kernel_w = 0;
   std::uint16_t stride_h = 1, stride_w = 1;
   std::uint16_t pad_top = 0, pad_left = 0;
   std::uint16_t out_h = 0, out_w = 0;
+  std::uint16_t dilation_h = 1, dilation_w = 1;
 };
 // B = rows input vectors times the resident weight tile (K = tile rows, N = tile cols) into
 // accumulator entries dst .. dst+rows-1. Dense: row r starts at src + r*src_stride. Windowed: see
@@ -159,10 +163,21 @@ struct Tag {
   std::uint32_t id = 0;
 };
 struct Halt {};
+// Keras Embedding's lookup: for r < count, idx = the int32 at indices + 4*r, which must lie in
+// [0, rows); the row_bytes bytes at off-chip table + idx*row_bytes go to dst + r*row_bytes.
+// Every index is read before any row is written, so dst may overlap indices.
+struct Gather {
+  MemAddr table;
+  UbAddr indices;
+  UbAddr dst;
+  std::uint32_t count = 0;
+  std::uint32_t row_bytes = 0;
+  std::uint32_t rows = 0;
+};
 
 using Instruction =
     std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul,
-                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt>;
+                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt, Gather>;
 
 Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);

@@ -20,7 +20,7 @@ Unit unit_of(const Instruction& inst) {
         using T = std::decay_t<decltype(i)>;
         if constexpr (is_one_of<T, ReadHost, WriteHost>)
           return Unit{UnitKind::Dma, 0, true};
-        else if constexpr (is_one_of<T, ReadMem, WriteMem>)
+        else if constexpr (is_one_of<T, ReadMem, WriteMem, Gather>)
           return Unit{UnitKind::Dma, 0, false};
         else if constexpr (std::is_same_v<T, ReadWeights>)
           return Unit{UnitKind::MxuWeights, i.mxu, false};
@@ -104,6 +104,12 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
             write(Space::UnifiedBuffer, "dst", i.dst.value(),
                   std::uint64_t{i.rows - 1} * i.dst_stride + row);
           }
+        } else if constexpr (std::is_same_v<T, Gather>) {
+          // Which rows a gather reads depends on the indices, known only when it runs; the
+          // scoreboard orders it against the whole table, every row it may read.
+          read(Space::OffChip, "table", i.table.value(), std::uint64_t{i.rows} * i.row_bytes);
+          read(Space::UnifiedBuffer, "indices", i.indices.value(), 4ull * i.count);
+          write(Space::UnifiedBuffer, "dst", i.dst.value(), std::uint64_t{i.count} * i.row_bytes);
         }
       },
       inst);

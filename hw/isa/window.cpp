@@ -29,7 +29,10 @@ std::vector<WindowSegment> window_segments(const SetWindow& g, std::uint32_t k_f
     s.count = std::min<std::uint32_t>(g.in_c - s.c, k - done);
     s.ky = pos / g.kernel_w;
     s.kx = pos % g.kernel_w;
-    s.offset = (std::uint64_t{s.ky} * g.in_w + s.kx) * g.in_c + s.c;
+    s.offset = (std::uint64_t{s.ky} * window_dilation_h(g) * g.in_w +
+                std::uint64_t{s.kx} * window_dilation_w(g)) *
+                   g.in_c +
+               s.c;
     segs.push_back(s);
     done += s.count;
   }
@@ -48,10 +51,26 @@ std::uint64_t window_k_total(const SetWindow& g) {
 // Input pixel (y, x) that window position (ky, kx) of output pixel (oy, ox) reads; may lie
 // outside the image (padding).
 std::int64_t window_input_y(const SetWindow& g, std::uint64_t oy, std::uint32_t ky) {
-  return static_cast<std::int64_t>(oy * g.stride_h + ky) - g.pad_top;
+  return static_cast<std::int64_t>(oy * g.stride_h + std::uint64_t{ky} * window_dilation_h(g)) -
+         g.pad_top;
 }
 std::int64_t window_input_x(const SetWindow& g, std::uint64_t ox, std::uint32_t kx) {
-  return static_cast<std::int64_t>(ox * g.stride_w + kx) - g.pad_left;
+  return static_cast<std::int64_t>(ox * g.stride_w + std::uint64_t{kx} * window_dilation_w(g)) -
+         g.pad_left;
+}
+
+std::uint32_t window_dilation_h(const SetWindow& g) {
+  return std::max<std::uint32_t>(g.dilation_h, 1);
+}
+std::uint32_t window_dilation_w(const SetWindow& g) {
+  return std::max<std::uint32_t>(g.dilation_w, 1);
+}
+
+std::uint64_t window_span_h(const SetWindow& g) {
+  return std::uint64_t{g.kernel_h - 1u} * window_dilation_h(g) + 1;
+}
+std::uint64_t window_span_w(const SetWindow& g) {
+  return std::uint64_t{g.kernel_w - 1u} * window_dilation_w(g) + 1;
 }
 
 namespace {

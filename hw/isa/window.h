@@ -48,6 +48,12 @@ std::uint64_t window_k_total(const SetWindow& g);
 // outside the image (padding, which reads zero).
 std::int64_t window_input_y(const SetWindow& g, std::uint64_t oy, std::uint32_t ky);
 std::int64_t window_input_x(const SetWindow& g, std::uint64_t ox, std::uint32_t kx);
+// The dilation the window reads with: the field, except that 0 reads as 1 (isa.h).
+std::uint32_t window_dilation_h(const SetWindow& g);
+std::uint32_t window_dilation_w(const SetWindow& g);
+// Input rows (columns) one window spans, first to last position: (kernel - 1) * dilation + 1.
+std::uint64_t window_span_h(const SetWindow& g);
+std::uint64_t window_span_w(const SetWindow& g);
 
 // The half-open range [lo, hi) of UB bytes that reading `in` for a k-row tile of `elem_bytes`
 // elements may touch: for windowed reads the bounding range of what the window reads (padding

@@ -21,6 +21,8 @@ using isa::window_input_y;
 using isa::window_is_sane;
 using isa::window_k_total;
 using isa::window_segments;
+using isa::window_span_h;
+using isa::window_span_w;
 using isa::WindowSegment;
 
 // Rows gathered and multiplied together: the weight tile is read once per block instead of once
@@ -196,6 +198,7 @@ void run(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub, st
   const std::vector<WindowSegment> segs =
       in.window ? window_segments(g, in.k_first, k) : std::vector<WindowSegment>{};
   const std::uint64_t image_elems = std::uint64_t{g.in_h} * g.in_w * g.in_c;
+  const std::uint64_t span_h = window_span_h(g), span_w = window_span_w(g);
   std::uint64_t b = 0, oy = 0, ox = 0;
   if (in.window) {
     const std::uint64_t per_image = std::uint64_t{g.out_h} * g.out_w;
@@ -220,11 +223,11 @@ void run(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub, st
       const std::int64_t y0 = window_input_y(g, oy, 0), x0 = window_input_x(g, ox, 0);
       const std::uint64_t corner =
           b * image_elems + static_cast<std::uint64_t>(y0 * g.in_w + x0) * g.in_c;
-      const bool inside =
-          y0 >= 0 && x0 >= 0 && y0 + g.kernel_h <= g.in_h && x0 + g.kernel_w <= g.in_w;
+      const bool inside = y0 >= 0 && x0 >= 0 && static_cast<std::uint64_t>(y0) + span_h <= g.in_h &&
+                          static_cast<std::uint64_t>(x0) + span_w <= g.in_w;
       for (const WindowSegment& sg : segs) {
         if (!inside) {
-          const std::int64_t y = y0 + sg.ky, xx = x0 + sg.kx;
+          const std::int64_t y = window_input_y(g, oy, sg.ky), xx = window_input_x(g, ox, sg.kx);
           if (y < 0 || y >= g.in_h || xx < 0 || xx >= g.in_w) {
             std::fill_n(xr + sg.k, sg.count, W{});
             continue;

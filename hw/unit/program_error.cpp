@@ -22,4 +22,13 @@ void report_program_error(const std::string& core, const InFlight& f, const std:
   throw ProgramError(msg);
 }
 
+void check_ub_range(const std::string& core, const InFlight& f, std::uint64_t ub_bytes,
+                    const char* field, std::uint64_t lo, std::uint64_t bytes) {
+  if (lo > ub_bytes || bytes > ub_bytes - lo)
+    report_program_error(core, f,
+                         fmt::format("{} range {:#x} + {} bytes is outside the {}-byte unified "
+                                     "buffer",
+                                     field, lo, bytes, ub_bytes));
+}
+
 }  // namespace tpu

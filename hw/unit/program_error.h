@@ -15,5 +15,9 @@ inline constexpr const char* kProgramErrorType = "tpusim/program";
                                        const std::string& what);
 [[noreturn]] void report_program_error(const std::string& core, std::uint64_t index,
                                        const std::string& what);
+// Stops the run unless the unified-buffer bytes [lo, lo + bytes) exist: "<field> range 0x… + N
+// bytes is outside the U-byte unified buffer" (the sequencer at issue, a unit at execution).
+void check_ub_range(const std::string& core, const InFlight& f, std::uint64_t ub_bytes,
+                    const char* field, std::uint64_t lo, std::uint64_t bytes);
 
 }  // namespace tpu

@@ -327,6 +327,8 @@ Stimulus fashion_mnist_conv(const ChipConfig& cfg, std::uint32_t images) {
   g.stride_w = static_cast<std::uint16_t>(conv.stride_w);
   g.out_h = static_cast<std::uint16_t>(conv.out.h);
   g.out_w = static_cast<std::uint16_t>(conv.out.w);
+  g.dilation_h = static_cast<std::uint16_t>(conv.dilation_h);
+  g.dilation_w = static_cast<std::uint16_t>(conv.dilation_w);
   const std::uint32_t pixels = images * conv.out.h * conv.out.w;
   // Output pixels in runs that fit the accumulators; per run, every N chunk, its K chunks summed.
   const std::uint32_t run = std::min(pixels, cfg.accumulators.entries);

@@ -228,6 +228,22 @@ std::vector<Case> cases() {
          {"kernel_w"}),
       on(kOnV3, "matmul_on_a_third_mxu", {matmul([&](MatMul& m) { m.mxu = v3_mxus; })}, 0,
          {fmt::format("mxu {}", v3_mxus)}),
+      // Gather: its indices and rows in the unified buffer, each index in the table, each row in
+      // off-chip memory (the unified buffer starts zeroed, so every index read is 0).
+      on(kOnV1, "gather_indices_past_the_unified_buffer",
+         {Gather{MemAddr(0), UbAddr(near_ub_end), UbAddr(0), 64, 8, 10}}, 0,
+         {"indices", hex(near_ub_end)}),
+      on(kOnV1, "gather_rows_past_the_unified_buffer",
+         {Gather{MemAddr(0), UbAddr(0), UbAddr(near_ub_end), 4, 64, 10}}, 0,
+         {"dst", hex(near_ub_end)}),
+      on(kOnV1, "gather_count_times_row_bytes_past_32_bits",
+         {Gather{MemAddr(0), UbAddr(0), UbAddr(0x100), 0xffffffffu, 0xffffffffu, 10}}, 0,
+         {"outside"}),
+      on(kOnV1, "gather_from_a_table_of_no_rows",
+         {Gather{MemAddr(0), UbAddr(0), UbAddr(0x100), 1, 64, 0}}, 0, {"index 0", "[0, 0)"}),
+      on(kOnV1, "gather_row_past_off_chip_memory",
+         {Gather{MemAddr(mem - 8), UbAddr(0), UbAddr(0x100), 1, 64, 1}}, 0,
+         {hex(mem - 8), "off-chip memory"}),
   };
 }
 

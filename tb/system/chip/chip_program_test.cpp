@@ -180,5 +180,53 @@ TEST(ChipProgram, V3RunsBothCoresAndAllMxusConcurrently) {
   EXPECT_LT(elapsed, serial / 2) << "elapsed " << elapsed << " vs serial sum " << serial;
 }
 
+// Keras Embedding on both of v3's cores: one table of bf16 vectors in the HBM they share, each
+// core looking up its own token ids (read from host memory) and writing the rows back to the host.
+TEST(ChipProgram, GatherCopiesTheTableRowsItsIndicesPickOnEveryCore) {
+  const ChipConfig cfg = shipped("v3");
+  ASSERT_EQ(cfg.tensor_cores, 2u);
+  const std::uint32_t rows = 1000, row_bytes = 64 * 2, count = 300;
+  const std::uint64_t table = 0x100000;
+  std::mt19937 rng(13);
+  std::vector<std::uint8_t> table_bytes(std::size_t{rows} * row_bytes);
+  for (auto& b : table_bytes) b = static_cast<std::uint8_t>(rng());
+
+  // Host memory: per core, its indices at c * 0x10000 and its output rows at 0x40000 + c * 0x10000.
+  Simulation sim(cfg, 0x80000);
+  sim.host.load_memory(table, table_bytes);
+  std::vector<std::vector<std::int32_t>> indices(cfg.tensor_cores);
+  const std::uint32_t ub_dst = 0x1000, layer = 7;
+  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c) {
+    // The first and last rows, then random ones (repeats allowed, as token ids repeat).
+    indices[c] = {0, static_cast<std::int32_t>(rows - 1)};
+    while (indices[c].size() < count) indices[c].push_back(static_cast<std::int32_t>(rng() % rows));
+    std::memcpy(sim.host.memory.data() + c * 0x10000, indices[c].data(), 4 * count);
+    const HostAddr out(0x40000 + c * 0x10000);
+    sim.host.programs[c] = {
+        isa::ReadHost{HostAddr(c * 0x10000), UbAddr(0), 4 * count},
+        isa::Tag{layer},
+        isa::Gather{MemAddr(table), UbAddr(0), UbAddr(ub_dst), count, row_bytes, rows},
+        isa::Tag{0},
+        isa::WriteHost{UbAddr(ub_dst), out, count * row_bytes},
+        isa::Halt{}};
+  }
+  sim.run();
+
+  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c) {
+    for (std::uint32_t r = 0; r < count; ++r) {
+      const std::uint8_t* got = sim.host.memory.data() + 0x40000 + c * 0x10000 + r * row_bytes;
+      const std::uint8_t* want = table_bytes.data() + std::size_t(indices[c][r]) * row_bytes;
+      ASSERT_EQ(std::memcmp(got, want, row_bytes), 0)
+          << "core " << c << " row " << r << " (index " << indices[c][r] << ")";
+    }
+    // The layer holds the gather alone: its rows off chip and into the UB, its indices read.
+    const Counters& k = sim.chip.cores[c]->counters().by_layer().at(layer);
+    EXPECT_EQ(k.off_chip_bytes_read, std::uint64_t{count} * row_bytes);
+    EXPECT_EQ(k.ub_bytes_written, std::uint64_t{count} * row_bytes);
+    EXPECT_EQ(k.ub_bytes_read, 4ull * count);
+    EXPECT_EQ(k.host_bytes_in + k.host_bytes_out + k.off_chip_bytes_written, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace tpu

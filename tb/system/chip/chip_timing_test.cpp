@@ -125,6 +125,111 @@ TEST(MxuTiming, FeedIsSlowedWhenTheUnifiedBufferPortIsNarrowerThanARow) {
   EXPECT_EQ(sim.mxu0().input_stall, 3ull * B) << "a quarter-row port takes 4 cycles per row";
 }
 
+// docs/timing-model.md, DMA: a gather of n rows of b bytes takes
+// ⌈4n/P⌉ + n·max(L_mem + ⌈b/r⌉, ⌈b/P⌉) cycles alone, evaluated here from the config.
+std::uint64_t gather_formula(const ChipConfig& cfg, std::uint64_t n, std::uint64_t b) {
+  const Clock clock(cfg.clock_hz());
+  const std::uint64_t port = cfg.unified_buffer.bytes_per_cycle;
+  const auto port_cycles = [&](std::uint64_t bytes) { return (bytes + port - 1) / port; };
+  const std::uint64_t far =
+      clock.ns_to_cycles(cfg.off_chip_memory.latency_ns).value() +
+      clock.transfer_cycles(static_cast<double>(b), cfg.off_chip_bytes_per_s()).value();
+  return port_cycles(4 * n) + n * std::max(far, port_cycles(b));
+}
+
+// Reads `indices` from host memory into UB 0, then gathers their rows of `row_bytes` from a
+// `rows`-row table at off-chip 0x100000 into UB 0x10000, after `before` (instructions of other
+// units that run beside it), and halts. Returns the gather's slice: from its start to its end.
+TraceSlice run_gather(Simulation& sim, const std::vector<std::int32_t>& indices,
+                      std::uint32_t row_bytes, std::uint32_t rows,
+                      const std::vector<isa::Instruction>& before = {}) {
+  Trace trace;
+  sim.chip.enable_trace(trace);
+  const auto n = static_cast<std::uint32_t>(indices.size());
+  std::memcpy(sim.host.memory.data(), indices.data(), 4 * indices.size());
+  auto& p = sim.host.programs[0];
+  p = before;
+  p.push_back(isa::ReadHost{HostAddr(0), UbAddr(0), 4 * n});
+  p.push_back(isa::Gather{MemAddr(0x100000), UbAddr(0), UbAddr(0x10000), n, row_bytes, rows});
+  p.push_back(isa::Halt{});
+  sim.run();
+  for (const TraceSlice& t : trace.slices())
+    if (!t.is_stall && t.opcode == isa::Opcode::Gather) return t;
+  ADD_FAILURE() << "no gather in the trace";
+  return {};
+}
+
+std::vector<std::int32_t> spread_indices(std::uint32_t n, std::uint32_t rows) {
+  std::vector<std::int32_t> v(n);
+  for (std::uint32_t i = 0; i < n; ++i) v[i] = static_cast<std::int32_t>(i * 7919u % rows);
+  return v;
+}
+
+TEST(GatherTiming, TheIndicesThenEachRowAsItsOwnOffChipTransfer) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  const std::uint32_t n = 50, b = 256, rows = 10000;
+  const TraceSlice t = run_gather(sim, spread_indices(n, rows), b, rows);
+  // Each row pays the off-chip latency: far longer than one transfer of all the rows.
+  const Clock clock(cfg.clock_hz());
+  ASSERT_GT(clock.ns_to_cycles(cfg.off_chip_memory.latency_ns).value(),
+            (b + cfg.unified_buffer.bytes_per_cycle - 1) / cfg.unified_buffer.bytes_per_cycle);
+  EXPECT_EQ(t.end - t.begin, gather_formula(cfg, n, b));
+}
+
+TEST(GatherTiming, AUnifiedBufferPortSlowerThanOffChipMemoryPacesEachRow) {
+  ChipConfig cfg = shipped("v1");
+  cfg.unified_buffer.bytes_per_cycle = 16;
+  Simulation sim(cfg);
+  const std::uint32_t n = 20, b = 4096, rows = 64;
+  const Clock clock(cfg.clock_hz());
+  ASSERT_GT(b / cfg.unified_buffer.bytes_per_cycle,
+            clock.ns_to_cycles(cfg.off_chip_memory.latency_ns).value() +
+                clock.transfer_cycles(b, cfg.off_chip_bytes_per_s()).value())
+      << "the port must be the slower side";
+  const TraceSlice t = run_gather(sim, spread_indices(n, rows), b, rows);
+  EXPECT_EQ(t.end - t.begin, gather_formula(cfg, n, b));
+}
+
+TEST(GatherTiming, RowsShareOffChipBandwidthWithOtherTransfers) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  const std::uint32_t n = 40, b = 1024, rows = 100;
+  // A weight tile fetched from off-chip memory by the MXU's weight path while the gather runs.
+  isa::ReadWeights rw = tile_from_ub(cfg, 0x200000);
+  rw.source = isa::WeightSource::OffChip;
+  const TraceSlice t = run_gather(sim, spread_indices(n, rows), b, rows, {rw});
+  EXPECT_GT(t.end - t.begin, gather_formula(cfg, n, b));
+}
+
+TEST(Hazards, GatherWaitsForTheVectorUnitToWriteItsIndices) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  const std::uint32_t n = 64, row_bytes = 32, rows = 500;
+  const std::uint64_t table = 0x100000;
+  std::vector<std::uint8_t> table_bytes(std::size_t{rows} * row_bytes);
+  for (std::size_t i = 0; i < table_bytes.size(); ++i)
+    table_bytes[i] = static_cast<std::uint8_t>(i * 31 + 7);
+  sim.host.load_memory(table, table_bytes);
+  const std::vector<std::int32_t> indices = spread_indices(n, rows);
+  std::memcpy(sim.host.memory.data(), indices.data(), 4 * n);
+  // The indices arrive at UB 0x100 and an int8 add of zeros (UB 0x800, never written) copies them
+  // to UB 0x400, where the gather reads them: until the eltwise is done UB 0x400 holds zeros, so
+  // a gather that did not wait would fetch row 0 every time.
+  isa::Eltwise copy;
+  copy.a = UbAddr(0x100), copy.b = UbAddr(0x800), copy.dst = UbAddr(0x400), copy.count = 4 * n;
+  sim.host.programs[0] = {
+      isa::ReadHost{HostAddr(0), UbAddr(0x100), 4 * n}, copy,
+      isa::Gather{MemAddr(table), UbAddr(0x400), UbAddr(0x1000), n, row_bytes, rows},
+      isa::WriteHost{UbAddr(0x1000), HostAddr(0x10000), n * row_bytes}, isa::Halt{}};
+  sim.run();
+  for (std::uint32_t r = 0; r < n; ++r)
+    ASSERT_EQ(std::memcmp(sim.host.memory.data() + 0x10000 + r * row_bytes,
+                          table_bytes.data() + std::size_t(indices[r]) * row_bytes, row_bytes),
+              0)
+        << "row " << r;
+}
+
 TEST(Hazards, ActivateWaitsForTheMatMulToDrainIntoTheAccumulators) {
   const ChipConfig cfg = shipped("v1");
   Simulation sim(cfg);
@@ -210,6 +315,35 @@ TEST(BadPrograms, OffChipAddressOutOfRangeGetsATlmErrorResponse) {
   EXPECT_NE(msg.find("address error"), std::string::npos) << msg;
   EXPECT_NE(msg.find(fmt::format("{:#x}", beyond)), std::string::npos) << msg;
 }
+
+// A gather whose indices (read from host memory) include `bad` stops at that index, naming the
+// instruction, the index, where it was read and the table's bound.
+void expect_gather_refuses(std::int32_t bad) {
+  const ChipConfig cfg = shipped("v1");
+  Simulation sim(cfg);
+  const std::uint32_t rows = 1000;
+  const std::vector<std::int32_t> indices = {3, 999, bad, 5};
+  std::memcpy(sim.host.memory.data(), indices.data(), 4 * indices.size());
+  const auto n = static_cast<std::uint32_t>(indices.size());
+  sim.host.programs[0] = {isa::ReadHost{HostAddr(0), UbAddr(0x40), 4 * n},
+                          isa::Gather{MemAddr(0), UbAddr(0x40), UbAddr(0x1000), n, 64, rows},
+                          isa::Halt{}};
+  const std::string msg = sim.run_expecting_error();
+  EXPECT_NE(msg.find("core 0 instruction 1 (gather)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fmt::format("index {} (indices[2] at {:#x})", bad, 0x40 + 8)),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(fmt::format("[0, {})", rows)), std::string::npos) << msg;
+  // Checked before any row moved: the destination is as it was.
+  UnifiedBuffer& ub = sim.chip.cores[0]->ub;
+  for (std::uint32_t i = 0; i < n * 64; ++i) ASSERT_EQ(ub.data()[0x1000 + i], 0) << i;
+}
+
+TEST(BadPrograms, GatherIndexAtTheTablesRowCountIsRefusedBeforeAnyRowMoves) {
+  expect_gather_refuses(1000);
+}
+
+TEST(BadPrograms, NegativeGatherIndexIsRefusedBeforeAnyRowMoves) { expect_gather_refuses(-1); }
 
 TEST(BadPrograms, MatMulWithoutWeightsIsRefused) {
   const ChipConfig cfg = shipped("v1");

@@ -24,7 +24,7 @@ namespace {
 const std::vector<std::string> kMnemonics = {"nop",       "read_host",    "write_host", "read_mem",
                                              "write_mem", "read_weights", "set_window", "matmul",
                                              "activate",  "pool",         "eltwise",    "sync",
-                                             "tag",       "softmax",      "halt"};
+                                             "tag",       "softmax",      "halt",       "gather"};
 
 // docs/isa.md §3.1 enum names in code order, and the subsets pool and eltwise accept (§4.8, §4.9).
 const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};
@@ -214,6 +214,21 @@ TEST(Assembler, ReadsFieldsInAnyOrderDecimalOrHexAndDefaultsTheRest) {
   act.func = ActFunc::Relu6;
   const std::vector<Instruction> expect = {mm, sw, rw, Sync{true}, act, Halt{}};
   EXPECT_EQ(to_binary(assemble(text, "order.s")), to_binary(expect));
+}
+
+// docs/isa.md §4.14's example line.
+TEST(Assembler, ReadsTheDocumentedGatherLine) {
+  Gather g;
+  g.table = MemAddr(0x10000000);
+  g.indices = UbAddr(0x0);
+  g.dst = UbAddr(0x1000);
+  g.count = 256;
+  g.row_bytes = 128;
+  g.rows = 30000;
+  const std::string line =
+      "gather table=0x10000000 indices=0x0 dst=0x1000 count=256 row_bytes=128 rows=30000";
+  EXPECT_EQ(to_binary(assemble(line, "gather.s")), to_binary({g}));
+  EXPECT_EQ(to_string(g), line);
 }
 
 TEST(Assembler, EmptyAndCommentOnlyTextIsAnEmptyProgram) {

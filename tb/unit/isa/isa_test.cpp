@@ -15,6 +15,7 @@
 
 #include "hw/common/error.h"
 #include "hw/isa/fields.h"
+#include "hw/isa/window.h"
 
 namespace tpu::isa {
 namespace {
@@ -79,7 +80,8 @@ const std::vector<DocLayout>& doc_layouts() {
        {integer("in_h", 4, 2), integer("in_w", 6, 2), integer("in_c", 8, 2),
         integer("kernel_h", 10, 2), integer("kernel_w", 12, 2), integer("stride_h", 14, 2),
         integer("stride_w", 16, 2), integer("pad_top", 18, 2), integer("pad_left", 20, 2),
-        integer("out_h", 22, 2), integer("out_w", 24, 2)}},
+        integer("out_h", 22, 2), integer("out_w", 24, 2), integer("dilation_h", 26, 2),
+        integer("dilation_w", 28, 2)}},
       {0x07,
        "matmul",
        MatMul{},
@@ -113,6 +115,11 @@ const std::vector<DocLayout>& doc_layouts() {
        {integer("src", 4, 4), integer("dst", 8, 4), integer("rows", 12, 4), integer("cols", 16, 2),
         integer("src_stride", 20, 4), integer("dst_stride", 24, 4)}},
       {0x0f, "halt", Halt{}, {}},
+      {0x20,
+       "gather",
+       Gather{},
+       {integer("table", 4, 8), integer("indices", 12, 4), integer("dst", 16, 4),
+        integer("count", 20, 4), integer("row_bytes", 24, 4), integer("rows", 28, 4)}},
   };
   return layouts;
 }
@@ -271,6 +278,23 @@ TEST(IsaDecode, RejectsAnyNonZeroReservedByteOrFlagBit) {
       }
     }
   }
+}
+
+// docs/isa.md §4.5: words written before the dilation fields existed have zeros at bytes 26..29;
+// they still decode, re-encode to the same word and read as dilation 1.
+TEST(IsaDecode, SetWindowWithoutDilationBytesDecodesAndReadsAsDilationOne) {
+  SetWindow g;
+  g.in_h = 28, g.in_w = 28, g.in_c = 1, g.kernel_h = 3, g.kernel_w = 3, g.out_h = 26, g.out_w = 26;
+  Word w = encode(g);
+  w[26] = w[27] = w[28] = w[29] = 0;
+  const auto back = std::get<SetWindow>(decode(w));
+  EXPECT_EQ(back.dilation_h, 0);
+  EXPECT_EQ(back.dilation_w, 0);
+  EXPECT_EQ(encode(back), w);
+  EXPECT_EQ(window_dilation_h(back), 1u);
+  EXPECT_EQ(window_dilation_w(back), 1u);
+  EXPECT_EQ(SetWindow{}.dilation_h, 1) << "a window written today defaults to dilation 1";
+  EXPECT_EQ(SetWindow{}.dilation_w, 1);
 }
 
 TEST(IsaDecodeAll, RejectsAPartialWord) {

@@ -56,15 +56,16 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
   std::vector<UnitKind> kinds;
   for (const Instruction& i : every_kind()) kinds.push_back(unit_of(i).kind);
   // Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul, Activate, Pool,
-  // Eltwise, Softmax, Sync, Tag, Halt.
-  const std::vector<UnitKind> doc = {UnitKind::Sequencer, UnitKind::Dma,       UnitKind::Dma,
-                                     UnitKind::Dma,       UnitKind::Dma,       UnitKind::MxuWeights,
-                                     UnitKind::Sequencer, UnitKind::MxuArray,  UnitKind::Vector,
-                                     UnitKind::Vector,    UnitKind::Vector,    UnitKind::Vector,
-                                     UnitKind::Sequencer, UnitKind::Sequencer, UnitKind::Sequencer};
+  // Eltwise, Softmax, Sync, Tag, Halt, Gather.
+  const std::vector<UnitKind> doc = {
+      UnitKind::Sequencer, UnitKind::Dma,        UnitKind::Dma,       UnitKind::Dma,
+      UnitKind::Dma,       UnitKind::MxuWeights, UnitKind::Sequencer, UnitKind::MxuArray,
+      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
+      UnitKind::Sequencer, UnitKind::Sequencer,  UnitKind::Sequencer, UnitKind::Dma};
   EXPECT_EQ(kinds, doc);
   EXPECT_TRUE(unit_of(ReadHost{}).host_link);
   EXPECT_FALSE(unit_of(ReadMem{}).host_link);
+  EXPECT_FALSE(unit_of(Gather{}).host_link) << "a gather reads off-chip memory";
   ReadWeights rw;
   rw.mxu = 3;
   MatMul mm;
@@ -77,6 +78,7 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
 TEST(Semantics, TheTraceTrackFollowsTheUnit) {
   EXPECT_EQ(track_of(ReadHost{}), static_cast<std::uint32_t>(TrackKind::HostLink));
   EXPECT_EQ(track_of(WriteMem{}), static_cast<std::uint32_t>(TrackKind::Dma));
+  EXPECT_EQ(track_of(Gather{}), static_cast<std::uint32_t>(TrackKind::Dma));
   ReadWeights rw;
   rw.mxu = 2;
   EXPECT_EQ(track_of(rw), mxu_weights_track(2));
@@ -99,6 +101,19 @@ TEST(Semantics, TransfersReadTheirSourceAndWriteTheirDestination) {
   wm.src = UbAddr(0x80), wm.dst = MemAddr(0x9000), wm.bytes = 64;
   EXPECT_EQ(ranges(wm), (std::vector<Range>{{Space::UnifiedBuffer, 0x80, 0xc0, false, "src"},
                                             {Space::OffChip, 0x9000, 0x9040, true, "dst"}}));
+}
+
+TEST(Semantics, AGatherMayReadAnyRowOfItsTableAndReadsItsIndicesBeforeWritingItsRows) {
+  Gather g;
+  g.table = MemAddr(0x100000), g.indices = UbAddr(0x40), g.dst = UbAddr(0x2000);
+  g.count = 10, g.row_bytes = 96, g.rows = 5000;
+  // The rows it reads depend on the indices, so the whole table is its off-chip read.
+  EXPECT_EQ(ranges(g),
+            (std::vector<Range>{{Space::OffChip, 0x100000, 0x100000 + 5000 * 96, false, "table"},
+                                {Space::UnifiedBuffer, 0x40, 0x40 + 10 * 4, false, "indices"},
+                                {Space::UnifiedBuffer, 0x2000, 0x2000 + 10 * 96, true, "dst"}}));
+  g.table = MemAddr(0xffffffffffff0000ull), g.rows = 0xffffffffu, g.row_bytes = 0xffffffffu;
+  EXPECT_EQ(ranges(g).front().hi, 0xffffffffffffffffull) << "the table's end saturates";
 }
 
 TEST(Semantics, ReadWeightsReadsKTimesNElementsOfTheInputType) {
@@ -124,17 +139,43 @@ TEST(Semantics, ADenseMatMulReadsItsRowsAndWritesWholeAccumulatorEntries) {
   EXPECT_EQ(ranges(mm).back(), (Range{Space::Accumulators, 7 * entry, 17 * entry, false, "dst"}));
 }
 
-TEST(Semantics, AWindowedMatMulReadsTheWindowsBoundingRange) {
+// An 8x8x4 image read through a 3x3 window by a whole-window tile (K = 36), and the windowed
+// MatMul of output pixels [0, rows) at UB 0x1000.
+FootprintContext window_context(std::uint16_t out_side) {
   FootprintContext c = context();
   c.window.in_h = 8, c.window.in_w = 8, c.window.in_c = 4;
-  c.window.kernel_h = 3, c.window.kernel_w = 3, c.window.out_h = 6, c.window.out_w = 6;
+  c.window.kernel_h = 3, c.window.kernel_w = 3, c.window.out_h = out_side,
+  c.window.out_w = out_side;
   c.tile_rows = 36;
+  return c;
+}
+MatMul windowed_matmul(std::uint32_t rows) {
   MatMul mm;
-  mm.window = true, mm.src = UbAddr(0x1000), mm.rows = 36;
-  const auto r = ranges(mm, c);
+  mm.window = true, mm.src = UbAddr(0x1000), mm.rows = rows;
+  return mm;
+}
+
+TEST(Semantics, AWindowedMatMulReadsTheWindowsBoundingRange) {
+  const auto r = ranges(windowed_matmul(36), window_context(6));
   ASSERT_FALSE(r.empty());
   // Output pixels 0..35 of one 8x8x4 image through a 3x3 window read every input element.
   EXPECT_EQ(r.front(), (Range{Space::UnifiedBuffer, 0x1000, 0x1000 + 8 * 8 * 4, false, "window"}));
+}
+
+TEST(Semantics, ADilatedWindowReadsPositionsDilationApart) {
+  FootprintContext c = window_context(4);
+  const MatMul mm = windowed_matmul(1);
+  // Output pixel 0 reads input pixels (0, 0) to (2*d_h, 2*d_w), each of its 4 channels.
+  auto range_to = [&](std::uint64_t y, std::uint64_t x) {
+    return Range{Space::UnifiedBuffer, 0x1000, 0x1000 + (y * 8 + x) * 4 + 4, false, "window"};
+  };
+  c.window.dilation_h = 2, c.window.dilation_w = 2;
+  EXPECT_EQ(ranges(mm, c).front(), range_to(4, 4));
+  c.window.dilation_h = 3, c.window.dilation_w = 1;
+  EXPECT_EQ(ranges(mm, c).front(), range_to(6, 2));
+  // Dilation 0 (a program written before the field existed) is dilation 1.
+  c.window.dilation_h = 0, c.window.dilation_w = 0;
+  EXPECT_EQ(ranges(mm, c).front(), range_to(2, 2));
 }
 
 TEST(Semantics, ActivateReadsEntriesAndParametersAndWritesStridedRows) {

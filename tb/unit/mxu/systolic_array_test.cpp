@@ -124,8 +124,10 @@ std::uint32_t input_bits(const InputSpec& in, DType t, const std::vector<std::ui
     const std::uint64_t kk = std::uint64_t{in.k_first} + k;
     const std::int64_t ky = static_cast<std::int64_t>((kk / g.in_c) / g.kernel_w);
     const std::int64_t kx = static_cast<std::int64_t>((kk / g.in_c) % g.kernel_w);
-    const std::int64_t y = oy * g.stride_h + ky - g.pad_top;
-    const std::int64_t x = ox * g.stride_w + kx - g.pad_left;
+    const std::int64_t y =
+        oy * g.stride_h + ky * std::max(g.dilation_h, std::uint16_t{1}) - g.pad_top;
+    const std::int64_t x =
+        ox * g.stride_w + kx * std::max(g.dilation_w, std::uint16_t{1}) - g.pad_left;
     if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) return 0;
     addr =
         in.src +
@@ -263,6 +265,18 @@ isa::SetWindow window(std::uint16_t in_h, std::uint16_t in_w, std::uint16_t in_c
   return g;
 }
 
+// `g` with window positions (dh, dw) input pixels apart, and the output size of its padding:
+// (in + 2 * pad - ((kernel - 1) * dilation + 1)) / stride + 1.
+isa::SetWindow dilated(isa::SetWindow g, std::uint16_t dh, std::uint16_t dw) {
+  g.dilation_h = dh;
+  g.dilation_w = dw;
+  g.out_h = static_cast<std::uint16_t>(
+      (g.in_h + 2 * g.pad_top - ((g.kernel_h - 1) * dh + 1)) / g.stride_h + 1);
+  g.out_w = static_cast<std::uint16_t>(
+      (g.in_w + 2 * g.pad_left - ((g.kernel_w - 1) * dw + 1)) / g.stride_w + 1);
+  return g;
+}
+
 std::uint32_t window_k(const isa::SetWindow& g) {
   return std::uint32_t{g.kernel_h} * g.kernel_w * g.in_c;
 }
@@ -274,6 +288,9 @@ std::vector<Conv> convs() {
       {window(9, 8, 2, 3, 2, 1), 2},    // stride 2 with padding
       {window(5, 5, 1, 3, 2, 2), 2},    // padding 2 > stride - 1: some windows are mostly padding
       {window(28, 28, 1, 3, 1, 0), 2},  // the Fashion-MNIST convolution
+      {dilated(window(9, 8, 2, 3, 1, 2), 2, 2), 2},    // dilation 2, same padding
+      {dilated(window(11, 10, 3, 3, 2, 1), 3, 2), 2},  // unequal dilations, stride 2, padding
+      {dilated(window(8, 9, 1, 2, 1, 0), 5, 1), 2},    // a dilation wider than the kernel
   };
 }
 
@@ -284,8 +301,8 @@ void windowed_matches_reference(DType t) {
   const std::uint32_t e = size_of(t);
   for (const Conv& c : convs()) {
     const isa::SetWindow& g = c.g;
-    SCOPED_TRACE(
-        fmt::format("in {}x{}x{} stride {} pad {}", g.in_h, g.in_w, g.in_c, g.stride_h, g.pad_top));
+    SCOPED_TRACE(fmt::format("in {}x{}x{} stride {} pad {} dilation {}x{}", g.in_h, g.in_w, g.in_c,
+                             g.stride_h, g.pad_top, g.dilation_h, g.dilation_w));
     const std::uint32_t pixels = std::uint32_t{g.out_h} * g.out_w;
     const std::uint32_t k = std::min(window_k(g), cfg.rows);
     const WeightTile w = make_tile(t, k, 11, v);
@@ -381,6 +398,105 @@ TEST(SystolicArray, Bf16WindowSplitAcrossTilesAddsEachTilesColumnSumToTheAccumul
     expected = reference(DType::Bf16, w, in, ub, expected, cfg.cols, accumulate);
   }
   EXPECT_EQ(acc, expected);
+}
+
+// A convolution as Keras defines it (NHWC images, HWIO kernel, dilation_rate), written without the
+// ISA's flattened window: output (b, oy, ox, n) is the sum over ky, kx, c of
+// image[b][oy*stride + ky*dilation - pad][ox*stride + kx*dilation - pad][c] * kernel[ky][kx][c][n],
+// zero outside the image. The MXU gets the kernel in tiles of at most `rows` window elements,
+// accumulated; int8 sums are exact, so their order does not matter.
+TEST(SystolicArray, WindowedMatMulsComputeTheDilatedConvolution) {
+  const MxuConfig cfg = make_config(16, 8, DType::Int8);
+  const SystolicArray array(cfg);
+  Values v(21);
+  const std::uint32_t n_out = 5;
+  for (const Conv& conv : convs()) {
+    const isa::SetWindow& g = conv.g;
+    SCOPED_TRACE(fmt::format("in {}x{}x{} kernel {}x{} stride {} pad {} dilation {}x{}", g.in_h,
+                             g.in_w, g.in_c, g.kernel_h, g.kernel_w, g.stride_h, g.pad_top,
+                             g.dilation_h, g.dilation_w));
+    const std::uint32_t k_total = window_k(g);
+    const std::vector<std::uint8_t> image =
+        v.bytes(DType::Int8, std::size_t{conv.images} * g.in_h * g.in_w * g.in_c);
+    const std::vector<std::uint8_t> kernel = v.bytes(DType::Int8, std::size_t{k_total} * n_out);
+    InputSpec in;
+    in.window = true;
+    in.geom = g;
+    in.rows = conv.images * g.out_h * g.out_w;
+    std::vector<std::uint32_t> acc(std::size_t{in.rows} * cfg.cols);
+    for (std::uint32_t k0 = 0; k0 < k_total; k0 += cfg.rows) {
+      WeightTile w;
+      w.rows = std::min(cfg.rows, k_total - k0);
+      w.cols = n_out;
+      w.bytes.assign(kernel.begin() + std::ptrdiff_t{k0} * n_out,
+                     kernel.begin() + std::ptrdiff_t{k0 + w.rows} * n_out);
+      in.k_first = static_cast<std::uint16_t>(k0);
+      array.multiply(w, in, image.data(), image.size(), acc.data(), cfg.cols, k0 > 0);
+    }
+    const auto at = [](const std::vector<std::uint8_t>& bytes, std::size_t i) {
+      return std::int64_t{static_cast<std::int8_t>(bytes.at(i))};
+    };
+    std::vector<std::int32_t> got, want;
+    for (std::uint32_t b = 0; b < conv.images; ++b)
+      for (std::int64_t oy = 0; oy < g.out_h; ++oy)
+        for (std::int64_t ox = 0; ox < g.out_w; ++ox)
+          for (std::uint32_t n = 0; n < n_out; ++n) {
+            std::int64_t sum = 0;
+            for (std::int64_t ky = 0; ky < g.kernel_h; ++ky)
+              for (std::int64_t kx = 0; kx < g.kernel_w; ++kx) {
+                const std::int64_t y = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
+                const std::int64_t x = ox * g.stride_w + kx * g.dilation_w - g.pad_left;
+                if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
+                for (std::int64_t c = 0; c < g.in_c; ++c)
+                  sum +=
+                      at(image,
+                         static_cast<std::size_t>(((b * g.in_h + y) * g.in_w + x) * g.in_c + c)) *
+                      at(kernel, static_cast<std::size_t>(
+                                     ((ky * g.kernel_w + kx) * g.in_c + c) * n_out + n));
+              }
+            want.push_back(static_cast<std::int32_t>(sum));
+            const std::size_t row =
+                (std::size_t{b} * g.out_h + static_cast<std::size_t>(oy)) * g.out_w +
+                static_cast<std::size_t>(ox);
+            got.push_back(static_cast<std::int32_t>(acc.at(row * cfg.cols + n)));
+          }
+    EXPECT_EQ(got, want);
+  }
+}
+
+// gather() is what the RTL array is fed (hw/mxu/rtl_mxu.cpp): every row, padding and dilation
+// included, as the ISA defines it, for a run that starts mid-image and crosses into the next.
+TEST(SystolicArray, GatheredRowsAreTheWindowedRowsTheIsaDefines) {
+  for (DType t : {DType::Int8, DType::Bf16}) {
+    const SystolicArray array(make_config(16, 8, t));
+    Values v(22);
+    for (const Conv& c : convs()) {
+      const isa::SetWindow& g = c.g;
+      SCOPED_TRACE(fmt::format("in {}x{}x{} stride {} pad {} dilation {}x{}", g.in_h, g.in_w,
+                               g.in_c, g.stride_h, g.pad_top, g.dilation_h, g.dilation_w));
+      InputSpec in;
+      in.window = true;
+      in.geom = g;
+      in.src = 3 * size_of(t);
+      in.first_pixel = std::uint32_t{g.out_h} * g.out_w / 2 + 1;
+      in.rows = std::uint32_t{g.out_h} * g.out_w;
+      in.k_first = static_cast<std::uint16_t>(window_k(g) > 16 ? 5 : 0);
+      const std::uint32_t k = std::min(16u, window_k(g) - in.k_first);
+      const std::vector<std::uint8_t> ub =
+          v.bytes(t, 3 + std::size_t{c.images} * g.in_h * g.in_w * g.in_c);
+      const std::vector<std::uint8_t> rows = array.gather(in, k, ub.data(), ub.size());
+      std::vector<std::uint32_t> got, want;
+      for (std::uint32_t r = 0; r < in.rows; ++r)
+        for (std::uint32_t i = 0; i < k; ++i) {
+          const std::size_t at = (std::size_t{r} * k + i) * size_of(t);
+          got.push_back(t == DType::Int8
+                            ? std::uint32_t{rows.at(at)}
+                            : std::uint32_t{rows.at(at)} | std::uint32_t{rows.at(at + 1)} << 8);
+          want.push_back(input_bits(in, t, ub, r, i));
+        }
+      EXPECT_EQ(got, want);
+    }
+  }
 }
 
 TEST(SystolicArray, AccumulateAddsTheColumnSumAndOverwriteReplacesTheEntry) {
@@ -564,10 +680,14 @@ std::pair<std::uint64_t, std::uint64_t> touched(const InputSpec& in, DType t, st
     const std::int64_t ox = static_cast<std::int64_t>(p % g.out_w);
     for (std::uint32_t i = 0; i < k; ++i) {
       const std::uint64_t kk = std::uint64_t{in.k_first} + i;
-      const std::int64_t y =
-          oy * g.stride_h + static_cast<std::int64_t>((kk / g.in_c) / g.kernel_w) - g.pad_top;
-      const std::int64_t x =
-          ox * g.stride_w + static_cast<std::int64_t>((kk / g.in_c) % g.kernel_w) - g.pad_left;
+      const std::int64_t y = oy * g.stride_h +
+                             static_cast<std::int64_t>((kk / g.in_c) / g.kernel_w) *
+                                 std::max(g.dilation_h, std::uint16_t{1}) -
+                             g.pad_top;
+      const std::int64_t x = ox * g.stride_w +
+                             static_cast<std::int64_t>((kk / g.in_c) % g.kernel_w) *
+                                 std::max(g.dilation_w, std::uint16_t{1}) -
+                             g.pad_left;
       if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
       const std::uint64_t a =
           in.src +
