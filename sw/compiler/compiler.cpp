@@ -79,6 +79,8 @@ class Compiler {
     p_.memory_image.push_back({tiling_.params_addr, tiling_.params});
     for (const auto& [layer, addr] : tiling_.constant_addr)
       p_.memory_image.push_back({addr, q_.layers[layer].constant});
+    for (const auto& [layer, addr] : tiling_.table_addr)
+      p_.memory_image.push_back({addr, table_bytes(q_, layer)});
     for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) emit_core(c);
     p_.layers.push_back({"setup", "host I/O and parameter loads", 0});
     for (const Op& l : source_.ops)
@@ -422,7 +424,7 @@ class Compiler {
         {OpKind::Multiply, &Compiler::lower_unreachable, false},
         {OpKind::Subtract, &Compiler::lower_unreachable, false},
         {OpKind::PReLU, &Compiler::lower_unreachable, false},
-        {OpKind::Embedding, &Compiler::lower_unreachable, false},
+        {OpKind::Embedding, &Compiler::lower_embedding, false},
         {OpKind::LSTM, &Compiler::lower_unreachable, false},
     };
     return table;
@@ -453,6 +455,18 @@ class Compiler {
       out.push_back(isa::ReadMem{MemAddr(tiling_.constant_addr.at(o.i)),
                                  ub(o.dst + j * out_bytes(o.i)),
                                  static_cast<std::uint32_t>(out_bytes(o.i))});
+  }
+  // The DMA gathers each token id's row of the table (off-chip memory) into place.
+  void lower_embedding(std::vector<isa::Instruction>& out, const Operands& o) {
+    const Op& l = m_.ops[o.i];
+    isa::Gather g;
+    g.table = MemAddr(tiling_.table_addr.at(o.i));
+    g.indices = ub(o.src[0]);
+    g.dst = ub(o.dst);
+    g.count = static_cast<std::uint32_t>(std::uint64_t{o.n} * l.in.c);
+    g.row_bytes = l.filters * e_;
+    g.rows = l.input_dim;
+    out.push_back(g);
   }
   void lower_unreachable(std::vector<isa::Instruction>&, const Operands& o) {
     const Op& l = m_.ops[o.i];
@@ -572,6 +586,8 @@ class Compiler {
       w.pad_top = static_cast<std::uint16_t>(ci.pad_top);
       w.pad_left = static_cast<std::uint16_t>(ci.pad_left);
       w.out_h = static_cast<std::uint16_t>(l.out.h), w.out_w = static_cast<std::uint16_t>(l.out.w);
+      w.dilation_h = static_cast<std::uint16_t>(l.dilation_h);
+      w.dilation_w = static_cast<std::uint16_t>(l.dilation_w);
       out.push_back(w);
     }
     const std::uint64_t rows_total = conv ? std::uint64_t{n} * l.out.h * l.out.w : n;

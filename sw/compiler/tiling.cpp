@@ -94,17 +94,32 @@ Tiling tile(const nn::QuantizedModel& q, const ChipConfig& cfg) {
   t.weights_addr = 0;
   t.params_addr = align(t.weights.size());
   t.end = align(t.params_addr + t.params.size());
-  for (std::size_t i = 0; i < g.ops.size(); ++i)
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
     if (g.ops[i].kind == ir::OpKind::Constant) {
       t.constant_addr[i] = t.end;
       t.end = align(t.end + q.layers[i].constant.size());
     }
+    if (g.ops[i].kind == ir::OpKind::Embedding) {
+      t.table_addr[i] = t.end;
+      t.end = align(t.end + table_bytes(q, i).size());
+    }
+  }
   if (t.end > cfg.off_chip_memory.bytes)
-    throw InputError(
-        fmt::format("{}: weights, parameters and constants need {} bytes of off-chip memory; "
-                    "{} has {}",
-                    g.file, t.end, cfg.name, cfg.off_chip_memory.bytes));
+    throw InputError(fmt::format(
+        "{}: weights, parameters, constants and tables need {} bytes of off-chip memory; "
+        "{} has {}",
+        g.file, t.end, cfg.name, cfg.off_chip_memory.bytes));
   return t;
+}
+
+std::vector<std::uint8_t> table_bytes(const nn::QuantizedModel& q, std::size_t op) {
+  const nn::QuantizedLayer& ql = q.layers[op];
+  std::vector<std::uint8_t> b;
+  if (q.act_type == DType::Int8)
+    for (std::int8_t v : ql.kernel_i8) put(b, v);
+  else
+    for (std::uint16_t v : ql.kernel_bf16) put(b, v);
+  return b;
 }
 
 }  // namespace tpu::compiler

@@ -1,6 +1,6 @@
 // Tiling (docs/compiler.md, "Passes"): every weighted operation's K x N kernel cut into tiles of
 // the array's rows x columns, each packed row-major for ReadWeights; its parameter records for
-// Activate; and the off-chip memory image they make, constants after them.
+// Activate; and the off-chip memory image they make, constants and Embedding tables after them.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +36,12 @@ struct Tiling {
   // constant; `end` is the first byte after them.
   std::uint64_t weights_addr = 0, params_addr = 0, end = 0;
   std::map<std::size_t, std::uint64_t> constant_addr;  // Constant operation -> address
+  std::map<std::size_t, std::uint64_t> table_addr;     // Embedding operation -> its table
 };
+
+// An Embedding's table as the chip holds it: its rows in the chip's encoding (int8, or bf16
+// little-endian).
+std::vector<std::uint8_t> table_bytes(const nn::QuantizedModel& q, std::size_t op);
 
 // Requires: q quantized for cfg's MXU. Throws InputError naming the operation when K or N exceed
 // the ISA's fields, or when weights, parameters and constants exceed cfg's off-chip memory.

@@ -164,8 +164,6 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
     const Op& l = m.ops[i];
     const ChipSemantics& chip = ir::entry_for(chip_semantics(), l.kind, "chip semantics");
     if (chip.unsupported) refuse(l, chip.unsupported);
-    if (l.dilation_h != 1 || l.dilation_w != 1)
-      refuse(l, "the chips' windowed MatMul does not read dilated windows yet");
     if (l.kind == OpKind::Activation && !(l.activation == Act::Relu || l.activation == Act::Linear))
       throw InputError(
           fmt::format("{}: layer {} ({} {}): the chip applies this activation only "
@@ -438,8 +436,8 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
         // 1. The input row, in the window order ky, kx, ci (zero outside the image).
         for (std::uint32_t ky = 0; ky < kh; ++ky)
           for (std::uint32_t kx = 0; kx < kw; ++kx) {
-            const std::int64_t y = std::int64_t{oy} * sh + ky - pt;
-            const std::int64_t xx = std::int64_t{ox} * sw + kx - pl;
+            const std::int64_t y = std::int64_t{oy} * sh + std::int64_t{ky} * l.dilation_h - pt;
+            const std::int64_t xx = std::int64_t{ox} * sw + std::int64_t{kx} * l.dilation_w - pl;
             const bool inside = y >= 0 && y < ih && xx >= 0 && xx < iw;
             for (std::uint32_t ci = 0; ci < ic; ++ci) {
               const std::uint64_t k = (std::uint64_t{ky} * kw + kx) * ic + ci;
@@ -734,7 +732,7 @@ const std::vector<ChipSemantics>& chip_semantics() {
       {OpKind::Multiply, nullptr, ScaleRule::Own, kNotYet},
       {OpKind::Subtract, nullptr, ScaleRule::Joined, kNotYet},
       {OpKind::PReLU, nullptr, ScaleRule::Own, kNotYet},
-      {OpKind::Embedding, run_embedding, ScaleRule::Values, kNotYet},
+      {OpKind::Embedding, run_embedding, ScaleRule::Values},
       {OpKind::LSTM, nullptr, ScaleRule::Own, kNotYet},
   };
   return table;

@@ -231,6 +231,15 @@ TEST(DepthwiseRun, DepthwiseAndSeparableConvolutionsAreBitExactOnBf16) {
   run_exact("depthwise_mix.json", 16, "v3");
 }
 
+// Dilated windows (a Conv2D with "same" padding, a depthwise convolution dilated unevenly, a
+// strided one): set_window's dilation on the chip, the reference's own taps.
+TEST(DilationRun, DilatedConvolutionsAreBitExactOnInt8) { run_exact("dilated_mix.json", 16, "v1"); }
+TEST(DilationRun, DilatedConvolutionsAreBitExactOnBf16) { run_exact("dilated_mix.json", 16, "v3"); }
+
+// Token ids through an Embedding: the DMA gathers the table's rows from off-chip memory.
+TEST(EmbeddingRun, GatheredRowsAreBitExactOnInt8) { run_exact("embedding_mix.json", 20, "v1"); }
+TEST(EmbeddingRun, GatheredRowsAreBitExactOnBf16) { run_exact("embedding_mix.json", 20, "v3"); }
+
 // MobileNetV2 as keras.applications builds it (configs/models/mobilenet_v2.py): 17 inverted
 // residual blocks of depthwise convolutions, ReLU6 and linear bottlenecks.
 void run_mobilenet(const std::string& chip) {

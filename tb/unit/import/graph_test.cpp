@@ -415,6 +415,30 @@ TEST(QuantizedReference, KerasFixtureTracksTheFloatModelInBf16) {
   for (std::size_t k = 0; k < ff.size(); ++k) EXPECT_NEAR(fq[k], ff[k], 0.02);
 }
 
+// The quantized reference computes what the layer means: bf16 rounding apart, it tracks the
+// float reference (which the double-precision tests pin) for dilated, depthwise and separable
+// windows and for Embedding lookups.
+TEST(QuantizedReference, DilatedDepthwiseAndEmbeddingModelsTrackTheFloatModelInBf16) {
+  for (const char* file : {"dilated_mix.json", "depthwise_mix.json"}) {
+    const Graph m = load_model(kSource + "/tb/system/run/data/" + file);
+    const Weights w = random_weights(m, 9);
+    const auto x = ramp(3 * m.input.size(), 1.0f);
+    const QuantizedModel q = compiler::prepare(m, w, DType::Bf16, 128, x.data(), 3);
+    const auto fq = forward_quantized(q, x.data(), 3);
+    const auto ff = forward_float(m, w, x.data(), 3);
+    ASSERT_EQ(fq.size(), ff.size());
+    for (std::size_t k = 0; k < ff.size(); ++k) EXPECT_NEAR(fq[k], ff[k], 0.03) << file;
+  }
+  const Graph e = load_model(kSource + "/tb/system/run/data/embedding_mix.json");
+  const Weights w = random_weights(e, 9);
+  std::vector<float> ids(2 * e.input.size());
+  for (std::size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<float>((k * 37) % 300);
+  const QuantizedModel q = compiler::prepare(e, w, DType::Bf16, 128, ids.data(), 2);
+  const auto fq = forward_quantized(q, ids.data(), 2);
+  const auto ff = forward_float(e, w, ids.data(), 2);
+  for (std::size_t k = 0; k < ff.size(); ++k) EXPECT_NEAR(fq[k], ff[k], 0.01);
+}
+
 TEST(Calibration, LargeModelsCalibrateOnFewerImagesWithinTheMacBudget) {
   const Graph big = load_model(kSource + "/configs/models/resnet50.json");
   EXPECT_EQ(calibration_images(big),
