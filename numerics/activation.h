@@ -25,6 +25,10 @@ inline float scale_int(std::int32_t acc, std::int32_t bias, float scale) {
   return static_cast<float>(add_bias(acc, bias)) * scale;
 }
 inline float scale_float(float acc, float bias, float scale) { return (acc + bias) * scale; }
+// The map instruction's per-channel step before its function: x * a + b, two fp32 operations
+// (not a fused multiply-add). A standalone BatchNormalization is a = gamma / sqrt(var + eps),
+// b = beta - mean * a.
+inline float affine(float x, float a, float b) { return x * a + b; }
 
 // ReLU passes NaN through and turns -0 into +0.
 inline float relu(float x) {

@@ -12,11 +12,21 @@
 
 namespace tpu::numerics {
 
-// int8: saturating add; mul = saturate(round((a * b) / 2^shift)), ties away from zero,
-// 0 <= shift <= 31.
+// int8: saturating add and subtract; mul = saturate(round((a * b) / 2^shift)), ties away from
+// zero, 0 <= shift <= 31.
 inline std::int8_t add_int8(std::int8_t a, std::int8_t b) { return saturate_int8(a + b); }
+inline std::int8_t sub_int8(std::int8_t a, std::int8_t b) { return saturate_int8(a - b); }
 inline std::int8_t mul_int8(std::int8_t a, std::int8_t b, int shift) {
   return saturate_int8(rounding_divide_by_pot(a * b, shift));
+}
+// int8 mul onto another scale: the exact int32 product requantized as Activate requantizes an
+// accumulator (real scale multiplier_q31 / 2^31 * 2^-shift, shift in [kMinRequantShift,
+// kMaxRequantShift]), for operands and a result on three different scales (an LSTM's gate
+// products). TFLite's int8 Mul kernel does the same with zero offsets
+// (reference_integer_ops::MulElementwise: MultiplyByQuantizedMultiplier of input1 * input2).
+inline std::int8_t mul_int8_requant(std::int8_t a, std::int8_t b, std::int32_t multiplier_q31,
+                                    std::int32_t shift) {
+  return requantize(a * b, multiplier_q31, shift);
 }
 
 // max/min in fp32; a NaN operand gives the quiet NaN, and equal operands (including +0 and -0)
@@ -31,6 +41,7 @@ inline float min_float(float a, float b) {
 }
 
 inline Bf16 add_bf16(Bf16 a, Bf16 b) { return to_bf16(to_float(a) + to_float(b)); }
+inline Bf16 sub_bf16(Bf16 a, Bf16 b) { return to_bf16(to_float(a) - to_float(b)); }
 inline Bf16 mul_bf16(Bf16 a, Bf16 b) { return to_bf16(to_float(a) * to_float(b)); }
 inline Bf16 max_bf16(Bf16 a, Bf16 b) { return to_bf16(max_float(to_float(a), to_float(b))); }
 inline Bf16 min_bf16(Bf16 a, Bf16 b) { return to_bf16(min_float(to_float(a), to_float(b))); }

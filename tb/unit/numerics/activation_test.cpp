@@ -162,5 +162,23 @@ TEST(PreActivation, SaturatesTheIntegerSumBeforeScaling) {
   EXPECT_EQ(scale_float(1.5f, -0.25f, 2.0f), 2.5f);
 }
 
+// The map instruction's x * a + b rounds twice: the product, then the sum (the float64 product
+// and sum of fp32 values rounded to fp32 are the correctly rounded fp32 operations: Figueroa,
+// "When is double rounding innocuous?", 1995). A fused multiply-add would round once:
+// (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 rounds to the even 1 + 2^-11, so minus 1 gives 2^-11, where
+// a fused one gives 2^-11 + 2^-24.
+TEST(Affine, RoundsTheProductThenTheSumWithoutFusing) {
+  const float x = 1.0f + std::ldexp(1.0f, -12);
+  EXPECT_EQ(affine(x, x, -1.0f), std::ldexp(1.0f, -11));
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> v(-100.0f, 100.0f);
+  for (int i = 0; i < 1000000; ++i) {
+    const float a = v(rng), b = v(rng), c = v(rng);
+    const auto product = static_cast<float>(double{a} * b);
+    ASSERT_EQ(bits_of(affine(a, b, c)), bits_of(static_cast<float>(double{product} + c)))
+        << a << " " << b << " " << c;
+  }
+}
+
 }  // namespace
 }  // namespace tpu::numerics

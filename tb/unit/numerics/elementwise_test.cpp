@@ -32,6 +32,20 @@ TEST(Bf16Arithmetic, MatchesEigenTensorflowAndPytorchCases) {
   EXPECT_EQ(to_float(add_bf16(bf(to_float(epsilon) / 2.0f), bf(1.0f))), 1.0f);
   EXPECT_EQ(bits_of(to_float(add_bf16(Bf16{0x4048}, Bf16{0x4048}))), 0x40c80000u);
   EXPECT_EQ(bits_of(to_float(add_bf16(Bf16{0x40f4}, bf(-5.0f)))), 0x40280000u);
+  EXPECT_EQ(bits_of(to_float(sub_bf16(Bf16{0x40f4}, bf(5.0f)))), 0x40280000u);
+}
+
+// sub computes in fp32 and rounds once to bf16, as add does: every difference of a sample of
+// operands against the frexp rounding of the fp32 difference (the float64 difference of two bf16
+// values in these binades is exact, and rounding it to fp32 is the one fp32 subtraction).
+TEST(Bf16Arithmetic, DifferencesRoundOnceToNearestEven) {
+  for (std::uint32_t a = 0x3f00; a < 0x4300; a += 3)
+    for (std::uint32_t b = 0x3c00; b < 0x4100; b += 5) {
+      const Bf16 x{static_cast<std::uint16_t>(a)}, y{static_cast<std::uint16_t>(b)};
+      const auto difference = static_cast<float>(double{to_float(x)} - to_float(y));
+      ASSERT_EQ(bits_of(to_float(sub_bf16(x, y))), bits_of(exact::bf16(difference)))
+          << a << " " << b;
+    }
 }
 
 // add and mul compute in fp32 (exact for two bf16 operands' product; the sum rounds once) and
@@ -66,6 +80,29 @@ TEST(Int8Elementwise, AddSaturatesEveryPair) {
       ASSERT_EQ(add_int8(static_cast<std::int8_t>(a), static_cast<std::int8_t>(b)),
                 exact::clamp(a + b, -128, 127))
           << a << " + " << b;
+}
+
+TEST(Int8Elementwise, SubSaturatesEveryPair) {
+  for (int a = -128; a <= 127; ++a)
+    for (int b = -128; b <= 127; ++b)
+      ASSERT_EQ(sub_int8(static_cast<std::int8_t>(a), static_cast<std::int8_t>(b)),
+                exact::clamp(a - b, -128, 127))
+          << a << " - " << b;
+}
+
+// The product is exact in int32 (|a * b| <= 2^14), then requantized by the written rule: every
+// pair for multipliers at the ends of the Q31 range and between, with shifts of either sign
+// (left shifts saturate products of 2^14 and more at shift -17).
+TEST(Int8Elementwise, MulWithAMultiplierRequantizesTheExactProductForEveryPair) {
+  const std::int32_t multipliers[] = {std::int32_t{1} << 30, exact::kI32Max, 1518500250, 1};
+  for (const std::int32_t m : multipliers)
+    for (const std::int32_t shift : {kMinRequantShift, -17, -1, 0, 1, 7, 14, kMaxRequantShift})
+      for (int a = -128; a <= 127; ++a)
+        for (int b = -128; b <= 127; ++b)
+          ASSERT_EQ(
+              mul_int8_requant(static_cast<std::int8_t>(a), static_cast<std::int8_t>(b), m, shift),
+              exact::requantize(a * b, m, shift))
+              << a << " * " << b << " m " << m << " shift " << shift;
 }
 
 TEST(Int8Elementwise, MulRoundsHalfAwayFromZeroAfterTheShiftForEveryPair) {
