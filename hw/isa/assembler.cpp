@@ -121,14 +121,24 @@ struct AddressRep<Address<Tag_, Rep>> {
   using type = Rep;
 };
 
+// An unsigned field, or a signed one (eltwise shift and multiplier), whose value may then start
+// with '-'.
 template <class Rep>
 void set_integer(const Line& line, std::string_view tok, std::string_view name,
                  std::string_view value, Rep& field) {
-  constexpr std::uint64_t kMax = std::numeric_limits<Rep>::max();
+  constexpr bool kSigned = std::is_signed_v<Rep>;
+  constexpr std::uint64_t kMax = static_cast<std::uint64_t>(std::numeric_limits<Rep>::max());
   const auto allowed = [&] {
-    return fmt::format("{} is an unsigned {}-bit integer, 0..{} = {:#x}, decimal or 0x hex", name,
-                       8 * sizeof(Rep), kMax, kMax);
+    if constexpr (kSigned)
+      return fmt::format(
+          "{} is a signed {}-bit integer, {}..{}, decimal or 0x hex after an optional -", name,
+          8 * sizeof(Rep), std::numeric_limits<Rep>::min(), kMax);
+    else
+      return fmt::format("{} is an unsigned {}-bit integer, 0..{} = {:#x}, decimal or 0x hex", name,
+                         8 * sizeof(Rep), kMax, kMax);
   };
+  const bool negative = kSigned && !value.empty() && value.front() == '-';
+  if (negative) value.remove_prefix(1);
   std::uint64_t v = 0;
   switch (parse_unsigned(value, v)) {
     case Number::NotANumber:
@@ -136,9 +146,13 @@ void set_integer(const Line& line, std::string_view tok, std::string_view name,
     case Number::TooLarge: line.fail(fmt::format("{}: out of range ({})", quoted(tok), allowed()));
     case Number::Ok: break;
   }
-  if constexpr (sizeof(Rep) < sizeof(std::uint64_t))
-    if (v > kMax) line.fail(fmt::format("{}: out of range ({})", quoted(tok), allowed()));
-  field = static_cast<Rep>(v);
+  // Two's complement: the most negative value's magnitude is one more than the maximum.
+  if (v > kMax + (negative ? 1 : 0))
+    line.fail(fmt::format("{}: out of range ({})", quoted(tok), allowed()));
+  if constexpr (kSigned)
+    field = negative ? static_cast<Rep>(-static_cast<std::int64_t>(v)) : static_cast<Rep>(v);
+  else
+    field = static_cast<Rep>(v);
 }
 
 // The codes of an enum that have names: 0, 1, 2, ... until name_of has none (isa.h and dtype.h

@@ -115,6 +115,7 @@ void visit_fields(Eltwise& i, F&& f) {
   f("dst", i.dst);
   f("count", i.count);
   f("shift", i.shift);
+  f("multiplier", i.multiplier);
   f("op", i.op);
   f("type", i.type);
 }

@@ -209,6 +209,7 @@ struct Codec {
     field(12, i.dst);
     field(16, i.count);
     field(20, i.shift);
+    field(24, i.multiplier);
   }
   void operands(Softmax& i) {
     field(4, i.src);
@@ -246,8 +247,8 @@ bool enums_valid(const Instruction& inst) {
     return static_cast<std::uint8_t>(p->kind) <= 1 &&
            (p->type == DType::Int8 || p->type == DType::Bf16);
   if (auto* e = std::get_if<Eltwise>(&inst))
-    return static_cast<std::uint8_t>(e->op) <= 3 &&
-           (e->type == DType::Int8 || e->type == DType::Bf16);
+    return static_cast<std::uint8_t>(e->op) <= 4 &&
+           (e->type == DType::Int8 || e->type == DType::Bf16 || e->type == DType::Fp32);
   return true;
 }
 
@@ -373,6 +374,7 @@ std::string_view name_of(EltOp v) {
     case EltOp::Mul: return "mul";
     case EltOp::Max: return "max";
     case EltOp::Min: return "min";
+    case EltOp::Sub: return "sub";
   }
   return "?";
 }

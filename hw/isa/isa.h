@@ -47,7 +47,7 @@ enum class ActFunc : std::uint8_t {
   Softmax = 5
 };
 enum class PoolKind : std::uint8_t { Max = 0, Avg = 1 };
-enum class EltOp : std::uint8_t { Add = 0, Mul = 1, Max = 2, Min = 3 };
+enum class EltOp : std::uint8_t { Add = 0, Mul = 1, Max = 2, Min = 3, Sub = 4 };
 
 struct Nop {};
 struct ReadHost {
@@ -136,13 +136,16 @@ struct Pool {
   PoolKind kind = PoolKind::Max;
   DType type = DType::Int8;
 };
-// dst[i] = a[i] op b[i] for i < count. int8 saturates; int8 Mul rounds (a*b) >> shift.
+// dst[i] = a[i] op b[i] for i < count, of int8, bf16 or fp32 elements. int8 saturates; int8 Mul
+// rounds (a*b) >> shift when multiplier is 0, else requantizes a*b by the Q31 multiplier and the
+// signed shift as Activate does.
 struct Eltwise {
   UbAddr a, b, dst;
   std::uint32_t count = 0;
-  std::uint8_t shift = 0;
+  std::int8_t shift = 0;
   EltOp op = EltOp::Add;
   DType type = DType::Int8;
+  std::int32_t multiplier = 0;  // int8 Mul: Q31 multiplier, or 0 for the plain rounding shift
 };
 // For r < rows: the `cols` fp32 values at src + r*src_stride, softmax across them (as Activate's
 // softmax), written as fp32 at dst + r*dst_stride. For rows wider than an accumulator entry,

@@ -114,8 +114,15 @@ void store_i8(std::uint8_t* p, std::int8_t v) { *p = static_cast<std::uint8_t>(v
 
 bool known(isa::ActFunc f) { return f <= isa::ActFunc::Softmax; }
 bool known(isa::PoolKind k) { return k <= isa::PoolKind::Avg; }
-bool known(isa::EltOp o) { return o <= isa::EltOp::Min; }
+bool known(isa::EltOp o) { return o <= isa::EltOp::Sub; }
 bool known(DType t) { return t <= DType::Fp32; }
+
+// The element types the vector unit's elementwise instructions compute on.
+void check_element_type(std::string_view op, std::string_view field, DType t) {
+  if (t != DType::Int8 && t != DType::Bf16 && t != DType::Fp32)
+    throw ProgramError(fmt::format("{}: {} = {} (allowed: int8, bf16, fp32)", op, field,
+                                   known(t) ? name_of(t) : std::string_view("?")));
+}
 
 struct ParamRecord {
   std::uint32_t bias = 0;   // int32, or fp32 bits
@@ -858,18 +865,23 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
   if (!known(e.op))
     throw ProgramError(fmt::format("{}: op = {} is not an elementwise operation", op,
                                    static_cast<unsigned>(e.op)));
-  if (e.type != DType::Int8 && e.type != DType::Bf16)
-    throw ProgramError(fmt::format("{}: type = {} (allowed: int8, bf16)", op,
-                                   known(e.type) ? name_of(e.type) : std::string_view("?")));
+  check_element_type(op, "type", e.type);
   check_at_least_1(op, "count", e.count);
   const bool int8_mul = e.type == DType::Int8 && e.op == isa::EltOp::Mul;
-  if (int8_mul && e.shift > numerics::kMaxRequantShift)
-    throw ProgramError(fmt::format("{}: shift = {} (int8 mul allows 0..{})", op, e.shift,
-                                   numerics::kMaxRequantShift));
-  if (!int8_mul && e.shift != 0)
+  if (!int8_mul && (e.shift != 0 || e.multiplier != 0))
+    throw ProgramError(fmt::format(
+        "{}: shift = {}, multiplier = {} with op {} on {} (only int8 mul takes them; both must be "
+        "0)",
+        op, e.shift, e.multiplier, isa::name_of(e.op), name_of(e.type)));
+  if (e.multiplier < 0)
     throw ProgramError(
-        fmt::format("{}: shift = {} with op {} on {} (only int8 mul shifts; must be 0)", op,
-                    e.shift, isa::name_of(e.op), name_of(e.type)));
+        fmt::format("{}: multiplier = {} (a Q31 multiplier must be >= 0)", op, e.multiplier));
+  // Without a multiplier the shift only divides; with one it is requantize's signed shift.
+  const std::int32_t min_shift = e.multiplier != 0 ? numerics::kMinRequantShift : 0;
+  if (e.shift < min_shift || e.shift > numerics::kMaxRequantShift)
+    throw ProgramError(fmt::format("{}: shift = {} (int8 mul {} allows {}..{})", op, e.shift,
+                                   e.multiplier != 0 ? "with a multiplier" : "without a multiplier",
+                                   min_shift, numerics::kMaxRequantShift));
 
   const std::uint64_t len = std::uint64_t{e.count} * size_of(e.type);
   const std::uint64_t a = e.a.value(), b = e.b.value(), dst = e.dst.value();
@@ -891,21 +903,39 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
       std::int8_t r = 0;
       switch (e.op) {
         case isa::EltOp::Add: r = numerics::add_int8(x, y); break;
-        case isa::EltOp::Mul: r = numerics::mul_int8(x, y, e.shift); break;
+        case isa::EltOp::Sub: r = numerics::sub_int8(x, y); break;
+        case isa::EltOp::Mul:
+          r = e.multiplier != 0 ? numerics::mul_int8_requant(x, y, e.multiplier, e.shift)
+                                : numerics::mul_int8(x, y, e.shift);
+          break;
         case isa::EltOp::Max: r = std::max(x, y); break;
         case isa::EltOp::Min: r = std::min(x, y); break;
       }
       store_i8(base + dst + i, r);
-    } else {
+    } else if (e.type == DType::Bf16) {
       const Bf16 x = load_bf16(base + a + 2 * i), y = load_bf16(base + b + 2 * i);
       Bf16 r;
       switch (e.op) {
         case isa::EltOp::Add: r = numerics::add_bf16(x, y); break;
+        case isa::EltOp::Sub: r = numerics::sub_bf16(x, y); break;
         case isa::EltOp::Mul: r = numerics::mul_bf16(x, y); break;
         case isa::EltOp::Max: r = numerics::max_bf16(x, y); break;
         case isa::EltOp::Min: r = numerics::min_bf16(x, y); break;
       }
       store_bf16(base + dst + 2 * i, r);
+    } else {
+      // fp32 add, subtract and multiply are single IEEE-754 operations.
+      const float x = bits_to_float(load_u32(base + a + 4 * i));
+      const float y = bits_to_float(load_u32(base + b + 4 * i));
+      float r = 0.0f;
+      switch (e.op) {
+        case isa::EltOp::Add: r = x + y; break;
+        case isa::EltOp::Sub: r = x - y; break;
+        case isa::EltOp::Mul: r = x * y; break;
+        case isa::EltOp::Max: r = numerics::max_float(x, y); break;
+        case isa::EltOp::Min: r = numerics::min_float(x, y); break;
+      }
+      store_u32(base + dst + 4 * i, float_to_bits(r));
     }
   }
 }

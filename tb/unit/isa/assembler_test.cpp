@@ -29,9 +29,10 @@ const std::vector<std::string> kMnemonics = {"nop",       "read_host",    "write
 // docs/isa.md §3.1 enum names in code order, and the subsets pool and eltwise accept (§4.8, §4.9).
 const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};
 const std::vector<std::string> kVectorTypeNames = {"int8", "bf16"};
+const std::vector<std::string> kElementTypeNames = {"int8", "bf16", "fp32"};
 const std::vector<std::string> kFuncNames = {"none", "relu", "relu6", "sigmoid", "tanh", "softmax"};
 const std::vector<std::string> kKindNames = {"max", "avg"};
-const std::vector<std::string> kOpNames = {"add", "mul", "max", "min"};
+const std::vector<std::string> kOpNames = {"add", "mul", "max", "min", "sub"};
 const std::vector<std::string> kSourceNames = {"mem", "ub"};
 
 // The names a field accepts and, by position, their codes; empty for non-enum fields.
@@ -41,7 +42,8 @@ std::vector<std::string> enum_names(std::string_view op_name, std::string_view f
   if (op_name == "activate" && field == "out") return kTypeNames;
   if (op_name == "pool" && field == "kind") return kKindNames;
   if (op_name == "eltwise" && field == "op") return kOpNames;
-  if ((op_name == "pool" || op_name == "eltwise") && field == "type") return kVectorTypeNames;
+  if (op_name == "pool" && field == "type") return kVectorTypeNames;
+  if (op_name == "eltwise" && field == "type") return kElementTypeNames;
   return {};
 }
 
@@ -54,7 +56,7 @@ unsigned type_code(const std::string& name) {
 
 // The code of `names[i]` for an enum field: data types are looked up in the full type table.
 unsigned enum_code(const std::vector<std::string>& names, std::size_t i) {
-  if (names == kVectorTypeNames) return type_code(names[i]);
+  if (names == kVectorTypeNames || names == kElementTypeNames) return type_code(names[i]);
   return static_cast<unsigned>(i);
 }
 
@@ -83,7 +85,8 @@ void set_fields(Instruction& inst, NextInt&& next_int, EnumIndex&& enum_index,
           } else if constexpr (std::is_same_v<F, RawAddress>) {
             v.value = next_int(std::numeric_limits<std::uint64_t>::max());
           } else if constexpr (std::is_integral_v<F>) {
-            v = static_cast<F>(next_int(std::numeric_limits<F>::max()));
+            // Signed fields over their whole range: the unsigned value of the same width wraps.
+            v = static_cast<F>(next_int(std::numeric_limits<std::make_unsigned_t<F>>::max()));
           } else {
             using Rep = typename F::rep;
             v = F(static_cast<Rep>(next_int(std::numeric_limits<Rep>::max())));
@@ -312,6 +315,25 @@ TEST(AssemblerErrors, ValuesMustFitTheFieldWidth) {
   expect_error("tag id=" + std::string(5000, '9'), {"prog.s:1: tag: ", "\"id=999", "out of range"});
 }
 
+// eltwise's shift and multiplier are signed (docs/isa.md §4.9): a '-' may lead, and the range
+// is the two's complement one of the width.
+TEST(Assembler, SignedFieldsTakeAMinusSignWithinTheirRange) {
+  Eltwise e;
+  e.op = EltOp::Mul;
+  e.shift = -128;
+  e.multiplier = std::numeric_limits<std::int32_t>::min();
+  const std::vector<Instruction> expect = {e};
+  EXPECT_EQ(to_binary(assemble("eltwise op=mul shift=-128 multiplier=-0x80000000", "s.s")),
+            to_binary(expect));
+  expect_round_trip(expect);
+  const std::string i8 = "-128..127";
+  expect_error("eltwise shift=-129", {"prog.s:1: eltwise: ", "\"shift=-129\"", i8});
+  expect_error("eltwise shift=128", {"\"shift=128\"", "signed 8-bit", i8});
+  expect_error("eltwise multiplier=2147483648", {"\"multiplier=2147483648\"", "2147483647"});
+  for (const std::string bad : {"-", "--1", "+1", "-x"})
+    expect_error("eltwise shift=" + bad, {"\"shift=" + bad + "\"", "not a number"});
+}
+
 TEST(AssemblerErrors, ValuesMustBePlainUnsignedNumbers) {
   for (const std::string bad :
        {"-1", "+1", "12abc", "0x", "0x1g", "1.5", "1e3", "", "0b101", "1_000", "0x-1"}) {
@@ -327,7 +349,7 @@ TEST(AssemblerErrors, EnumValuesMustBeNamesTheDecoderAccepts) {
   expect_error("activate func=RELU", {"\"func=RELU\""});
   expect_error("activate func=1", {"\"func=1\""});
   expect_error("pool type=int32", {"prog.s:1: pool: ", "\"type=int32\"", "allowed: int8, bf16"});
-  expect_error("eltwise type=fp32", {"\"type=fp32\"", "allowed: int8, bf16"});
+  expect_error("eltwise type=int32", {"\"type=int32\"", "allowed: int8, bf16, fp32"});
   expect_error("read_weights from=hbm", {"\"from=hbm\"", "allowed: mem, ub"});
 }
 

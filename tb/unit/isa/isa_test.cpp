@@ -46,9 +46,10 @@ DocField enumeration(const std::string& name, std::size_t offset, std::vector<un
 DocField flag(const std::string& name, int bit) { return {name, 1, 0, bit, {}}; }
 
 // docs/isa.md §3.1 enum codes: data type 0 int8, 1 int32, 2 bf16, 3 fp32; func 0..5; kind 0..1;
-// op 0..3. Pool and eltwise take int8 and bf16 only (§4.8, §4.9).
+// op 0..4. Pool takes int8 and bf16 only (§4.8), eltwise int8, bf16 and fp32 (§4.9).
 const std::vector<unsigned> kAllTypes = {0, 1, 2, 3};
 const std::vector<unsigned> kVectorTypes = {0, 2};
+const std::vector<unsigned> kElementTypes = {0, 2, 3};
 
 const std::vector<DocLayout>& doc_layouts() {
   static const std::vector<DocLayout> layouts = {
@@ -104,9 +105,9 @@ const std::vector<DocLayout>& doc_layouts() {
       {0x0a,
        "eltwise",
        Eltwise{},
-       {enumeration("op", 2, {0, 1, 2, 3}), enumeration("type", 3, kVectorTypes),
+       {enumeration("op", 2, {0, 1, 2, 3, 4}), enumeration("type", 3, kElementTypes),
         integer("a", 4, 4), integer("b", 8, 4), integer("dst", 12, 4), integer("count", 16, 4),
-        integer("shift", 20, 1)}},
+        integer("shift", 20, 1), integer("multiplier", 24, 4)}},
       {0x0b, "sync", Sync{}, {flag("all_cores", 0)}},
       {0x0c, "tag", Tag{}, {integer("id", 4, 4)}},
       {0x0d,

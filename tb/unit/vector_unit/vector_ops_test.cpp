@@ -707,17 +707,24 @@ TEST(VectorSoftmax, RejectsEmptyRowsShortStridesOverlapsAndRangesPastTheBuffer) 
 
 // ---- eltwise ----
 
+// count elements of `type` at a, b and dst.
+isa::Eltwise eltwise_case(DType type, std::uint32_t count, std::uint32_t a, std::uint32_t b,
+                          std::uint32_t dst) {
+  isa::Eltwise e;
+  e.a = UbAddr(a);
+  e.b = UbAddr(b);
+  e.dst = UbAddr(dst);
+  e.count = count;
+  e.type = type;
+  return e;
+}
+
 TEST(VectorEltwise, Int8OpsSaturateAndMulRoundsHalfAwayAfterShift) {
   Core core;
   VectorOps ops(core.cfg);
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> v(-128, 127);
-  isa::Eltwise e;
-  e.a = UbAddr(0x100);
-  e.b = UbAddr(0x800);
-  e.dst = UbAddr(0x1000);
-  e.count = 1500;
-  e.type = DType::Int8;
+  isa::Eltwise e = eltwise_case(DType::Int8, 1500, 0x100, 0x800, 0x1000);
   std::vector<int> a(e.count), b(e.count);
   for (std::uint32_t i = 0; i < e.count; ++i) {
     a[i] = i < 4 ? (i % 2 ? -128 : 127) : v(rng);  // saturating pairs first
@@ -725,16 +732,18 @@ TEST(VectorEltwise, Int8OpsSaturateAndMulRoundsHalfAwayAfterShift) {
     core.put8(e.a.value() + i, a[i]);
     core.put8(e.b.value() + i, b[i]);
   }
-  for (isa::EltOp op : {isa::EltOp::Add, isa::EltOp::Mul, isa::EltOp::Max, isa::EltOp::Min}) {
+  for (isa::EltOp op :
+       {isa::EltOp::Add, isa::EltOp::Sub, isa::EltOp::Mul, isa::EltOp::Max, isa::EltOp::Min}) {
     for (int shift : {0, 1, 7}) {
       if (op != isa::EltOp::Mul && shift != 0) continue;
       e.op = op;
-      e.shift = static_cast<std::uint8_t>(shift);
+      e.shift = static_cast<std::int8_t>(shift);
       ops.eltwise(e, core.ub_view());
       for (std::uint32_t i = 0; i < e.count; ++i) {
         double expect = 0;
         switch (op) {
           case isa::EltOp::Add: expect = a[i] + b[i]; break;
+          case isa::EltOp::Sub: expect = a[i] - b[i]; break;
           case isa::EltOp::Mul: expect = std::round(a[i] * b[i] / std::ldexp(1.0, shift)); break;
           case isa::EltOp::Max: expect = std::max(a[i], b[i]); break;
           case isa::EltOp::Min: expect = std::min(a[i], b[i]); break;
@@ -747,34 +756,94 @@ TEST(VectorEltwise, Int8OpsSaturateAndMulRoundsHalfAwayAfterShift) {
   }
 }
 
+const isa::EltOp kEltOps[] = {isa::EltOp::Add, isa::EltOp::Sub, isa::EltOp::Mul, isa::EltOp::Max,
+                              isa::EltOp::Min};
+
+// The fp32 result of a float op: add, sub and mul in float64, exact here and rounded once to
+// fp32 (the correctly rounded fp32 operation), max and min as numerics::max_float and min_float
+// define them (a NaN operand gives NaN; equal operands give the first).
+float fp32_op(isa::EltOp op, float x, float y) {
+  switch (op) {
+    case isa::EltOp::Add: return static_cast<float>(double{x} + y);
+    case isa::EltOp::Sub: return static_cast<float>(double{x} - y);
+    case isa::EltOp::Mul: return static_cast<float>(double{x} * y);
+    case isa::EltOp::Max: return numerics::max_float(x, y);
+    case isa::EltOp::Min: return numerics::min_float(x, y);
+  }
+  return 0.0f;
+}
+
 TEST(VectorEltwise, Bf16OpsComputeInFp32AndRoundToBf16) {
   Core core;
   VectorOps ops(core.cfg);
   std::mt19937 rng(12);
   std::uniform_real_distribution<float> v(-50.0f, 50.0f);
-  isa::Eltwise e;
-  e.a = UbAddr(0x100);
-  e.b = UbAddr(0x1100);
-  e.dst = UbAddr(0x2100);
-  e.count = 1000;
-  e.type = DType::Bf16;
+  isa::Eltwise e = eltwise_case(DType::Bf16, 1000, 0x100, 0x1100, 0x2100);
   for (std::uint32_t i = 0; i < e.count; ++i) {
     core.put_bf16(e.a.value() + 2 * i, v(rng));
     core.put_bf16(e.b.value() + 2 * i, v(rng));
   }
-  for (isa::EltOp op : {isa::EltOp::Add, isa::EltOp::Mul, isa::EltOp::Max, isa::EltOp::Min}) {
+  for (isa::EltOp op : kEltOps) {
     e.op = op;
     ops.eltwise(e, core.ub_view());
     for (std::uint32_t i = 0; i < e.count; ++i) {
       const float x = core.get_bf16(e.a.value() + 2 * i), y = core.get_bf16(e.b.value() + 2 * i);
-      float expect = 0;
-      switch (op) {
-        case isa::EltOp::Add: expect = exact::bf16(x + y); break;
-        case isa::EltOp::Mul: expect = exact::bf16(x * y); break;
-        case isa::EltOp::Max: expect = std::max(x, y); break;
-        case isa::EltOp::Min: expect = std::min(x, y); break;
-      }
-      EXPECT_EQ(core.get_bf16(e.dst.value() + 2 * i), expect) << isa::name_of(op) << " " << i;
+      EXPECT_EQ(core.get_bf16(e.dst.value() + 2 * i), exact::bf16(fp32_op(op, x, y)))
+          << isa::name_of(op) << " " << i;
+    }
+  }
+}
+
+// With a multiplier, int8 mul requantizes the exact product (numerics::requantize's rule,
+// computed here with exact integer arithmetic) and the shift may be negative.
+TEST(VectorEltwise, Int8MulWithAMultiplierRequantizesTheExactProduct) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Eltwise e = eltwise_case(DType::Int8, 256 * 16, 0x100, 0x1100, 0x2100);
+  e.op = isa::EltOp::Mul;
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    core.put8(e.a.value() + i, static_cast<int>(i % 256) - 128);
+    core.put8(e.b.value() + i, static_cast<int>(i / 16) - 128);  // every pair of a and b
+  }
+  for (const auto& [m, shift] : {std::pair{1518500250, 7}, std::pair{1 << 30, -3},
+                                 std::pair{exact::kI32Max, 0}, std::pair{1 << 30, 31}}) {
+    e.multiplier = m;
+    e.shift = static_cast<std::int8_t>(shift);
+    ops.eltwise(e, core.ub_view());
+    for (std::uint32_t i = 0; i < e.count; ++i) {
+      const int x = core.get8(e.a.value() + i), y = core.get8(e.b.value() + i);
+      ASSERT_EQ(core.get8(e.dst.value() + i), exact::requantize(x * y, m, shift))
+          << x << " * " << y << " m " << m << " shift " << shift;
+    }
+  }
+}
+
+// fp32 add, sub and mul are one IEEE-754 operation each, on signed zeros and NaN too.
+TEST(VectorEltwise, Fp32OpsAreSingleIeeeOperations) {
+  Core core;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> v(-1e6f, 1e6f);
+  isa::Eltwise e = eltwise_case(DType::Fp32, 1000, 0x100, 0x2100, 0x4100);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::pair<float, float>> special = {
+      {-0.0f, 0.0f}, {0.0f, -0.0f}, {nan, 1.0f}, {1.0f, nan}, {3.0f, 3.0f}};
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    const auto [x, y] = i < special.size() ? special[i] : std::pair{v(rng), v(rng)};
+    core.put32(e.a.value() + 4 * i, bits_of(x));
+    core.put32(e.b.value() + 4 * i, bits_of(y));
+  }
+  for (isa::EltOp op : kEltOps) {
+    e.op = op;
+    ops.eltwise(e, core.ub_view());
+    for (std::uint32_t i = 0; i < e.count; ++i) {
+      const float expect = fp32_op(op, float_of(core.get32(e.a.value() + 4 * i)),
+                                   float_of(core.get32(e.b.value() + 4 * i)));
+      const std::uint32_t got = core.get32(e.dst.value() + 4 * i);
+      if (std::isnan(expect))
+        EXPECT_TRUE(std::isnan(float_of(got))) << isa::name_of(op) << " " << i;
+      else
+        EXPECT_EQ(got, bits_of(expect)) << isa::name_of(op) << " " << i;
     }
   }
 }
@@ -840,13 +909,32 @@ TEST(VectorEltwise, RejectsBadFieldsNamingThem) {
   {
     isa::Eltwise e = ok;
     e.op = isa::EltOp::Mul;
-    e.shift = static_cast<std::uint8_t>(numerics::kMaxRequantShift + 1);
+    e.shift = static_cast<std::int8_t>(numerics::kMaxRequantShift + 1);
     expect_program_error([&] { run(e); }, {"shift"});
   }
   {
     isa::Eltwise e = ok;
-    e.type = DType::Fp32;
-    expect_program_error([&] { run(e); }, {"type", "fp32"});
+    e.op = isa::EltOp::Mul;
+    e.shift = -1;
+    expect_program_error([&] { run(e); }, {"shift = -1", "without a multiplier", "0..31"});
+    e.multiplier = 1 << 30;
+    e.shift = static_cast<std::int8_t>(numerics::kMinRequantShift - 1);
+    expect_program_error([&] { run(e); }, {"shift = -32", "with a multiplier", "-31..31"});
+    e.shift = 0;
+    e.multiplier = -5;
+    expect_program_error([&] { run(e); }, {"multiplier = -5", ">= 0"});
+  }
+  {
+    isa::Eltwise e = ok;
+    e.type = DType::Bf16;
+    e.op = isa::EltOp::Mul;
+    e.multiplier = 1 << 30;
+    expect_program_error([&] { run(e); }, {"multiplier", "bf16", "must be 0"});
+  }
+  {
+    isa::Eltwise e = ok;
+    e.type = DType::Int32;
+    expect_program_error([&] { run(e); }, {"type", "int32", "int8, bf16, fp32"});
   }
 }
 
