@@ -105,6 +105,10 @@ void visit_fields(Pool& i, F&& f) {
   f("stride_h", i.stride_h);
   f("stride_w", i.stride_w);
   f("images", i.images);
+  f("pad_top", i.pad_top);
+  f("pad_left", i.pad_left);
+  f("out_h", i.out_h);
+  f("out_w", i.out_w);
   f("kind", i.kind);
   f("type", i.type);
 }

@@ -197,9 +197,17 @@ struct Codec {
     enum_field(3, i.type);
     field(4, i.src);
     field(8, i.dst);
-    std::uint16_t* f[] = {&i.in_h,     &i.in_w,     &i.channels, &i.kernel_h,
-                          &i.kernel_w, &i.stride_h, &i.stride_w, &i.images};
+    std::uint16_t* f[] = {&i.in_h, &i.in_w, &i.channels, &i.kernel_h, &i.kernel_w};
     for (std::size_t k = 0; k < std::size(f); ++k) field(12 + 2 * k, *f[k]);
+    // Each pad in the byte above its stride: the high byte of the 16-bit strides of programs
+    // written before padding existed, zero for every stride below 256.
+    field(22, i.stride_h);
+    field(23, i.pad_top);
+    field(24, i.stride_w);
+    field(25, i.pad_left);
+    field(26, i.images);
+    field(28, i.out_h);
+    field(30, i.out_w);
   }
   void operands(Eltwise& i) {
     enum_field(2, i.op);

@@ -126,15 +126,22 @@ struct Activate {
   ActFunc func = ActFunc::None;
   DType out_type = DType::Int8;
 };
-// Valid (unpadded) pooling over `images` NHWC images of in_h x in_w x channels elements.
+// Pooling over `images` NHWC images of in_h x in_w x channels elements (hw/isa/pooling.h).
+// Output pixel (oy, ox) pools input rows oy*stride_h - pad_top + ky, columns ox*stride_w -
+// pad_left + kx; window positions outside the image are skipped (TensorFlow's "same" pooling).
+// out_h = 0 (out_w = 0) selects valid pooling along that axis: no padding, (in - kernel) / stride
+// + 1 outputs, the meaning of every Pool before padding existed.
 struct Pool {
   UbAddr src;
   UbAddr dst;
   std::uint16_t in_h = 0, in_w = 0, channels = 0;
-  std::uint16_t kernel_h = 0, kernel_w = 0, stride_h = 0, stride_w = 0;
+  std::uint16_t kernel_h = 0, kernel_w = 0;
+  std::uint8_t stride_h = 0, stride_w = 0;
   std::uint16_t images = 0;
   PoolKind kind = PoolKind::Max;
   DType type = DType::Int8;
+  std::uint8_t pad_top = 0, pad_left = 0;
+  std::uint16_t out_h = 0, out_w = 0;
 };
 // dst[i] = a[i] op b[i] for i < count, of int8, bf16 or fp32 elements. int8 saturates; int8 Mul
 // rounds (a*b) >> shift when multiplier is 0, else requantizes a*b by the Q31 multiplier and the

@@ -3,6 +3,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "hw/isa/pooling.h"
 #include "hw/isa/window.h"
 
 namespace tpu::isa {
@@ -84,13 +85,10 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
           const std::uint64_t e = size_of(i.type);
           read(Space::UnifiedBuffer, "src", i.src.value(),
                std::uint64_t{i.images} * i.in_h * i.in_w * i.channels * e);
-          if (i.kernel_h >= 1 && i.kernel_w >= 1 && i.stride_h >= 1 && i.stride_w >= 1 &&
-              i.kernel_h <= i.in_h && i.kernel_w <= i.in_w) {
-            const std::uint64_t oh = (i.in_h - i.kernel_h) / i.stride_h + 1;
-            const std::uint64_t ow = (i.in_w - i.kernel_w) / i.stride_w + 1;
+          const std::uint64_t oh = pool_rows(i).outputs(), ow = pool_cols(i).outputs();
+          if (oh > 0 && ow > 0)
             write(Space::UnifiedBuffer, "dst", i.dst.value(),
                   std::uint64_t{i.images} * oh * ow * i.channels * e);
-          }
         } else if constexpr (std::is_same_v<T, Eltwise>) {
           const std::uint64_t n = std::uint64_t{i.count} * size_of(i.type);
           read(Space::UnifiedBuffer, "a", i.a.value(), n);

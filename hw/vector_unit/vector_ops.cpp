@@ -14,8 +14,10 @@
 //   activate  one per output element (bias, scale or requantize, and the function are one lane
 //             pipeline pass); softmax 3 per output element (a pass for the row maximum, one for
 //             exp and the sum, one for the divide).
-//   pool      one per input element read per window position: images*out_h*out_w*channels*
-//             kernel_h*kernel_w (a compare for max, an add for avg).
+//   pool      one per input element read per window position (a compare for max, an add for
+//             avg): images*channels*(sum over oy of the window's rows inside the image)*(sum over
+//             ox of its columns inside), = images*out_h*out_w*channels*kernel_h*kernel_w when
+//             nothing is padded.
 //   eltwise   one per output element: count.
 // Bytes:
 //   activate  acc read rows*cols*size(acc_type); UB read 12*cols (the parameter records);
@@ -52,6 +54,7 @@
 
 #include "hw/common/error.h"
 #include "hw/isa/fields.h"
+#include "hw/isa/pooling.h"
 #include "hw/vector_unit/functions.h"
 #include "numerics/activation.h"
 #include "numerics/bf16.h"
@@ -131,22 +134,49 @@ struct ParamRecord {
 };
 
 struct PoolShape {
+  isa::PoolAxis rows, cols;
   std::uint64_t out_h = 0, out_w = 0;
   std::uint64_t in_elems = 0, out_elems = 0;
 };
 
-// Output size of valid pooling; zero when the geometry is not valid.
+// Output size (hw/isa/pooling.h); zero when the geometry has none.
 PoolShape pool_shape(const isa::Pool& p) {
-  PoolShape s;
-  if (p.kernel_h < 1 || p.kernel_w < 1 || p.stride_h < 1 || p.stride_w < 1 || p.kernel_h > p.in_h ||
-      p.kernel_w > p.in_w)
-    return s;
-  s.out_h = (p.in_h - p.kernel_h) / p.stride_h + 1u;
-  s.out_w = (p.in_w - p.kernel_w) / p.stride_w + 1u;
+  PoolShape s{isa::pool_rows(p), isa::pool_cols(p)};
+  s.out_h = s.rows.outputs();
+  s.out_w = s.cols.outputs();
   const std::uint64_t pixels_per_channel = std::uint64_t{p.images} * p.channels;
   s.in_elems = mul_sat(mul_sat(pixels_per_channel, p.in_h), p.in_w);
   s.out_elems = mul_sat(mul_sat(pixels_per_channel, s.out_h), s.out_w);
   return s;
+}
+
+// One axis of a pool (rows: names "kernel_h", "stride_h", "pad_top", "out_h", "in_h"): every
+// window must hold at least one input position, or max and avg would have nothing to reduce.
+void check_pool_axis(std::string_view op, const isa::PoolAxis& a, std::string_view kernel,
+                     std::string_view stride, std::string_view pad, std::string_view out,
+                     std::string_view in) {
+  check_at_least_1(op, stride, a.stride);
+  if (a.out_field == 0) {
+    if (a.kernel < 1 || a.kernel > a.in)
+      throw ProgramError(fmt::format("{}: {} = {} (must be 1..{} = {} when {} = 0: valid pooling)",
+                                     op, kernel, a.kernel, in, a.in, out));
+    if (a.pad != 0)
+      throw ProgramError(
+          fmt::format("{}: {} = {} with {} = 0 (valid pooling has no padding; give {})", op, pad,
+                      a.pad, out, out));
+    return;
+  }
+  if (a.pad >= a.kernel)
+    throw ProgramError(
+        fmt::format("{}: {} = {} (must be below {} = {}: the first window would hold no input)", op,
+                    pad, a.pad, kernel, a.kernel));
+  const std::uint64_t last_start = std::uint64_t{a.out_field - 1} * a.stride;
+  if (last_start >= std::uint64_t{a.in} + a.pad)
+    throw ProgramError(fmt::format(
+        "{}: {} = {}: its last window starts at {} = {} - {} x {}, past the {} {} inputs (must "
+        "start inside)",
+        op, out, a.out_field, in, static_cast<std::int64_t>(last_start) - a.pad, a.out_field - 1,
+        stride, a.in, in));
 }
 
 // ---- kernels ----
@@ -784,14 +814,11 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
   check_at_least_1(op, "in_h", p.in_h);
   check_at_least_1(op, "in_w", p.in_w);
   check_at_least_1(op, "channels", p.channels);
-  if (p.kernel_h < 1 || p.kernel_h > p.in_h)
-    throw ProgramError(
-        fmt::format("{}: kernel_h = {} (must be 1..in_h = {})", op, p.kernel_h, p.in_h));
-  if (p.kernel_w < 1 || p.kernel_w > p.in_w)
-    throw ProgramError(
-        fmt::format("{}: kernel_w = {} (must be 1..in_w = {})", op, p.kernel_w, p.in_w));
-  check_at_least_1(op, "stride_h", p.stride_h);
-  check_at_least_1(op, "stride_w", p.stride_w);
+  check_at_least_1(op, "kernel_h", p.kernel_h);
+  check_at_least_1(op, "kernel_w", p.kernel_w);
+  const PoolShape s = pool_shape(p);
+  check_pool_axis(op, s.rows, "kernel_h", "stride_h", "pad_top", "out_h", "in_h");
+  check_pool_axis(op, s.cols, "kernel_w", "stride_w", "pad_left", "out_w", "in_w");
   const std::uint64_t window = std::uint64_t{p.kernel_h} * p.kernel_w;
   if (p.kind == isa::PoolKind::Avg && window > std::uint64_t{numerics::kMaxAvgPoolWindow})
     throw ProgramError(
@@ -799,7 +826,6 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
                     "sum and the fp32 divisor must be exact)",
                     op, p.kernel_h, p.kernel_w, window, numerics::kMaxAvgPoolWindow));
 
-  const PoolShape s = pool_shape(p);
   const std::uint64_t esize = size_of(p.type);
   const std::uint64_t src = p.src.value(), dst = p.dst.value();
   const std::uint64_t src_len = mul_sat(s.in_elems, esize);
@@ -827,15 +853,16 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
   std::vector<std::int32_t> sum_i(is_max || !int8 ? 0 : ch);
   std::vector<float> sum_f(int8 ? 0 : ch);  // avg's sums, or the portable max's row
   std::vector<std::uint8_t> nan(is_max && !int8 ? ch : 0);
-  // Output pixels in NHWC order; each window's runs in window order (ky, then kx).
+  // Output pixels in NHWC order; each window's runs in window order (ky, then kx), the positions
+  // inside the image only: k of them, what avg divides by.
   for (std::uint64_t img = 0; img < p.images; ++img)
-    for (std::uint64_t oy = 0; oy < s.out_h; ++oy)
-      for (std::uint64_t ox = 0; ox < s.out_w; ++ox, out += pixel_bytes) {
+    for (std::uint32_t oy = 0; oy < s.out_h; ++oy)
+      for (std::uint32_t ox = 0; ox < s.out_w; ++ox, out += pixel_bytes) {
         std::size_t k = 0;
-        for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky) {
-          const std::uint64_t row = (img * p.in_h + oy * p.stride_h + ky) * p.in_w;
-          for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx)
-            runs[k++] = in + (row + ox * p.stride_w + kx) * pixel_bytes;
+        for (std::int64_t y = s.rows.first(oy); y < s.rows.last(oy); ++y) {
+          const std::uint64_t row = (img * p.in_h + static_cast<std::uint64_t>(y)) * p.in_w;
+          for (std::int64_t x = s.cols.first(ox); x < s.cols.last(ox); ++x)
+            runs[k++] = in + (row + static_cast<std::uint64_t>(x)) * pixel_bytes;
         }
         if (!is_max) {
           if (int8)
@@ -1003,7 +1030,9 @@ VectorCost VectorOps::cost(const isa::Pool& p) const {
   VectorCost c;
   const PoolShape s = pool_shape(p);
   const std::uint64_t esize = size_of(p.type);
-  c.element_ops = mul_sat(s.out_elems, std::uint64_t{p.kernel_h} * p.kernel_w);
+  // The window positions inside the image, rows times columns: the window is a rectangle.
+  c.element_ops = mul_sat(mul_sat(std::uint64_t{p.images} * p.channels, s.rows.inside_positions()),
+                          s.cols.inside_positions());
   c.ub_bytes_read = mul_sat(s.in_elems, esize);
   c.ub_bytes_written = mul_sat(s.out_elems, esize);
   finish(c, cfg_);

@@ -542,8 +542,10 @@ class Compiler {
     p.channels = static_cast<std::uint16_t>(l.in.c);
     p.kernel_h = static_cast<std::uint16_t>(global ? l.in.h : l.kernel_h);
     p.kernel_w = static_cast<std::uint16_t>(global ? l.in.w : l.kernel_w);
-    p.stride_h = static_cast<std::uint16_t>(global ? 1 : l.stride_h);
-    p.stride_w = static_cast<std::uint16_t>(global ? 1 : l.stride_w);
+    if (!global && std::max(l.stride_h, l.stride_w) > 255)
+      fail(l, "pooling strides must fit the pool instruction's 8 bits");
+    p.stride_h = static_cast<std::uint8_t>(global ? 1 : l.stride_h);
+    p.stride_w = static_cast<std::uint8_t>(global ? 1 : l.stride_w);
     p.images = static_cast<std::uint16_t>(n);
     p.kind = l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D
                  ? isa::PoolKind::Max

@@ -101,7 +101,9 @@ const std::vector<DocLayout>& doc_layouts() {
        {enumeration("kind", 2, {0, 1}), enumeration("type", 3, kVectorTypes), integer("src", 4, 4),
         integer("dst", 8, 4), integer("in_h", 12, 2), integer("in_w", 14, 2),
         integer("channels", 16, 2), integer("kernel_h", 18, 2), integer("kernel_w", 20, 2),
-        integer("stride_h", 22, 2), integer("stride_w", 24, 2), integer("images", 26, 2)}},
+        integer("stride_h", 22, 1), integer("pad_top", 23, 1), integer("stride_w", 24, 1),
+        integer("pad_left", 25, 1), integer("images", 26, 2), integer("out_h", 28, 2),
+        integer("out_w", 30, 2)}},
       {0x0a,
        "eltwise",
        Eltwise{},
@@ -296,6 +298,38 @@ TEST(IsaDecode, SetWindowWithoutDilationBytesDecodesAndReadsAsDilationOne) {
   EXPECT_EQ(window_dilation_w(back), 1u);
   EXPECT_EQ(SetWindow{}.dilation_h, 1) << "a window written today defaults to dilation 1";
   EXPECT_EQ(SetWindow{}.dilation_w, 1);
+}
+
+// Before padding, pool's strides were 16-bit at bytes 22 and 24 and bytes 28..31 were reserved
+// (docs/isa.md §4.8): such a word, with strides below 256, decodes to the same strides, no
+// padding and out_h = out_w = 0, which is valid pooling.
+TEST(IsaDecode, PoolWordsWrittenBeforePaddingDecodeAsValidPooling) {
+  Word w{};
+  w[0] = 0x09;
+  w[2] = 1;                                                     // avg
+  const std::uint8_t old_operands[] = {0x00, 0x01, 0x00, 0x00,  // src 0x100
+                                       0x00, 0x40, 0x00, 0x00,  // dst 0x4000
+                                       28,   0,    28,   0,     // in_h, in_w
+                                       32,   0,    2,    0,     // channels, kernel_h
+                                       3,    0,    2,    0,     // kernel_w, stride_h
+                                       3,    0,    8,    0};    // stride_w, images
+  std::copy(std::begin(old_operands), std::end(old_operands), w.begin() + 4);
+  const Pool p = std::get<Pool>(decode(w));
+  EXPECT_EQ(p.src.value(), 0x100u);
+  EXPECT_EQ(p.dst.value(), 0x4000u);
+  EXPECT_EQ(p.in_h, 28);
+  EXPECT_EQ(p.in_w, 28);
+  EXPECT_EQ(p.channels, 32);
+  EXPECT_EQ(p.kernel_h, 2);
+  EXPECT_EQ(p.kernel_w, 3);
+  EXPECT_EQ(p.stride_h, 2);
+  EXPECT_EQ(p.stride_w, 3);
+  EXPECT_EQ(p.images, 8);
+  EXPECT_EQ(p.kind, PoolKind::Avg);
+  EXPECT_EQ(p.pad_top, 0);
+  EXPECT_EQ(p.pad_left, 0);
+  EXPECT_EQ(p.out_h, 0);
+  EXPECT_EQ(p.out_w, 0);
 }
 
 TEST(IsaDecodeAll, RejectsAPartialWord) {

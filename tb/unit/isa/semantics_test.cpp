@@ -198,6 +198,10 @@ TEST(Semantics, PoolEltwiseAndSoftmaxFollowTheirGeometry) {
                            {Space::UnifiedBuffer, 0x1000, 0x1000 + 3 * 2 * 2 * 8, true, "dst"}}));
   p.kernel_h = 5;  // larger than the input: the unit rejects it, so no destination is known
   EXPECT_EQ(ranges(p).size(), 1u);
+  // With padding the output is out_h x out_w pixels, whatever the kernel.
+  p.pad_top = p.pad_left = 1, p.out_h = 2, p.out_w = 3;
+  EXPECT_EQ(ranges(p).back(),
+            (Range{Space::UnifiedBuffer, 0x1000, 0x1000 + 3 * 2 * 3 * 8, true, "dst"}));
   Eltwise e;
   e.a = UbAddr(0), e.b = UbAddr(100), e.dst = UbAddr(200), e.count = 50, e.type = DType::Bf16;
   EXPECT_EQ(ranges(e), (std::vector<Range>{{Space::UnifiedBuffer, 0, 100, false, "a"},

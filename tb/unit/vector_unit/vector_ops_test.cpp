@@ -440,9 +440,38 @@ TEST(VectorActivate, RejectsBadRequantParamsBeforeWritingAnything) {
 struct PoolGeom {
   std::uint64_t oh, ow;
 };
+// docs/isa.md §4.8: out_h and out_w, or for 0 valid pooling's size.
 PoolGeom geom_of(const isa::Pool& p) {
-  return {(p.in_h - p.kernel_h) / std::uint64_t{p.stride_h} + 1,
-          (p.in_w - p.kernel_w) / std::uint64_t{p.stride_w} + 1};
+  return {p.out_h != 0 ? p.out_h : (p.in_h - p.kernel_h) / std::uint64_t{p.stride_h} + 1,
+          p.out_w != 0 ? p.out_w : (p.in_w - p.kernel_w) / std::uint64_t{p.stride_w} + 1};
+}
+
+// The input elements output (img, oy, ox) pools in channel c, in window order (ky, then kx), the
+// window positions outside the image skipped (docs/isa.md §4.8).
+std::vector<std::uint64_t> window_of(const isa::Pool& p, std::uint64_t img, std::uint64_t oy,
+                                     std::uint64_t ox, std::uint64_t c) {
+  std::vector<std::uint64_t> elems;
+  for (std::int64_t ky = 0; ky < p.kernel_h; ++ky)
+    for (std::int64_t kx = 0; kx < p.kernel_w; ++kx) {
+      const std::int64_t y = static_cast<std::int64_t>(oy * p.stride_h) - p.pad_top + ky;
+      const std::int64_t x = static_cast<std::int64_t>(ox * p.stride_w) - p.pad_left + kx;
+      if (y < 0 || y >= p.in_h || x < 0 || x >= p.in_w) continue;
+      elems.push_back(((img * p.in_h + static_cast<std::uint64_t>(y)) * p.in_w +
+                       static_cast<std::uint64_t>(x)) *
+                          p.channels +
+                      c);
+    }
+  return elems;
+}
+
+// TensorFlow's "same" padding along one axis (tf.nn.max_pool / avg_pool, padding="SAME"): out =
+// ceil(in / stride), total padding max((out - 1) * stride + kernel - in, 0), the smaller half on
+// top (left).
+void same_padding(std::uint16_t in, std::uint16_t kernel, std::uint8_t stride, std::uint8_t& pad,
+                  std::uint16_t& out) {
+  out = static_cast<std::uint16_t>((in + stride - 1) / stride);
+  const int total = std::max((out - 1) * stride + kernel - in, 0);
+  pad = static_cast<std::uint8_t>(total / 2);
 }
 
 isa::Pool pool_case(isa::PoolKind kind, DType type) {
@@ -462,39 +491,145 @@ isa::Pool pool_case(isa::PoolKind kind, DType type) {
   return p;
 }
 
+// pool_case's images through overlapping 3x4 windows with "same" padding: 5x4 outputs, one row
+// and one column padded on each side, so corners, edges and the inside hold 6, 8, 9 or 12 inputs.
+isa::Pool same_pool_case(isa::PoolKind kind, DType type) {
+  isa::Pool p = pool_case(kind, type);
+  p.kernel_w = 4;
+  p.stride_w = 2;
+  same_padding(p.in_h, p.kernel_h, p.stride_h, p.pad_top, p.out_h);
+  same_padding(p.in_w, p.kernel_w, p.stride_w, p.pad_left, p.out_w);
+  return p;
+}
+
+// Fills the input of `p` from `value(i)` and returns the expected output bytes in NHWC order: the
+// written rule over window_of, int8 average by exact rounding division, bf16 average summed in
+// fp32 in window order and rounded by exact::bf16.
+template <class Value>
+std::vector<std::uint32_t> pool_expected(const isa::Pool& p, Core& core, Value value) {
+  const bool int8 = p.type == DType::Int8;
+  const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * p.channels;
+  for (std::uint64_t i = 0; i < in_elems; ++i) {
+    if (int8)
+      core.put8(p.src.value() + i, static_cast<int>(value(i)));
+    else
+      core.put_bf16(p.src.value() + 2 * i, static_cast<float>(value(i)));
+  }
+  const auto at = [&](std::uint64_t i) {
+    return int8 ? static_cast<float>(core.get8(p.src.value() + i))
+                : core.get_bf16(p.src.value() + 2 * i);
+  };
+  std::vector<std::uint32_t> expect;
+  const PoolGeom g = geom_of(p);
+  for (std::uint64_t n = 0; n < p.images; ++n)
+    for (std::uint64_t oy = 0; oy < g.oh; ++oy)
+      for (std::uint64_t ox = 0; ox < g.ow; ++ox)
+        for (std::uint64_t c = 0; c < p.channels; ++c) {
+          const std::vector<std::uint64_t> win = window_of(p, n, oy, ox, c);
+          float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
+          std::int64_t isum = 0;
+          for (std::uint64_t i : win) {
+            mx = std::max(mx, at(i));
+            sum += at(i);
+            isum += static_cast<std::int64_t>(at(i));
+          }
+          const auto count = static_cast<std::int64_t>(win.size());
+          if (int8)
+            expect.push_back(static_cast<std::uint8_t>(p.kind == isa::PoolKind::Max
+                                                           ? static_cast<std::int64_t>(mx)
+                                                           : exact::round_div(isum, count)));
+          else
+            expect.push_back(bits_of(p.kind == isa::PoolKind::Max
+                                         ? mx
+                                         : exact::bf16(sum / static_cast<float>(count))) >>
+                             16);
+        }
+  return expect;
+}
+
+std::vector<std::uint32_t> pool_output(const isa::Pool& p, const Core& core) {
+  const PoolGeom g = geom_of(p);
+  const std::uint64_t n = std::uint64_t{p.images} * g.oh * g.ow * p.channels;
+  std::vector<std::uint32_t> out;
+  for (std::uint64_t i = 0; i < n; ++i)
+    out.push_back(p.type == DType::Int8
+                      ? std::uint32_t{core.ub[p.dst.value() + i]}
+                      : core.ub[p.dst.value() + 2 * i] |
+                            std::uint32_t{core.ub[p.dst.value() + 2 * i + 1]} << 8);
+  return out;
+}
+
+// TensorFlow's "same" pooling: window positions in the padding are skipped; max is the largest of
+// the positions inside, avg divides their sum by their count (tf.nn.avg_pool's SAME semantics).
+TEST(VectorPool, SamePaddingSkipsThePositionsOutsideTheImage) {
+  for (DType type : {DType::Int8, DType::Bf16})
+    for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
+      Core core;
+      const isa::Pool p = same_pool_case(kind, type);
+      ASSERT_EQ(p.pad_top, 1);
+      ASSERT_EQ(p.pad_left, 1);
+      std::mt19937 rng(14);
+      std::uniform_int_distribution<int> i8(-128, 127);
+      std::uniform_real_distribution<float> f(-100.0f, 100.0f);
+      const std::vector<std::uint32_t> expect = pool_expected(p, core, [&](std::uint64_t) {
+        return type == DType::Int8 ? static_cast<double>(i8(rng)) : double{f(rng)};
+      });
+      VectorOps(core.cfg).pool(p, core.ub_view());
+      EXPECT_EQ(pool_output(p, core), expect) << isa::name_of(kind) << " " << name_of(type);
+    }
+}
+
+// A 3x3 image of 1..9 through a 3x3 window with one pixel of padding all round: the corner
+// window holds 1, 2, 4, 5 (sum 12) and averages 3, not 12 / 9; the edge window below the top
+// holds 1..6 (21 / 6 = 3.5, rounded away from zero to 4); the centre holds all nine (5).
+TEST(VectorPool, AvgDividesByTheCountOfPositionsInsideTheImage) {
+  Core core;
+  isa::Pool p;
+  p.src = UbAddr(0);
+  p.dst = UbAddr(0x100);
+  p.in_h = p.in_w = 3;
+  p.channels = p.images = 1;
+  p.kernel_h = p.kernel_w = 3;
+  p.stride_h = p.stride_w = 1;
+  p.pad_top = p.pad_left = 1;
+  p.out_h = p.out_w = 3;
+  p.kind = isa::PoolKind::Avg;
+  for (int i = 0; i < 9; ++i) core.put8(static_cast<std::uint64_t>(i), i + 1);
+  VectorOps(core.cfg).pool(p, core.ub_view());
+  EXPECT_EQ(core.get8(0x100), 3);
+  EXPECT_EQ(core.get8(0x101), 4);
+  EXPECT_EQ(core.get8(0x104), 5);
+}
+
+// Zero pads and out dims equal to the valid ones are valid pooling, byte for byte: what every
+// program written before padding existed (out_h = out_w = 0) computes.
+TEST(VectorPool, ZeroPadsAndTheValidOutDimsPoolExactlyAsValidPooling) {
+  for (DType type : {DType::Int8, DType::Bf16})
+    for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
+      Core valid, given;
+      isa::Pool p = pool_case(kind, type);
+      std::mt19937 rng(15);
+      for (std::uint64_t i = 0; i < 0x4000; ++i)
+        valid.ub[i] = given.ub[i] = static_cast<std::uint8_t>(rng());
+      VectorOps(valid.cfg).pool(p, valid.ub_view());
+      const PoolGeom g = geom_of(p);
+      p.out_h = static_cast<std::uint16_t>(g.oh);
+      p.out_w = static_cast<std::uint16_t>(g.ow);
+      VectorOps(given.cfg).pool(p, given.ub_view());
+      EXPECT_EQ(given.ub, valid.ub) << isa::name_of(kind) << " " << name_of(type);
+    }
+}
+
 TEST(VectorPool, Int8MaxAndAvgOverValidWindowsOfEveryImage) {
   for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
     Core core;
-    VectorOps ops(core.cfg);
     const isa::Pool p = pool_case(kind, DType::Int8);
     std::mt19937 rng(9);
     std::uniform_int_distribution<int> v(-128, 127);
-    const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * p.channels;
-    for (std::uint64_t i = 0; i < in_elems; ++i) core.put8(p.src.value() + i, v(rng));
-    ops.pool(p, core.ub_view());
-    const PoolGeom g = geom_of(p);
-    for (std::uint64_t c = 0; c < p.channels; ++c)
-      for (std::uint64_t n = 0; n < p.images; ++n)
-        for (std::uint64_t oy = 0; oy < g.oh; ++oy)
-          for (std::uint64_t ox = 0; ox < g.ow; ++ox) {
-            std::vector<int> win;
-            for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky)
-              for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx)
-                win.push_back(core.get8(
-                    p.src.value() +
-                    ((n * p.in_h + oy * p.stride_h + ky) * p.in_w + ox * p.stride_w + kx) *
-                        p.channels +
-                    c));
-            int sum = 0;
-            for (int w : win) sum += w;
-            const double expect =
-                kind == isa::PoolKind::Max
-                    ? *std::max_element(win.begin(), win.end())
-                    : std::round(static_cast<double>(sum) / static_cast<double>(win.size()));
-            EXPECT_EQ(core.get8(p.dst.value() + ((n * g.oh + oy) * g.ow + ox) * p.channels + c),
-                      expect)
-                << isa::name_of(kind) << " n" << n << " y" << oy << " x" << ox << " c" << c;
-          }
+    const std::vector<std::uint32_t> expect =
+        pool_expected(p, core, [&](std::uint64_t) { return v(rng); });
+    VectorOps(core.cfg).pool(p, core.ub_view());
+    EXPECT_EQ(pool_output(p, core), expect) << isa::name_of(kind);
   }
 }
 
@@ -526,38 +661,13 @@ TEST(VectorPool, Int8AvgRoundsHalfAwayFromZero) {
 TEST(VectorPool, Bf16MaxAndAvgSumInFp32InWindowOrder) {
   for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
     Core core;
-    VectorOps ops(core.cfg);
     const isa::Pool p = pool_case(kind, DType::Bf16);
     std::mt19937 rng(10);
     std::uniform_real_distribution<float> v(-100.0f, 100.0f);
-    const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * p.channels;
-    for (std::uint64_t i = 0; i < in_elems; ++i) core.put_bf16(p.src.value() + 2 * i, v(rng));
-    ops.pool(p, core.ub_view());
-    const PoolGeom g = geom_of(p);
-    for (std::uint64_t n = 0; n < p.images; ++n)
-      for (std::uint64_t oy = 0; oy < g.oh; ++oy)
-        for (std::uint64_t ox = 0; ox < g.ow; ++ox)
-          for (std::uint64_t c = 0; c < p.channels; ++c) {
-            float mx = -std::numeric_limits<float>::infinity(), sum = 0.0f;
-            for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky)
-              for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx) {
-                const float x = core.get_bf16(
-                    p.src.value() +
-                    2 * (((n * p.in_h + oy * p.stride_h + ky) * p.in_w + ox * p.stride_w + kx) *
-                             p.channels +
-                         c));
-                mx = std::max(mx, x);
-                sum += x;
-              }
-            const float expect =
-                kind == isa::PoolKind::Max
-                    ? mx
-                    : exact::bf16(sum / static_cast<float>(p.kernel_h * p.kernel_w));
-            EXPECT_EQ(
-                core.get_bf16(p.dst.value() + 2 * (((n * g.oh + oy) * g.ow + ox) * p.channels + c)),
-                expect)
-                << isa::name_of(kind) << " n" << n << " y" << oy << " x" << ox << " c" << c;
-          }
+    const std::vector<std::uint32_t> expect =
+        pool_expected(p, core, [&](std::uint64_t) { return v(rng); });
+    VectorOps(core.cfg).pool(p, core.ub_view());
+    EXPECT_EQ(pool_output(p, core), expect) << isa::name_of(kind);
   }
 }
 
@@ -580,6 +690,28 @@ TEST(VectorPool, RejectsBadGeometryRangesAndOverlapNamingTheField) {
     isa::Pool p = ok;
     p.stride_w = 0;
     expect_program_error([&] { run(p); }, {"stride_w"});
+  }
+  {
+    isa::Pool p = ok;
+    p.pad_top = 1;
+    expect_program_error([&] { run(p); }, {"pad_top = 1", "out_h = 0", "valid pooling"});
+  }
+  const isa::Pool same = same_pool_case(isa::PoolKind::Avg, DType::Int8);
+  {
+    isa::Pool p = same;
+    p.pad_left = static_cast<std::uint8_t>(p.kernel_w);
+    expect_program_error([&] { run(p); },
+                         {"pad_left = " + std::to_string(p.kernel_w), "kernel_w", "no input"});
+  }
+  {
+    // Window oy starts at row oy * stride_h - pad_top: the one after the last that starts inside
+    // the image starts at in_h.
+    isa::Pool p = same;
+    p.out_h = static_cast<std::uint16_t>((p.in_h + p.pad_top) / p.stride_h + 1);
+    expect_program_error([&] { run(p); },
+                         {"out_h = " + std::to_string(p.out_h), "past the 9 in_h inputs"});
+    p.out_h = static_cast<std::uint16_t>(p.out_h - 1);
+    run(p);
   }
   {
     isa::Pool p = ok;
@@ -1191,14 +1323,16 @@ std::uint16_t edge_bf16_bits(std::mt19937& rng, bool one_nan) {
 
 TEST(VectorPool, FastPathsMatchScalarFunctionsForEveryChannelCountAndWindow) {
   struct Shape {
-    std::uint16_t in_h, in_w, channels, kernel_h, kernel_w, stride_h, stride_w, images;
+    std::uint16_t in_h, in_w, channels, kernel_h, kernel_w;
+    std::uint8_t stride_h, stride_w;
+    std::uint16_t images;
+    bool same;  // TensorFlow's "same" padding, else valid
   };
   // 2x2 stride 2 over channel counts with whole vectors and remainders; overlapping 3x2 windows;
-  // 1x1 windows.
-  const Shape shapes[] = {{6, 7, 75, 2, 2, 2, 2, 2},
-                          {5, 5, 3, 3, 2, 1, 2, 3},
-                          {4, 4, 40, 1, 1, 1, 1, 1},
-                          {4, 6, 64, 2, 3, 2, 3, 2}};
+  // 1x1 windows; "same" padding, where windows at the edges hold fewer positions.
+  const Shape shapes[] = {{6, 7, 75, 2, 2, 2, 2, 2, false}, {5, 5, 3, 3, 2, 1, 2, 3, false},
+                          {4, 4, 40, 1, 1, 1, 1, 1, false}, {4, 6, 64, 2, 3, 2, 3, 2, false},
+                          {5, 7, 75, 3, 3, 1, 2, 2, true},  {3, 4, 33, 4, 5, 1, 1, 1, true}};
   for (const Shape& sh : shapes)
     for (DType type : {DType::Int8, DType::Bf16})
       for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
@@ -1213,6 +1347,10 @@ TEST(VectorPool, FastPathsMatchScalarFunctionsForEveryChannelCountAndWindow) {
         p.images = sh.images;
         p.kind = kind;
         p.type = type;
+        if (sh.same) {
+          same_padding(p.in_h, p.kernel_h, p.stride_h, p.pad_top, p.out_h);
+          same_padding(p.in_w, p.kernel_w, p.stride_w, p.pad_left, p.out_w);
+        }
         const std::uint32_t esize = size_of(type);
         const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * p.channels;
         p.src = UbAddr(0x10);
@@ -1238,18 +1376,13 @@ TEST(VectorPool, FastPathsMatchScalarFunctionsForEveryChannelCountAndWindow) {
         }
         // The scalar functions over each window in window order.
         std::vector<std::uint32_t> expect;
-        const auto n = static_cast<std::int32_t>(p.kernel_h * p.kernel_w);
         for (std::uint64_t img = 0; img < p.images; ++img)
           for (std::uint64_t oy = 0; oy < g.oh; ++oy)
             for (std::uint64_t ox = 0; ox < g.ow; ++ox)
               for (std::uint64_t c = 0; c < p.channels; ++c) {
                 std::vector<std::uint32_t> win;
-                for (std::uint64_t ky = 0; ky < p.kernel_h; ++ky)
-                  for (std::uint64_t kx = 0; kx < p.kernel_w; ++kx)
-                    win.push_back(elem(
-                        ((img * p.in_h + oy * p.stride_h + ky) * p.in_w + ox * p.stride_w + kx) *
-                            p.channels +
-                        c));
+                for (std::uint64_t i : window_of(p, img, oy, ox, c)) win.push_back(elem(i));
+                const auto n = static_cast<std::int32_t>(win.size());
                 if (type == DType::Int8) {
                   std::int32_t m = static_cast<std::int8_t>(win[0]), sum = 0;
                   for (std::uint32_t w : win) {
@@ -1395,20 +1528,31 @@ TEST(VectorCost, UnifiedBufferPortBoundsTheCostWhenNarrow) {
   EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, 3u * e.count));
 }
 
+// One op per window position read, padded positions skipped: the sizes of every window_of,
+// summed (for valid pooling, outputs x kernel_h x kernel_w).
 TEST(VectorCost, PoolCountsOneOpPerWindowElementAndReadsTheInputOnce) {
   const ChipConfig cfg = test_config();
   VectorOps ops(cfg);
-  for (DType t : {DType::Int8, DType::Bf16}) {
-    const isa::Pool p = pool_case(isa::PoolKind::Avg, t);
-    const PoolGeom g = geom_of(p);
-    const std::uint64_t outs = std::uint64_t{p.images} * g.oh * g.ow * p.channels;
-    const VectorCost c = ops.cost(p);
-    EXPECT_EQ(c.element_ops, outs * p.kernel_h * p.kernel_w);
-    EXPECT_EQ(c.ub_bytes_read, std::uint64_t{p.images} * p.in_h * p.in_w * p.channels * size_of(t));
-    EXPECT_EQ(c.ub_bytes_written, outs * size_of(t));
-    EXPECT_EQ(c.acc_bytes_read, 0u);
-    EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
-  }
+  for (DType t : {DType::Int8, DType::Bf16})
+    for (const isa::Pool& p :
+         {pool_case(isa::PoolKind::Avg, t), same_pool_case(isa::PoolKind::Max, t)}) {
+      const PoolGeom g = geom_of(p);
+      std::uint64_t inside = 0;
+      for (std::uint64_t n = 0; n < p.images; ++n)
+        for (std::uint64_t oy = 0; oy < g.oh; ++oy)
+          for (std::uint64_t ox = 0; ox < g.ow; ++ox)
+            for (std::uint64_t c = 0; c < p.channels; ++c)
+              inside += window_of(p, n, oy, ox, c).size();
+      const std::uint64_t outs = std::uint64_t{p.images} * g.oh * g.ow * p.channels;
+      EXPECT_EQ(inside<outs * p.kernel_h * p.kernel_w, p.pad_top> 0);
+      const VectorCost c = ops.cost(p);
+      EXPECT_EQ(c.element_ops, inside);
+      EXPECT_EQ(c.ub_bytes_read,
+                std::uint64_t{p.images} * p.in_h * p.in_w * p.channels * size_of(t));
+      EXPECT_EQ(c.ub_bytes_written, outs * size_of(t));
+      EXPECT_EQ(c.acc_bytes_read, 0u);
+      EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+    }
 }
 
 }  // namespace
