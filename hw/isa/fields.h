@@ -149,6 +149,15 @@ void visit_fields(Gather& i, F&& f) {
   f("row_bytes", i.row_bytes);
   f("rows", i.rows);
 }
+template <class F>
+void visit_fields(Copy& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("rows", i.rows);
+  f("row_bytes", i.row_bytes);
+  f("src_stride", i.src_stride);
+  f("dst_stride", i.dst_stride);
+}
 
 // Names of enum values in the text form.
 std::string_view name_of(WeightSource v);

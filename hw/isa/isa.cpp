@@ -76,6 +76,10 @@ template <>
 struct OpcodeOf<Gather> {
   static constexpr Opcode value = Opcode::Gather;
 };
+template <>
+struct OpcodeOf<Copy> {
+  static constexpr Opcode value = Opcode::Copy;
+};
 
 // Little-endian field access into a 32-byte word.
 class Bytes32 {
@@ -237,6 +241,14 @@ struct Codec {
     field(24, i.row_bytes);
     field(28, i.rows);
   }
+  void operands(Copy& i) {
+    field(4, i.src);
+    field(8, i.dst);
+    field(12, i.rows);
+    field(16, i.row_bytes);
+    field(20, i.src_stride);
+    field(24, i.dst_stride);
+  }
 };
 
 template <class T>
@@ -284,6 +296,7 @@ std::string mnemonic(Opcode op) {
     case Opcode::Tag: return "tag";
     case Opcode::Halt: return "halt";
     case Opcode::Gather: return "gather";
+    case Opcode::Copy: return "copy";
   }
   return fmt::format("op_{:#04x}", static_cast<unsigned>(op));
 }
@@ -320,6 +333,7 @@ Instruction decode(const Word& word) {
     case Opcode::Tag: inst = decode_as<Tag>(word); break;
     case Opcode::Halt: inst = decode_as<Halt>(word); break;
     case Opcode::Gather: inst = decode_as<Gather>(word); break;
+    case Opcode::Copy: inst = decode_as<Copy>(word); break;
     default: throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
   }
   if (!enums_valid(inst))

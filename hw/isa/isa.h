@@ -34,6 +34,7 @@ enum class Opcode : std::uint8_t {
   Tag = 0x0c,          // debug tag: attributes following work to a layer id in the counters
   Softmax = 0x0d,      // unified buffer fp32 rows -> softmax across each row -> unified buffer
   Halt = 0x0f,         // end of this core's program
+  Copy = 0x10,         // unified buffer rows -> strided 2-D copy -> unified buffer
   Gather = 0x20,       // off-chip table rows picked by unified-buffer indices -> unified buffer
 };
 
@@ -166,6 +167,17 @@ struct Softmax {
   std::uint32_t src_stride = 0;
   std::uint32_t dst_stride = 0;
 };
+// For r < rows: the row_bytes bytes at src + r*src_stride copied to dst + r*dst_stride, inside the
+// unified buffer (Concatenate along channels, padding borders). src_stride may be anything (0
+// repeats one row, e.g. a zero region into a border); rows do not overlap in dst.
+struct Copy {
+  UbAddr src;
+  UbAddr dst;
+  std::uint32_t rows = 0;
+  std::uint32_t row_bytes = 0;
+  std::uint32_t src_stride = 0;
+  std::uint32_t dst_stride = 0;
+};
 struct Sync {
   bool all_cores = false;
 };
@@ -187,7 +199,7 @@ struct Gather {
 
 using Instruction =
     std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul,
-                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt, Gather>;
+                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy>;
 
 Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);

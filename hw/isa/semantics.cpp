@@ -13,6 +13,10 @@ namespace {
 template <class T, class... U>
 constexpr bool is_one_of = (std::is_same_v<T, U> || ...);
 
+// The bytes of one row of the instructions that move strided rows.
+std::uint64_t row_bytes(const Softmax& s) { return std::uint64_t{s.cols} * 4; }
+std::uint64_t row_bytes(const Copy& c) { return c.row_bytes; }
+
 }  // namespace
 
 Unit unit_of(const Instruction& inst) {
@@ -27,7 +31,7 @@ Unit unit_of(const Instruction& inst) {
           return Unit{UnitKind::MxuWeights, i.mxu, false};
         else if constexpr (std::is_same_v<T, MatMul>)
           return Unit{UnitKind::MxuArray, i.mxu, false};
-        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax>)
+        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax, Copy>)
           return Unit{UnitKind::Vector, 0, false};
         else
           return Unit{};
@@ -94,9 +98,9 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
           read(Space::UnifiedBuffer, "a", i.a.value(), n);
           read(Space::UnifiedBuffer, "b", i.b.value(), n);
           write(Space::UnifiedBuffer, "dst", i.dst.value(), n);
-        } else if constexpr (std::is_same_v<T, Softmax>) {
+        } else if constexpr (is_one_of<T, Softmax, Copy>) {
           if (i.rows > 0) {
-            const std::uint64_t row = std::uint64_t{i.cols} * 4;
+            const std::uint64_t row = row_bytes(i);
             read(Space::UnifiedBuffer, "src", i.src.value(),
                  std::uint64_t{i.rows - 1} * i.src_stride + row);
             write(Space::UnifiedBuffer, "dst", i.dst.value(),

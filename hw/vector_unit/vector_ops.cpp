@@ -19,6 +19,7 @@
 //             ox of its columns inside), = images*out_h*out_w*channels*kernel_h*kernel_w when
 //             nothing is padded.
 //   eltwise   one per output element: count.
+//   copy      none: the bytes only pass through the unit's port.
 // Bytes:
 //   activate  acc read rows*cols*size(acc_type); UB read 12*cols (the parameter records);
 //             UB written rows*cols*size(out).
@@ -26,6 +27,8 @@
 //             buffers hold the kernel_h rows a window revisits); UB written
 //             images*out_h*out_w*channels*size(type).
 //   eltwise   UB read 2*count*size(type); UB written count*size(type).
+//   copy      UB read rows*row_bytes (a repeated row, src_stride 0, is read again each time); UB
+//             written rows*row_bytes.
 //
 // Overlap rules (checked before anything is written, so a rejected instruction changes nothing):
 //   activate  dst's extent [dst, dst + (rows-1)*stride + cols*size(out)) must not overlap the
@@ -34,6 +37,8 @@
 //             are written).
 //   eltwise   dst must either not overlap a (or b) or start at the same address (in place:
 //             element i depends only on element i); a and b may overlap freely.
+//   copy      src and dst extents must not overlap (a row written could be one still to read),
+//             and dst_stride >= row_bytes (written rows must not overlap each other).
 #include "hw/vector_unit/vector_ops.h"
 
 #include <fmt/format.h>
@@ -84,6 +89,17 @@ void check_ub(std::string_view op, std::string_view field, std::uint64_t addr, s
 
 bool overlaps(std::uint64_t a, std::uint64_t a_len, std::uint64_t b, std::uint64_t b_len) {
   return a < b + b_len && b < a + a_len;
+}
+
+// rows >= 1 rows of row_bytes bytes, stride apart from addr, must lie inside the unified buffer;
+// returns the length of their extent.
+std::uint64_t check_rows(std::string_view op, std::string_view field, std::uint64_t addr,
+                         std::uint32_t rows, std::uint64_t stride, std::uint64_t row_bytes,
+                         const UbView& ub) {
+  const std::uint64_t len = std::uint64_t{rows - 1} * stride + row_bytes;
+  check_ub(op, field, addr, len,
+           fmt::format("rows {} at stride {}, {} bytes each", rows, stride, row_bytes), ub);
+  return len;
 }
 
 void check_at_least_1(std::string_view op, std::string_view field, std::uint64_t v) {
@@ -979,13 +995,8 @@ void VectorOps::softmax(const isa::Softmax& s, UbView ub) const {
           fmt::format("{}: {} = {} bytes (must be >= cols {} x 4 bytes of fp32 = {})", op, name,
                       stride, s.cols, row_bytes));
   const std::uint64_t src = s.src.value(), dst = s.dst.value();
-  const std::uint64_t src_len = std::uint64_t{s.rows - 1} * s.src_stride + row_bytes;
-  const std::uint64_t dst_len = std::uint64_t{s.rows - 1} * s.dst_stride + row_bytes;
-  const auto what = [&](std::uint32_t stride) {
-    return fmt::format("rows {} at stride {}, {} bytes each", s.rows, stride, row_bytes);
-  };
-  check_ub(op, "src", src, src_len, what(s.src_stride), ub);
-  check_ub(op, "dst", dst, dst_len, what(s.dst_stride), ub);
+  const std::uint64_t src_len = check_rows(op, "src", src, s.rows, s.src_stride, row_bytes, ub);
+  const std::uint64_t dst_len = check_rows(op, "dst", dst, s.rows, s.dst_stride, row_bytes, ub);
   const bool in_place = dst == src && s.dst_stride == s.src_stride;
   if (!in_place && overlaps(dst, dst_len, src, src_len))
     throw ProgramError(fmt::format(
@@ -1001,6 +1012,24 @@ void VectorOps::softmax(const isa::Softmax& s, UbView ub) const {
     std::uint8_t* out = ub.data + dst + r * s.dst_stride;
     for (std::uint32_t c = 0; c < s.cols; ++c) store_u32(out + 4 * c, float_to_bits(row[c]));
   }
+}
+
+void VectorOps::copy(const isa::Copy& c, UbView ub) const {
+  constexpr std::string_view op = "copy";
+  check_at_least_1(op, "rows", c.rows);
+  check_at_least_1(op, "row_bytes", c.row_bytes);
+  if (c.dst_stride < c.row_bytes)
+    throw ProgramError(fmt::format(
+        "{}: dst_stride = {} bytes (must be >= row_bytes = {}: written rows must not overlap)", op,
+        c.dst_stride, c.row_bytes));
+  const std::uint64_t src = c.src.value(), dst = c.dst.value();
+  const std::uint64_t src_len = check_rows(op, "src", src, c.rows, c.src_stride, c.row_bytes, ub);
+  const std::uint64_t dst_len = check_rows(op, "dst", dst, c.rows, c.dst_stride, c.row_bytes, ub);
+  if (overlaps(dst, dst_len, src, src_len))
+    throw ProgramError(fmt::format("{}: dst = {:#x} + {} bytes overlaps src = {:#x} + {} bytes", op,
+                                   dst, dst_len, src, src_len));
+  for (std::uint64_t r = 0; r < c.rows; ++r)
+    std::memcpy(ub.data + dst + r * c.dst_stride, ub.data + src + r * c.src_stride, c.row_bytes);
 }
 
 namespace {
@@ -1049,6 +1078,15 @@ VectorCost VectorOps::cost(const isa::Softmax& s) const {
   c.ub_bytes_written = 4 * elems;
   finish(c, cfg_);
   return c;
+}
+
+// No lane operation: the bytes stream through the unit's port, read once and written once.
+VectorCost VectorOps::cost(const isa::Copy& c) const {
+  VectorCost v;
+  v.ub_bytes_read = std::uint64_t{c.rows} * c.row_bytes;
+  v.ub_bytes_written = v.ub_bytes_read;
+  finish(v, cfg_);
+  return v;
 }
 
 VectorCost VectorOps::cost(const isa::Eltwise& e) const {

@@ -16,7 +16,7 @@ namespace tpu {
 
 class VectorUnit : public sc_core::sc_module {
  public:
-  UnitQueue queue;  // Activate, Pool, Eltwise
+  UnitQueue queue;  // the instructions isa::unit_of gives the vector unit
 
   VectorUnit(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
              const CoreStorage& storage, LayerCounters& counters, std::string core_name);

@@ -21,10 +21,10 @@ namespace tpu::isa {
 namespace {
 
 // docs/isa.md §2, in opcode order.
-const std::vector<std::string> kMnemonics = {"nop",       "read_host",    "write_host", "read_mem",
-                                             "write_mem", "read_weights", "set_window", "matmul",
-                                             "activate",  "pool",         "eltwise",    "sync",
-                                             "tag",       "softmax",      "halt",       "gather"};
+const std::vector<std::string> kMnemonics = {
+    "nop",        "read_host", "write_host", "read_mem", "write_mem", "read_weights",
+    "set_window", "matmul",    "activate",   "pool",     "eltwise",   "sync",
+    "tag",        "softmax",   "halt",       "gather",   "copy"};
 
 // docs/isa.md §3.1 enum names in code order, and the subsets pool and eltwise accept (§4.8, §4.9).
 const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};

@@ -123,6 +123,11 @@ const std::vector<DocLayout>& doc_layouts() {
        Gather{},
        {integer("table", 4, 8), integer("indices", 12, 4), integer("dst", 16, 4),
         integer("count", 20, 4), integer("row_bytes", 24, 4), integer("rows", 28, 4)}},
+      {0x10,
+       "copy",
+       Copy{},
+       {integer("src", 4, 4), integer("dst", 8, 4), integer("rows", 12, 4),
+        integer("row_bytes", 16, 4), integer("src_stride", 20, 4), integer("dst_stride", 24, 4)}},
   };
   return layouts;
 }

@@ -56,12 +56,13 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
   std::vector<UnitKind> kinds;
   for (const Instruction& i : every_kind()) kinds.push_back(unit_of(i).kind);
   // Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul, Activate, Pool,
-  // Eltwise, Softmax, Sync, Tag, Halt, Gather.
-  const std::vector<UnitKind> doc = {
-      UnitKind::Sequencer, UnitKind::Dma,        UnitKind::Dma,       UnitKind::Dma,
-      UnitKind::Dma,       UnitKind::MxuWeights, UnitKind::Sequencer, UnitKind::MxuArray,
-      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
-      UnitKind::Sequencer, UnitKind::Sequencer,  UnitKind::Sequencer, UnitKind::Dma};
+  // Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy.
+  const std::vector<UnitKind> doc = {UnitKind::Sequencer, UnitKind::Dma,       UnitKind::Dma,
+                                     UnitKind::Dma,       UnitKind::Dma,       UnitKind::MxuWeights,
+                                     UnitKind::Sequencer, UnitKind::MxuArray,  UnitKind::Vector,
+                                     UnitKind::Vector,    UnitKind::Vector,    UnitKind::Vector,
+                                     UnitKind::Sequencer, UnitKind::Sequencer, UnitKind::Sequencer,
+                                     UnitKind::Dma,       UnitKind::Vector};
   EXPECT_EQ(kinds, doc);
   EXPECT_TRUE(unit_of(ReadHost{}).host_link);
   EXPECT_FALSE(unit_of(ReadMem{}).host_link);
@@ -213,6 +214,17 @@ TEST(Semantics, PoolEltwiseAndSoftmaxFollowTheirGeometry) {
   EXPECT_EQ(ranges(s),
             (std::vector<Range>{{Space::UnifiedBuffer, 0, 2 * 64 + 40, false, "src"},
                                 {Space::UnifiedBuffer, 0x800, 0x800 + 2 * 48 + 40, true, "dst"}}));
+}
+
+TEST(Semantics, CopyReadsAndWritesItsStridedRows) {
+  Copy c;
+  c.src = UbAddr(0x100), c.dst = UbAddr(0x2000), c.rows = 4, c.row_bytes = 24;
+  c.src_stride = 0, c.dst_stride = 40;  // one row repeated into a strided border
+  EXPECT_EQ(ranges(c), (std::vector<Range>{
+                           {Space::UnifiedBuffer, 0x100, 0x100 + 24, false, "src"},
+                           {Space::UnifiedBuffer, 0x2000, 0x2000 + 3 * 40 + 24, true, "dst"}}));
+  c.rows = 0;
+  EXPECT_TRUE(ranges(c).empty());
 }
 
 TEST(Semantics, AbsurdAddressesSaturateInsteadOfWrappingIntoRange) {

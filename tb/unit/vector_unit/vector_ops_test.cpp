@@ -1070,6 +1070,88 @@ TEST(VectorEltwise, RejectsBadFieldsNamingThem) {
   }
 }
 
+// ---- copy ----
+
+// Concatenate along channels: two NHWC tensors of 3 and 5 channels (int8) into one of 8, each
+// pixel's channels a row of the copy; the other tensor's channels between the rows stay.
+TEST(VectorCopy, CopiesStridedRowsIntoPlaceAndLeavesTheBytesBetweenThem) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const std::uint32_t pixels = 50, c0 = 3, c1 = 5;
+  std::mt19937 rng(16);
+  for (std::uint32_t i = 0; i < pixels * (c0 + c1); ++i)
+    core.ub[0x100 + i] = static_cast<std::uint8_t>(rng());
+  isa::Copy first;
+  first.src = UbAddr(0x100), first.dst = UbAddr(0x1000), first.rows = pixels;
+  first.row_bytes = c0, first.src_stride = c0, first.dst_stride = c0 + c1;
+  isa::Copy second = first;
+  second.src = UbAddr(0x100 + pixels * c0), second.dst = UbAddr(0x1000 + c0);
+  second.row_bytes = second.src_stride = c1;
+  ops.copy(first, core.ub_view());
+  ops.copy(second, core.ub_view());
+  for (std::uint32_t p = 0; p < pixels; ++p)
+    for (std::uint32_t c = 0; c < c0 + c1; ++c) {
+      const std::uint32_t from =
+          c < c0 ? 0x100 + p * c0 + c : 0x100 + pixels * c0 + p * c1 + c - c0;
+      ASSERT_EQ(core.ub[0x1000 + p * (c0 + c1) + c], core.ub[from]) << p << " " << c;
+    }
+  EXPECT_EQ(core.ub[0x1000 + pixels * (c0 + c1)], 0xa5) << "past the last row";
+}
+
+// A source stride of 0 reads one row again for every row written: a zero region fills a border.
+TEST(VectorCopy, ASourceStrideOfZeroRepeatsOneRow) {
+  Core core;
+  VectorOps ops(core.cfg);
+  for (std::uint32_t i = 0; i < 16; ++i) core.ub[i] = 0;
+  isa::Copy c;
+  c.src = UbAddr(0), c.dst = UbAddr(0x200), c.rows = 7, c.row_bytes = 16;
+  c.src_stride = 0, c.dst_stride = 20;
+  ops.copy(c, core.ub_view());
+  for (std::uint32_t r = 0; r < c.rows; ++r) {
+    for (std::uint32_t b = 0; b < c.row_bytes; ++b)
+      ASSERT_EQ(core.ub[0x200 + r * c.dst_stride + b], 0) << r << " " << b;
+    if (r + 1 < c.rows) {
+      EXPECT_EQ(core.ub[0x200 + r * c.dst_stride + c.row_bytes], 0xa5) << r;
+    }
+  }
+}
+
+TEST(VectorCopy, RejectsEmptyRowsOverlappingRowsAndOverlapBeforeWritingAnything) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Copy ok;
+  ok.src = UbAddr(0), ok.dst = UbAddr(0x1000), ok.rows = 4, ok.row_bytes = 16;
+  ok.src_stride = ok.dst_stride = 32;
+  const std::vector<std::uint8_t> before = core.ub;
+  const auto run = [&](const isa::Copy& c) { ops.copy(c, core.ub_view()); };
+  {
+    isa::Copy c = ok;
+    c.rows = 0;
+    expect_program_error([&] { run(c); }, {"copy", "rows = 0"});
+  }
+  {
+    isa::Copy c = ok;
+    c.row_bytes = 0;
+    expect_program_error([&] { run(c); }, {"row_bytes = 0"});
+  }
+  {
+    isa::Copy c = ok;
+    c.dst_stride = 15;
+    expect_program_error([&] { run(c); }, {"dst_stride = 15", "row_bytes = 16"});
+  }
+  {
+    isa::Copy c = ok;
+    c.dst = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 3 * 32 - 15));
+    expect_program_error([&] { run(c); }, {"dst = 0x", "reaches past the end"});
+  }
+  {
+    isa::Copy c = ok;
+    c.dst = UbAddr(3 * 32 + 15);  // the last source row's last byte
+    expect_program_error([&] { run(c); }, {"dst = 0x", "overlaps src"});
+  }
+  EXPECT_EQ(core.ub, before);
+}
+
 // ---- both builds of the kernels ----
 //
 // VectorOps runs hand-vectorised AVX2 kernels where the CPU has AVX2 and portable ones elsewhere
@@ -1526,6 +1608,24 @@ TEST(VectorCost, UnifiedBufferPortBoundsTheCostWhenNarrow) {
   EXPECT_EQ(c.cycles, cfg.vector_unit.latency_cycles +
                           ceil_div(3u * e.count, cfg.vector_unit.bytes_per_cycle));
   EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, 3u * e.count));
+}
+
+// A copy has no lane operation: its bytes cross the unit's port twice, read and written.
+TEST(VectorCost, CopyMovesItsBytesThroughThePortWithoutLaneOps) {
+  ChipConfig cfg = test_config();
+  isa::Copy copy;
+  copy.rows = 100, copy.row_bytes = 37, copy.src_stride = 0, copy.dst_stride = 64;
+  for (std::uint32_t port : {cfg.vector_unit.bytes_per_cycle, 7u}) {
+    cfg.vector_unit.bytes_per_cycle = port;
+    const VectorCost c = VectorOps(cfg).cost(copy);
+    EXPECT_EQ(c.element_ops, 0u);
+    EXPECT_EQ(c.ub_bytes_read, std::uint64_t{copy.rows} * copy.row_bytes);
+    EXPECT_EQ(c.ub_bytes_written, std::uint64_t{copy.rows} * copy.row_bytes);
+    EXPECT_EQ(c.acc_bytes_read, 0u);
+    EXPECT_EQ(c.cycles, cfg.vector_unit.latency_cycles +
+                            ceil_div(2 * std::uint64_t{copy.rows} * copy.row_bytes, port));
+    EXPECT_EQ(c.cycles, formula(cfg, 0, c.ub_bytes_read + c.ub_bytes_written));
+  }
 }
 
 // One op per window position read, padded positions skipped: the sizes of every window_of,
