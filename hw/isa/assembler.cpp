@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <string_view>
 #include <type_traits>
@@ -155,6 +157,34 @@ void set_integer(const Line& line, std::string_view tok, std::string_view name,
     field = static_cast<Rep>(v);
 }
 
+// An fp32 field (map in_scale, out_scale): a decimal number as std::from_chars reads it (locale-
+// independent: 0.05, -1e-3, inf, nan), or after 0x the value's IEEE-754 bits, as the disassembler
+// prints a NaN (docs/isa.md §3.3).
+void set_float(const Line& line, std::string_view tok, std::string_view name,
+               std::string_view value, float& field) {
+  const auto allowed = [&] {
+    return fmt::format(
+        "{} is an fp32 value: a decimal number such as 0.05, -1e-3 or inf, or its 32 IEEE-754 bits "
+        "after 0x",
+        name);
+  };
+  if (value.size() > 2 && value[0] == '0' && (value[1] == 'x' || value[1] == 'X')) {
+    std::uint64_t bits = 0;
+    if (parse_unsigned(value, bits) != Number::Ok || bits > 0xffffffffu)
+      line.fail(fmt::format("{}: not 32 bits in hex ({})", quoted(tok), allowed()));
+    const auto word = static_cast<std::uint32_t>(bits);
+    std::memcpy(&field, &word, sizeof field);
+    return;
+  }
+  float v = 0.0f;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec == std::errc::result_out_of_range)
+    line.fail(fmt::format("{}: out of range ({})", quoted(tok), allowed()));
+  if (ec != std::errc() || end != value.data() + value.size())
+    line.fail(fmt::format("{}: not a number ({})", quoted(tok), allowed()));
+  field = v;
+}
+
 // The codes of an enum that have names: 0, 1, 2, ... until name_of has none (isa.h and dtype.h
 // number every enum densely from 0) or repeats one (WeightSource is a flag bit: every non-zero
 // code prints as "ub").
@@ -248,6 +278,8 @@ void set_field(const Line& line, std::string_view tok, std::string_view field, b
       set_integer(line, tok, field, value, v.value);
     } else if constexpr (std::is_integral_v<F>) {
       set_integer(line, tok, field, value, v);
+    } else if constexpr (std::is_floating_point_v<F>) {
+      set_float(line, tok, field, value, v);
     } else {
       static_assert(!std::is_void_v<typename AddressRep<F>::type>,
                     "fields.h names a field of a type the assembler cannot read");

@@ -158,11 +158,25 @@ void visit_fields(Copy& i, F&& f) {
   f("src_stride", i.src_stride);
   f("dst_stride", i.dst_stride);
 }
+template <class F>
+void visit_fields(Map& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("params", i.params);
+  f("count", i.count);
+  f("channels", i.channels);
+  f("in_scale", i.in_scale);
+  f("out_scale", i.out_scale);
+  f("func", i.func);
+  f("in", i.in_type);
+  f("out", i.out_type);
+}
 
 // Names of enum values in the text form.
 std::string_view name_of(WeightSource v);
 std::string_view name_of(ActFunc v);
 std::string_view name_of(PoolKind v);
 std::string_view name_of(EltOp v);
+std::string_view name_of(MapFunc v);
 
 }  // namespace tpu::isa

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "hw/common/error.h"
@@ -80,6 +81,10 @@ template <>
 struct OpcodeOf<Copy> {
   static constexpr Opcode value = Opcode::Copy;
 };
+template <>
+struct OpcodeOf<Map> {
+  static constexpr Opcode value = Opcode::Map;
+};
 
 // Little-endian field access into a 32-byte word.
 class Bytes32 {
@@ -119,6 +124,13 @@ struct Codec {
     Rep r = v.value();
     field(off, r);
     v = Address<Tag_, Rep>(r);
+  }
+  // An fp32 field: its IEEE-754 bits, every one kept (NaN payloads, signed zeros).
+  void field(std::size_t off, float& v) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    field(off, bits);
+    std::memcpy(&v, &bits, sizeof v);
   }
   template <class E>
   void enum_field(std::size_t off, E& v) {
@@ -241,6 +253,18 @@ struct Codec {
     field(24, i.row_bytes);
     field(28, i.rows);
   }
+  void operands(Map& i) {
+    enum_field(2, i.func);
+    enum_field(3, i.out_type);
+    field(4, i.src);
+    field(8, i.dst);
+    field(12, i.params);
+    field(16, i.count);
+    field(20, i.channels);
+    enum_field(22, i.in_type);
+    field(24, i.in_scale);
+    field(28, i.out_scale);
+  }
   void operands(Copy& i) {
     field(4, i.src);
     field(8, i.dst);
@@ -259,6 +283,18 @@ Instruction decode_as(Word w) {
   return inst;
 }
 
+// An fp32 field as text: the shortest decimal that reads back to the same value ({fmt}'s default,
+// also for inf and -0), or a NaN's bits in hex, which keep its payload (docs/isa.md §3.3).
+std::string float_text(float v) {
+  if (!std::isnan(v)) return fmt::format("{}", v);
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  return fmt::format("{:#010x}", bits);
+}
+
+// The element types of eltwise and map.
+bool element_type(DType t) { return t == DType::Int8 || t == DType::Bf16 || t == DType::Fp32; }
+
 bool enums_valid(const Instruction& inst) {
   auto dtype_ok = [](DType t) { return static_cast<std::uint8_t>(t) <= 3; };
   if (auto* a = std::get_if<Activate>(&inst))
@@ -267,8 +303,10 @@ bool enums_valid(const Instruction& inst) {
     return static_cast<std::uint8_t>(p->kind) <= 1 &&
            (p->type == DType::Int8 || p->type == DType::Bf16);
   if (auto* e = std::get_if<Eltwise>(&inst))
-    return static_cast<std::uint8_t>(e->op) <= 4 &&
-           (e->type == DType::Int8 || e->type == DType::Bf16 || e->type == DType::Fp32);
+    return static_cast<std::uint8_t>(e->op) <= 4 && element_type(e->type);
+  if (auto* m = std::get_if<Map>(&inst))
+    return static_cast<std::uint8_t>(m->func) <= 7 && element_type(m->in_type) &&
+           element_type(m->out_type);
   return true;
 }
 
@@ -297,6 +335,7 @@ std::string mnemonic(Opcode op) {
     case Opcode::Halt: return "halt";
     case Opcode::Gather: return "gather";
     case Opcode::Copy: return "copy";
+    case Opcode::Map: return "map";
   }
   return fmt::format("op_{:#04x}", static_cast<unsigned>(op));
 }
@@ -334,6 +373,7 @@ Instruction decode(const Word& word) {
     case Opcode::Halt: inst = decode_as<Halt>(word); break;
     case Opcode::Gather: inst = decode_as<Gather>(word); break;
     case Opcode::Copy: inst = decode_as<Copy>(word); break;
+    case Opcode::Map: inst = decode_as<Map>(word); break;
     default: throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
   }
   if (!enums_valid(inst))
@@ -400,6 +440,19 @@ std::string_view name_of(EltOp v) {
   }
   return "?";
 }
+std::string_view name_of(MapFunc v) {
+  switch (v) {
+    case MapFunc::Identity: return "identity";
+    case MapFunc::Relu: return "relu";
+    case MapFunc::Relu6: return "relu6";
+    case MapFunc::LeakyRelu: return "leaky_relu";
+    case MapFunc::Elu: return "elu";
+    case MapFunc::Sigmoid: return "sigmoid";
+    case MapFunc::Tanh: return "tanh";
+    case MapFunc::Prelu: return "prelu";
+  }
+  return "?";
+}
 
 std::string to_string(const Instruction& inst) {
   std::string s = mnemonic(opcode_of(inst));
@@ -414,6 +467,8 @@ std::string to_string(const Instruction& inst) {
             s += fmt::format(" {}={}", name, name_of(v));
           } else if constexpr (std::is_integral_v<V>) {
             s += fmt::format(" {}={}", name, v);
+          } else if constexpr (std::is_floating_point_v<V>) {
+            s += fmt::format(" {}={}", name, float_text(v));
           } else if constexpr (std::is_same_v<V, RawAddress>) {
             s += fmt::format(" {}={:#x}", name, v.value);
           } else {

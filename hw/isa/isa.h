@@ -35,6 +35,7 @@ enum class Opcode : std::uint8_t {
   Softmax = 0x0d,      // unified buffer fp32 rows -> softmax across each row -> unified buffer
   Halt = 0x0f,         // end of this core's program
   Copy = 0x10,         // unified buffer rows -> strided 2-D copy -> unified buffer
+  Map = 0x11,          // unified buffer -> x*a+b per channel, function, type -> unified buffer
   Gather = 0x20,       // off-chip table rows picked by unified-buffer indices -> unified buffer
 };
 
@@ -49,6 +50,19 @@ enum class ActFunc : std::uint8_t {
 };
 enum class PoolKind : std::uint8_t { Max = 0, Avg = 1 };
 enum class EltOp : std::uint8_t { Add = 0, Mul = 1, Max = 2, Min = 3, Sub = 4 };
+// Map's functions; leaky_relu, elu and prelu take the channel record's alpha (prelu is leaky_relu
+// by another name: the compiler writes one alpha per channel for PReLU, the same alpha in every
+// record for LeakyReLU).
+enum class MapFunc : std::uint8_t {
+  Identity = 0,
+  Relu = 1,
+  Relu6 = 2,
+  LeakyRelu = 3,
+  Elu = 4,
+  Sigmoid = 5,
+  Tanh = 6,
+  Prelu = 7
+};
 
 struct Nop {};
 struct ReadHost {
@@ -178,6 +192,23 @@ struct Copy {
   std::uint32_t src_stride = 0;
   std::uint32_t dst_stride = 0;
 };
+// For i < count, with channel c = i % channels and the fp32 record {a, b, alpha} at params + 12*c:
+// x = src[i] as a real number (int8: q * in_scale), y = func(x * a + b; alpha) in fp32, written to
+// dst[i] as out_type (int8: clamp(round(y / out_scale), -127, 127)). Standalone
+// BatchNormalization, LeakyReLU, ELU, PReLU and activations, and conversions between int8, bf16
+// and fp32.
+struct Map {
+  UbAddr src;
+  UbAddr dst;
+  UbAddr params;
+  std::uint32_t count = 0;
+  std::uint16_t channels = 1;
+  float in_scale = 0.0f;   // in_type int8 only, else 0
+  float out_scale = 0.0f;  // out_type int8 only, else 0
+  MapFunc func = MapFunc::Identity;
+  DType in_type = DType::Int8;
+  DType out_type = DType::Int8;
+};
 struct Sync {
   bool all_cores = false;
 };
@@ -199,7 +230,7 @@ struct Gather {
 
 using Instruction =
     std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul,
-                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy>;
+                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map>;
 
 Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);

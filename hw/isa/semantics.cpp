@@ -31,7 +31,7 @@ Unit unit_of(const Instruction& inst) {
           return Unit{UnitKind::MxuWeights, i.mxu, false};
         else if constexpr (std::is_same_v<T, MatMul>)
           return Unit{UnitKind::MxuArray, i.mxu, false};
-        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax, Copy>)
+        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax, Copy, Map>)
           return Unit{UnitKind::Vector, 0, false};
         else
           return Unit{};
@@ -98,6 +98,12 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
           read(Space::UnifiedBuffer, "a", i.a.value(), n);
           read(Space::UnifiedBuffer, "b", i.b.value(), n);
           write(Space::UnifiedBuffer, "dst", i.dst.value(), n);
+        } else if constexpr (std::is_same_v<T, Map>) {
+          read(Space::UnifiedBuffer, "src", i.src.value(),
+               std::uint64_t{i.count} * size_of(i.in_type));
+          write(Space::UnifiedBuffer, "dst", i.dst.value(),
+                std::uint64_t{i.count} * size_of(i.out_type));
+          read(Space::UnifiedBuffer, "params", i.params.value(), 12ull * i.channels);
         } else if constexpr (is_one_of<T, Softmax, Copy>) {
           if (i.rows > 0) {
             const std::uint64_t row = row_bytes(i);

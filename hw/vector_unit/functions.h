@@ -1,6 +1,7 @@
-// The Activate instruction's elementwise functions (isa::ActFunc) on fp32: each is the numerics
-// library's definition (numerics/activation.h), which the reference inference in sw/nn follows
-// too without this header. Softmax is a row function (numerics::softmax_row).
+// The Activate and Map instructions' elementwise functions (isa::ActFunc, isa::MapFunc) on fp32:
+// each is the numerics library's definition (numerics/activation.h), which the reference
+// inference in sw/nn follows too without this header. Softmax is a row function
+// (numerics::softmax_row).
 #pragma once
 
 #include <cassert>
@@ -20,6 +21,22 @@ inline float activate_float(isa::ActFunc f, float x) {
     case isa::ActFunc::Softmax: break;
   }
   assert(false && "softmax is a row function");
+  return x;
+}
+
+// alpha is the channel record's (leaky_relu, elu, prelu); the other functions ignore it.
+inline float map_float(isa::MapFunc f, float x, float alpha) {
+  switch (f) {
+    case isa::MapFunc::Identity: return x;
+    case isa::MapFunc::Relu: return numerics::relu(x);
+    case isa::MapFunc::Relu6: return numerics::relu6(x);
+    case isa::MapFunc::LeakyRelu:
+    case isa::MapFunc::Prelu: return numerics::leaky_relu(x, alpha);
+    case isa::MapFunc::Elu: return numerics::elu(x, alpha);
+    case isa::MapFunc::Sigmoid: return numerics::sigmoid(x);
+    case isa::MapFunc::Tanh: return numerics::tanh_act(x);
+  }
+  assert(false && "map function out of range (the decoder rejects it)");
   return x;
 }
 

@@ -20,6 +20,8 @@
 //             nothing is padded.
 //   eltwise   one per output element: count.
 //   copy      none: the bytes only pass through the unit's port.
+//   map       one per element: count (conversion in, x*a+b, the function and conversion out are
+//             one lane pipeline pass, as activate's).
 // Bytes:
 //   activate  acc read rows*cols*size(acc_type); UB read 12*cols (the parameter records);
 //             UB written rows*cols*size(out).
@@ -29,6 +31,7 @@
 //   eltwise   UB read 2*count*size(type); UB written count*size(type).
 //   copy      UB read rows*row_bytes (a repeated row, src_stride 0, is read again each time); UB
 //             written rows*row_bytes.
+//   map       UB read count*size(in) + 12*channels (the records); UB written count*size(out).
 //
 // Overlap rules (checked before anything is written, so a rejected instruction changes nothing):
 //   activate  dst's extent [dst, dst + (rows-1)*stride + cols*size(out)) must not overlap the
@@ -39,6 +42,8 @@
 //             element i depends only on element i); a and b may overlap freely.
 //   copy      src and dst extents must not overlap (a row written could be one still to read),
 //             and dst_stride >= row_bytes (written rows must not overlap each other).
+//   map       dst must not overlap the records, and either not overlap src or start at src with
+//             in and out of one size (in place: element i depends only on element i).
 #include "hw/vector_unit/vector_ops.h"
 
 #include <fmt/format.h>
@@ -65,6 +70,7 @@
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
+#include "numerics/quantize.h"
 
 namespace tpu {
 namespace {
@@ -134,6 +140,7 @@ void store_i8(std::uint8_t* p, std::int8_t v) { *p = static_cast<std::uint8_t>(v
 bool known(isa::ActFunc f) { return f <= isa::ActFunc::Softmax; }
 bool known(isa::PoolKind k) { return k <= isa::PoolKind::Avg; }
 bool known(isa::EltOp o) { return o <= isa::EltOp::Sub; }
+bool known(isa::MapFunc f) { return f <= isa::MapFunc::Prelu; }
 bool known(DType t) { return t <= DType::Fp32; }
 
 // The element types the vector unit's elementwise instructions compute on.
@@ -1034,6 +1041,89 @@ void VectorOps::copy(const isa::Copy& c, UbView ub) const {
 
 namespace {
 
+// A map's scale: finite and > 0 for an int8 side, 0 for a float side (only int8 is scaled).
+void check_map_scale(std::string_view op, std::string_view field, float scale,
+                     std::string_view side, DType type) {
+  if (type == DType::Int8 && !(std::isfinite(scale) && scale > 0.0f))
+    throw ProgramError(fmt::format("{}: {} = {} (must be a finite number > 0 for {} int8)", op,
+                                   field, scale, side));
+  if (type != DType::Int8 && scale != 0.0f)
+    throw ProgramError(fmt::format("{}: {} = {} with {} {} (only int8 is scaled; must be 0)", op,
+                                   field, scale, side, name_of(type)));
+}
+
+// Element i of a map's input as fp32 (numerics/quantize.h for int8), and y stored as the output
+// type (int8 by numerics::quantize_int8, bf16 rounded to nearest even).
+float map_load(const std::uint8_t* base, std::uint64_t i, DType type, float scale) {
+  switch (type) {
+    case DType::Int8: return numerics::dequantize_int8(load_i8(base + i), scale);
+    case DType::Bf16: return to_float(load_bf16(base + 2 * i));
+    default: return bits_to_float(load_u32(base + 4 * i));
+  }
+}
+void map_store(std::uint8_t* base, std::uint64_t i, DType type, float scale, float y) {
+  switch (type) {
+    case DType::Int8: return store_i8(base + i, numerics::quantize_int8(y, scale));
+    case DType::Bf16: return store_bf16(base + 2 * i, to_bf16(y));
+    default: return store_u32(base + 4 * i, float_to_bits(y));
+  }
+}
+
+}  // namespace
+
+void VectorOps::map(const isa::Map& m, UbView ub) const {
+  constexpr std::string_view op = "map";
+  if (!known(m.func))
+    throw ProgramError(
+        fmt::format("{}: func = {} is not a map function", op, static_cast<unsigned>(m.func)));
+  check_element_type(op, "in", m.in_type);
+  check_element_type(op, "out", m.out_type);
+  check_at_least_1(op, "count", m.count);
+  check_at_least_1(op, "channels", m.channels);
+  check_map_scale(op, "in_scale", m.in_scale, "in", m.in_type);
+  check_map_scale(op, "out_scale", m.out_scale, "out", m.out_type);
+
+  const std::uint64_t src = m.src.value(), dst = m.dst.value(), params = m.params.value();
+  const std::uint64_t in_len = std::uint64_t{m.count} * size_of(m.in_type);
+  const std::uint64_t out_len = std::uint64_t{m.count} * size_of(m.out_type);
+  const std::uint64_t params_len = kParamRecordBytes * m.channels;
+  check_ub(op, "src", src, in_len, fmt::format("count {} x {}", m.count, name_of(m.in_type)), ub);
+  check_ub(op, "dst", dst, out_len, fmt::format("count {} x {}", m.count, name_of(m.out_type)), ub);
+  check_ub(op, "params", params, params_len, fmt::format("12 bytes x channels {}", m.channels), ub);
+  // In place, element i is read before it is written and no later element is touched, when both
+  // types have one size.
+  const bool in_place = dst == src && size_of(m.in_type) == size_of(m.out_type);
+  if (!in_place && overlaps(dst, out_len, src, in_len))
+    throw ProgramError(fmt::format(
+        "{}: dst = {:#x} + {} bytes overlaps src = {:#x} + {} bytes (in place needs dst = src and "
+        "in and out of one size)",
+        op, dst, out_len, src, in_len));
+  if (overlaps(dst, out_len, params, params_len))
+    throw ProgramError(fmt::format("{}: dst = {:#x} + {} bytes overlaps params = {:#x} + {} bytes",
+                                   op, dst, out_len, params, params_len));
+
+  // The records {a, b, alpha} of every channel, then the elements: x * a + b, the function, and
+  // the output conversion, each the numerics library's definition.
+  std::vector<float> a(m.channels), b(m.channels), alpha(m.channels);
+  for (std::uint32_t c = 0; c < m.channels; ++c) {
+    const std::uint8_t* r = ub.data + params + kParamRecordBytes * c;
+    a[c] = bits_to_float(load_u32(r));
+    b[c] = bits_to_float(load_u32(r + 4));
+    alpha[c] = bits_to_float(load_u32(r + 8));
+  }
+  const std::uint8_t* in = ub.data + src;
+  std::uint8_t* out = ub.data + dst;
+  std::uint32_t c = 0;
+  for (std::uint64_t i = 0; i < m.count; ++i) {
+    const float x = map_load(in, i, m.in_type, m.in_scale);
+    const float y = map_float(m.func, numerics::affine(x, a[c], b[c]), alpha[c]);
+    map_store(out, i, m.out_type, m.out_scale, y);
+    c = c + 1 == m.channels ? 0 : c + 1;
+  }
+}
+
+namespace {
+
 void finish(VectorCost& c, const ChipConfig& cfg) {
   const std::uint64_t lanes = std::uint64_t{cfg.vector_unit.lanes} * cfg.vector_unit.sublanes;
   const std::uint64_t compute = ceil_div(c.element_ops, lanes);
@@ -1076,6 +1166,17 @@ VectorCost VectorOps::cost(const isa::Softmax& s) const {
   c.element_ops = 3 * elems;
   c.ub_bytes_read = 4 * elems;
   c.ub_bytes_written = 4 * elems;
+  finish(c, cfg_);
+  return c;
+}
+
+// One lane pass per element (conversion in, x * a + b, the function, conversion out), and the
+// channel records read once, as activate reads its column records.
+VectorCost VectorOps::cost(const isa::Map& m) const {
+  VectorCost c;
+  c.element_ops = m.count;
+  c.ub_bytes_read = std::uint64_t{m.count} * size_of(m.in_type) + kParamRecordBytes * m.channels;
+  c.ub_bytes_written = std::uint64_t{m.count} * size_of(m.out_type);
   finish(c, cfg_);
   return c;
 }

@@ -42,12 +42,14 @@ class VectorOps {
   void eltwise(const isa::Eltwise& e, UbView ub) const;
   void softmax(const isa::Softmax& s, UbView ub) const;
   void copy(const isa::Copy& c, UbView ub) const;
+  void map(const isa::Map& m, UbView ub) const;
 
   [[nodiscard]] VectorCost cost(const isa::Activate& a) const;
   [[nodiscard]] VectorCost cost(const isa::Pool& p) const;
   [[nodiscard]] VectorCost cost(const isa::Eltwise& e) const;
   [[nodiscard]] VectorCost cost(const isa::Softmax& s) const;
   [[nodiscard]] VectorCost cost(const isa::Copy& c) const;
+  [[nodiscard]] VectorCost cost(const isa::Map& m) const;
 
  private:
   const ChipConfig& cfg_;

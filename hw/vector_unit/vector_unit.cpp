@@ -47,6 +47,9 @@ void VectorUnit::run() {
             } else if constexpr (std::is_same_v<T, isa::Copy>) {
               ops_.copy(i, ub);
               cost = ops_.cost(i);
+            } else if constexpr (std::is_same_v<T, isa::Map>) {
+              ops_.map(i, ub);
+              cost = ops_.cost(i);
             } else {
               throw ProgramError("not a vector-unit instruction");
             }

@@ -20,8 +20,9 @@ namespace {
 using namespace tpu::isa;
 namespace fs = std::filesystem;
 
-// Every field of `inst` set: integers and addresses to `value`, enums to `choice` (each enum of
-// the ISA has values 0 and 1, and DType's 0 and 2 are the two every unit takes), flags on or off.
+// Every field of `inst` set: integers, addresses and fp32 values to `value`, enums to `choice`
+// (DType: int8, bf16, fp32 for choices 0, 1, 2; a choice an enum lacks makes no seed), flags on
+// or off.
 template <class T>
 T filled(std::uint64_t value, std::uint8_t choice, bool flag) {
   T inst{};
@@ -30,10 +31,13 @@ T filled(std::uint64_t value, std::uint8_t choice, bool flag) {
     if constexpr (std::is_same_v<F, bool>) {
       f = flag;
     } else if constexpr (std::is_same_v<F, tpu::DType>) {
-      f = choice == 0 ? tpu::DType::Int8 : tpu::DType::Bf16;
+      const tpu::DType types[] = {tpu::DType::Int8, tpu::DType::Bf16, tpu::DType::Fp32};
+      f = types[choice];
     } else if constexpr (std::is_enum_v<F>) {
       f = static_cast<F>(choice);
     } else if constexpr (std::is_integral_v<F>) {
+      f = static_cast<F>(value);
+    } else if constexpr (std::is_floating_point_v<F>) {
       f = static_cast<F>(value);
     } else if constexpr (std::is_same_v<F, RawAddress>) {
       f.value = value;
@@ -57,7 +61,8 @@ std::vector<Instruction> all_instructions(std::index_sequence<I...>) {
   };
   for (const auto& [value, choice, flag] :
        {std::tuple{std::uint64_t{64}, std::uint8_t{0}, false},
-        std::tuple{std::uint64_t{0x1000}, std::uint8_t{1}, true}})
+        std::tuple{std::uint64_t{0x1000}, std::uint8_t{1}, true},
+        std::tuple{std::uint64_t{3}, std::uint8_t{2}, false}})
     (add(filled<std::variant_alternative_t<I, Instruction>>(value, choice, flag)), ...);
   return out;
 }

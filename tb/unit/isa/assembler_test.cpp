@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -24,7 +25,7 @@ namespace {
 const std::vector<std::string> kMnemonics = {
     "nop",        "read_host", "write_host", "read_mem", "write_mem", "read_weights",
     "set_window", "matmul",    "activate",   "pool",     "eltwise",   "sync",
-    "tag",        "softmax",   "halt",       "gather",   "copy"};
+    "tag",        "softmax",   "halt",       "gather",   "copy",      "map"};
 
 // docs/isa.md §3.1 enum names in code order, and the subsets pool and eltwise accept (§4.8, §4.9).
 const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};
@@ -33,6 +34,8 @@ const std::vector<std::string> kElementTypeNames = {"int8", "bf16", "fp32"};
 const std::vector<std::string> kFuncNames = {"none", "relu", "relu6", "sigmoid", "tanh", "softmax"};
 const std::vector<std::string> kKindNames = {"max", "avg"};
 const std::vector<std::string> kOpNames = {"add", "mul", "max", "min", "sub"};
+const std::vector<std::string> kMapFuncNames = {"identity", "relu",    "relu6", "leaky_relu",
+                                                "elu",      "sigmoid", "tanh",  "prelu"};
 const std::vector<std::string> kSourceNames = {"mem", "ub"};
 
 // The names a field accepts and, by position, their codes; empty for non-enum fields.
@@ -44,6 +47,8 @@ std::vector<std::string> enum_names(std::string_view op_name, std::string_view f
   if (op_name == "eltwise" && field == "op") return kOpNames;
   if (op_name == "pool" && field == "type") return kVectorTypeNames;
   if (op_name == "eltwise" && field == "type") return kElementTypeNames;
+  if (op_name == "map" && field == "func") return kMapFuncNames;
+  if (op_name == "map" && (field == "in" || field == "out")) return kElementTypeNames;
   return {};
 }
 
@@ -87,6 +92,10 @@ void set_fields(Instruction& inst, NextInt&& next_int, EnumIndex&& enum_index,
           } else if constexpr (std::is_integral_v<F>) {
             // Signed fields over their whole range: the unsigned value of the same width wraps.
             v = static_cast<F>(next_int(std::numeric_limits<std::make_unsigned_t<F>>::max()));
+          } else if constexpr (std::is_floating_point_v<F>) {
+            // Any 32 bits: NaN payloads, infinities, subnormals and signed zeros included.
+            const auto bits = static_cast<std::uint32_t>(next_int(0xffffffffu));
+            std::memcpy(&v, &bits, sizeof v);
           } else {
             using Rep = typename F::rep;
             v = F(static_cast<Rep>(next_int(std::numeric_limits<Rep>::max())));
@@ -154,7 +163,8 @@ TEST(Assembler, EveryOpcodeFieldEnumValueAndFlagRoundTrips) {
   const std::string text = disassemble(program);
   for (const auto& m : kMnemonics)
     EXPECT_NE(text.find(m), std::string::npos) << m << " missing from:\n" << text;
-  for (const auto* names : {&kTypeNames, &kFuncNames, &kKindNames, &kOpNames, &kSourceNames})
+  for (const auto* names :
+       {&kTypeNames, &kFuncNames, &kKindNames, &kOpNames, &kSourceNames, &kMapFuncNames})
     for (const auto& n : *names)
       EXPECT_TRUE(text.find("=" + n + " ") != std::string::npos ||
                   text.find("=" + n + "\n") != std::string::npos)

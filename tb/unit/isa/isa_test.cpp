@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <string>
@@ -123,6 +124,13 @@ const std::vector<DocLayout>& doc_layouts() {
        Gather{},
        {integer("table", 4, 8), integer("indices", 12, 4), integer("dst", 16, 4),
         integer("count", 20, 4), integer("row_bytes", 24, 4), integer("rows", 28, 4)}},
+      {0x11,
+       "map",
+       Map{},
+       {enumeration("func", 2, {0, 1, 2, 3, 4, 5, 6, 7}), enumeration("out", 3, kElementTypes),
+        integer("src", 4, 4), integer("dst", 8, 4), integer("params", 12, 4),
+        integer("count", 16, 4), integer("channels", 20, 2), enumeration("in", 22, kElementTypes),
+        integer("in_scale", 24, 4), integer("out_scale", 28, 4)}},
       {0x10,
        "copy",
        Copy{},
@@ -175,6 +183,10 @@ Word fill(const DocLayout& l, Instruction& inst) {
             if constexpr (std::is_same_v<F, RawAddress>) {
               EXPECT_EQ(sizeof(v.value), d->width) << name;
               v.value = p;
+            } else if constexpr (std::is_floating_point_v<F>) {
+              EXPECT_EQ(sizeof(F), d->width) << name;
+              const auto bits = static_cast<std::uint32_t>(p);
+              std::memcpy(&v, &bits, sizeof v);
             } else if constexpr (std::is_integral_v<F>) {
               EXPECT_EQ(sizeof(F), d->width) << name;
               v = static_cast<F>(p);

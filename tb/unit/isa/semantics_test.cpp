@@ -56,13 +56,13 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
   std::vector<UnitKind> kinds;
   for (const Instruction& i : every_kind()) kinds.push_back(unit_of(i).kind);
   // Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul, Activate, Pool,
-  // Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy.
+  // Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map.
   const std::vector<UnitKind> doc = {UnitKind::Sequencer, UnitKind::Dma,       UnitKind::Dma,
                                      UnitKind::Dma,       UnitKind::Dma,       UnitKind::MxuWeights,
                                      UnitKind::Sequencer, UnitKind::MxuArray,  UnitKind::Vector,
                                      UnitKind::Vector,    UnitKind::Vector,    UnitKind::Vector,
                                      UnitKind::Sequencer, UnitKind::Sequencer, UnitKind::Sequencer,
-                                     UnitKind::Dma,       UnitKind::Vector};
+                                     UnitKind::Dma,       UnitKind::Vector,    UnitKind::Vector};
   EXPECT_EQ(kinds, doc);
   EXPECT_TRUE(unit_of(ReadHost{}).host_link);
   EXPECT_FALSE(unit_of(ReadMem{}).host_link);
@@ -225,6 +225,16 @@ TEST(Semantics, CopyReadsAndWritesItsStridedRows) {
                            {Space::UnifiedBuffer, 0x2000, 0x2000 + 3 * 40 + 24, true, "dst"}}));
   c.rows = 0;
   EXPECT_TRUE(ranges(c).empty());
+}
+
+TEST(Semantics, MapReadsItsInputAndChannelRecordsAndWritesItsOutput) {
+  Map m;
+  m.src = UbAddr(0x100), m.dst = UbAddr(0x4000), m.params = UbAddr(0x8000);
+  m.count = 1000, m.channels = 10, m.in_type = DType::Int8, m.out_type = DType::Fp32;
+  EXPECT_EQ(ranges(m), (std::vector<Range>{
+                           {Space::UnifiedBuffer, 0x100, 0x100 + 1000, false, "src"},
+                           {Space::UnifiedBuffer, 0x4000, 0x4000 + 4 * 1000, true, "dst"},
+                           {Space::UnifiedBuffer, 0x8000, 0x8000 + 12 * 10, false, "params"}}));
 }
 
 TEST(Semantics, AbsurdAddressesSaturateInsteadOfWrappingIntoRange) {

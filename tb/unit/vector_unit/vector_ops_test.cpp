@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -24,6 +25,7 @@
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
+#include "numerics/quantize.h"
 #include "tb/unit/numerics/exact_rules.h"
 
 namespace tpu {
@@ -1522,6 +1524,197 @@ TEST(VectorOpsSimd, UnknownBuildInTheEnvironmentIsRejectedNamingIt) {
   }
 }
 
+// ---- map ----
+
+// The numerics library's definition of each map function (numerics/activation.h): prelu is
+// leaky_relu with the channel's alpha.
+float map_function(isa::MapFunc f, float x, float alpha) {
+  switch (f) {
+    case isa::MapFunc::Identity: return x;
+    case isa::MapFunc::Relu: return numerics::relu(x);
+    case isa::MapFunc::Relu6: return numerics::relu6(x);
+    case isa::MapFunc::LeakyRelu: return numerics::leaky_relu(x, alpha);
+    case isa::MapFunc::Elu: return numerics::elu(x, alpha);
+    case isa::MapFunc::Sigmoid: return numerics::sigmoid(x);
+    case isa::MapFunc::Tanh: return numerics::tanh_act(x);
+    case isa::MapFunc::Prelu: return numerics::leaky_relu(x, alpha);
+  }
+  return 0.0f;
+}
+
+constexpr isa::MapFunc kMapFuncs[] = {
+    isa::MapFunc::Identity, isa::MapFunc::Relu,    isa::MapFunc::Relu6, isa::MapFunc::LeakyRelu,
+    isa::MapFunc::Elu,      isa::MapFunc::Sigmoid, isa::MapFunc::Tanh,  isa::MapFunc::Prelu};
+constexpr DType kElementTypes[] = {DType::Int8, DType::Bf16, DType::Fp32};
+
+// A map of `count` elements of 7 channels between two regions of a Core, the records after them.
+isa::Map map_case(isa::MapFunc func, DType in, DType out, std::uint32_t count) {
+  isa::Map m;
+  m.src = UbAddr(0x100);
+  m.dst = UbAddr(0x4000);
+  m.params = UbAddr(0x8000);
+  m.count = count;
+  m.channels = 7;
+  m.func = func;
+  m.in_type = in;
+  m.out_type = out;
+  m.in_scale = in == DType::Int8 ? 0.0371f : 0.0f;
+  m.out_scale = out == DType::Int8 ? 0.0213f : 0.0f;
+  return m;
+}
+
+// Element bits of `type` (int8 1 byte, bf16 2, fp32 4) at index i of a region.
+std::uint32_t element_bits(const Core& core, std::uint64_t base, std::uint64_t i, DType type) {
+  const std::uint64_t size = size_of(type), at = base + size * i;
+  std::uint32_t v = 0;
+  for (std::uint64_t b = 0; b < size; ++b) v |= std::uint32_t{core.ub[at + b]} << (8 * b);
+  return v;
+}
+
+// Every function from and to every type, against the chain the numerics library defines: the
+// input as a real number (numerics::dequantize_int8, to_float, the fp32 value), affine with the
+// channel's record, the function with its alpha, the output (numerics::quantize_int8, to_bf16).
+// Inputs weighted toward special values (NaN, infinities, zeros, subnormals, ties of the bf16
+// rounding) and every int8.
+TEST(VectorMap, EveryFunctionAndTypeFollowTheNumericsDefinitions) {
+  for (isa::MapFunc func : kMapFuncs)
+    for (DType in : kElementTypes)
+      for (DType out : kElementTypes) {
+        Core core;
+        const isa::Map m = map_case(func, in, out, 600);
+        std::mt19937 rng(17);
+        std::uniform_real_distribution<float> a(-3.0f, 3.0f), b(-2.0f, 2.0f), alpha(0.0f, 1.5f);
+        std::vector<float> rec(3 * m.channels);
+        for (std::uint32_t c = 0; c < m.channels; ++c) {
+          rec[3 * c] = a(rng), rec[3 * c + 1] = b(rng), rec[3 * c + 2] = alpha(rng);
+          for (std::uint32_t k = 0; k < 3; ++k)
+            core.put32(m.params.value() + 12 * c + 4 * k, bits_of(rec[3 * c + k]));
+        }
+        std::vector<std::uint32_t> expect;
+        for (std::uint32_t i = 0; i < m.count; ++i) {
+          const std::uint32_t bits = edge_fp32_bits(rng, false);
+          float x = 0.0f;
+          if (in == DType::Int8) {
+            core.put8(m.src.value() + i, static_cast<int>(i % 256) - 128);
+            x = numerics::dequantize_int8(static_cast<std::int8_t>(core.get8(m.src.value() + i)),
+                                          m.in_scale);
+          } else if (in == DType::Bf16) {
+            core.ub[m.src.value() + 2 * i] = static_cast<std::uint8_t>(bits >> 16);
+            core.ub[m.src.value() + 2 * i + 1] = static_cast<std::uint8_t>(bits >> 24);
+            x = to_float(Bf16{static_cast<std::uint16_t>(bits >> 16)});
+          } else {
+            core.put32(m.src.value() + 4 * i, bits);
+            x = float_of(bits);
+          }
+          const std::uint32_t c = i % m.channels;
+          const float y =
+              map_function(func, numerics::affine(x, rec[3 * c], rec[3 * c + 1]), rec[3 * c + 2]);
+          if (out == DType::Int8)
+            expect.push_back(static_cast<std::uint8_t>(numerics::quantize_int8(y, m.out_scale)));
+          else if (out == DType::Bf16)
+            expect.push_back(to_bf16(y).bits);
+          else
+            expect.push_back(bits_of(y));
+        }
+        VectorOps(core.cfg).map(m, core.ub_view());
+        for (std::uint32_t i = 0; i < m.count; ++i)
+          ASSERT_EQ(element_bits(core, m.dst.value(), i, out), expect[i])
+              << isa::name_of(func) << " " << name_of(in) << " -> " << name_of(out) << " " << i;
+        EXPECT_EQ(element_bits(core, m.dst.value(), m.count, out) & 0xff, 0xa5u) << "past count";
+      }
+}
+
+// Element i takes the record of channel i % channels: identity with a = c + 1 and b = 0 scales
+// each element by its channel's number, exactly.
+TEST(VectorMap, ElementIUsesTheRecordOfChannelIModuloChannels) {
+  Core core;
+  isa::Map m = map_case(isa::MapFunc::Identity, DType::Fp32, DType::Fp32, 100);
+  for (std::uint32_t c = 0; c < m.channels; ++c) {
+    core.put32(m.params.value() + 12 * c, bits_of(static_cast<float>(c + 1)));
+    core.put32(m.params.value() + 12 * c + 4, 0);
+  }
+  for (std::uint32_t i = 0; i < m.count; ++i) core.put32(m.src.value() + 4 * i, bits_of(0.5f));
+  VectorOps(core.cfg).map(m, core.ub_view());
+  for (std::uint32_t i = 0; i < m.count; ++i)
+    EXPECT_EQ(float_of(core.get32(m.dst.value() + 4 * i)),
+              0.5f * static_cast<float>(i % m.channels + 1))
+        << i;
+}
+
+// A standalone BatchNormalization on int8: per channel a = gamma / sqrt(var + eps), b = beta -
+// mean * a (Keras's inference formula), the output requantized onto its own scale, ties of the
+// output rounding away from zero.
+TEST(VectorMap, Int8BatchNormalizationRoundsHalfAwayAndSaturatesSymmetrically) {
+  Core core;
+  isa::Map m = map_case(isa::MapFunc::Identity, DType::Int8, DType::Int8, 6);
+  m.channels = 1;
+  m.in_scale = 1.0f, m.out_scale = 1.0f;
+  const float gamma = 2.0f, beta = 0.5f, mean = 1.0f, var = 3.0f, eps = 1.0f;
+  const float a = gamma / std::sqrt(var + eps), b = beta - mean * a;  // a = 1, b = -0.5
+  core.put32(m.params.value(), bits_of(a));
+  core.put32(m.params.value() + 4, bits_of(b));
+  const std::vector<int> q = {3, -2, 127, -128, 0, 1};
+  const std::vector<int> expect = {3, -3, 127, -127, -1, 1};  // 2.5, -2.5, 126.5, -128.5, -0.5, 0.5
+  for (std::size_t i = 0; i < q.size(); ++i) core.put8(m.src.value() + i, q[i]);
+  VectorOps(core.cfg).map(m, core.ub_view());
+  for (std::size_t i = 0; i < q.size(); ++i)
+    EXPECT_EQ(core.get8(m.dst.value() + i), expect[i]) << q[i];
+}
+
+TEST(VectorMap, InPlaceNeedsInputAndOutputOfOneSize) {
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Map m = map_case(isa::MapFunc::Relu, DType::Fp32, DType::Fp32, 8);
+  m.dst = m.src;
+  core.put32(m.params.value(), bits_of(1.0f));
+  core.put32(m.params.value() + 4, 0);
+  m.channels = 1;
+  for (std::uint32_t i = 0; i < m.count; ++i)
+    core.put32(m.src.value() + 4 * i, bits_of(static_cast<float>(i) - 4.0f));
+  ops.map(m, core.ub_view());
+  for (std::uint32_t i = 0; i < m.count; ++i)
+    EXPECT_EQ(float_of(core.get32(m.src.value() + 4 * i)),
+              std::max(static_cast<float>(i) - 4.0f, 0.0f));
+  m.out_type = DType::Bf16;
+  expect_program_error([&] { ops.map(m, core.ub_view()); },
+                       {"map", "dst", "overlaps src", "one size"});
+}
+
+TEST(VectorMap, RejectsBadFieldsNamingThemBeforeWritingAnything) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const isa::Map ok = map_case(isa::MapFunc::Elu, DType::Int8, DType::Bf16, 64);
+  const std::vector<std::uint8_t> before = core.ub;
+  const auto run = [&](const isa::Map& m) { ops.map(m, core.ub_view()); };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::function<void(isa::Map&)> edit;
+    std::vector<std::string> words;
+  };
+  const Case cases[] = {
+      {[](isa::Map& m) { m.count = 0; }, {"map", "count = 0"}},
+      {[](isa::Map& m) { m.channels = 0; }, {"channels = 0"}},
+      {[](isa::Map& m) { m.in_scale = 0.0f; }, {"in_scale = 0", "finite number > 0", "int8"}},
+      {[&](isa::Map& m) { m.in_scale = nan; }, {"in_scale = nan"}},
+      {[](isa::Map& m) { m.in_scale = -1.0f; }, {"in_scale = -1"}},
+      {[](isa::Map& m) { m.out_scale = 0.5f; }, {"out_scale = 0.5", "out bf16", "must be 0"}},
+      {[](isa::Map& m) { m.in_type = DType::Int32; }, {"in = int32", "int8, bf16, fp32"}},
+      {[](isa::Map& m) { m.func = static_cast<isa::MapFunc>(8); }, {"func = 8"}},
+      {[&](isa::Map& m) { m.params = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 12 * 6)); },
+       {"params = 0x", "12 bytes x channels 7"}},
+      {[](isa::Map& m) { m.dst = UbAddr(m.params.value() - 2 * 10); }, {"dst", "overlaps params"}},
+      {[](isa::Map& m) { m.dst = UbAddr(m.src.value() + 1); }, {"dst", "overlaps src"}},
+      {[&](isa::Map& m) { m.src = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 63)); },
+       {"src = 0x", "count 64 x int8"}},
+  };
+  for (const Case& c : cases) {
+    isa::Map m = ok;
+    c.edit(m);
+    expect_program_error([&] { run(m); }, c.words);
+  }
+  EXPECT_EQ(core.ub, before);
+}
+
 // ---- cost ----
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
@@ -1608,6 +1801,22 @@ TEST(VectorCost, UnifiedBufferPortBoundsTheCostWhenNarrow) {
   EXPECT_EQ(c.cycles, cfg.vector_unit.latency_cycles +
                           ceil_div(3u * e.count, cfg.vector_unit.bytes_per_cycle));
   EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, 3u * e.count));
+}
+
+// One op per element; the input and the channel records read, the output written.
+TEST(VectorCost, MapCountsOneOpPerElementAndReadsTheRecordsOnce) {
+  const ChipConfig cfg = test_config();
+  VectorOps ops(cfg);
+  for (DType in : kElementTypes)
+    for (DType out : kElementTypes) {
+      const isa::Map m = map_case(isa::MapFunc::Sigmoid, in, out, 5000);
+      const VectorCost c = ops.cost(m);
+      EXPECT_EQ(c.element_ops, m.count);
+      EXPECT_EQ(c.ub_bytes_read, std::uint64_t{m.count} * size_of(in) + 12u * m.channels);
+      EXPECT_EQ(c.ub_bytes_written, std::uint64_t{m.count} * size_of(out));
+      EXPECT_EQ(c.acc_bytes_read, 0u);
+      EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+    }
 }
 
 // A copy has no lane operation: its bytes cross the unit's port twice, read and written.
