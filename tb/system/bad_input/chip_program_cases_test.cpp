@@ -64,6 +64,16 @@ Case on(const EntryPoint& chip, std::string name, std::vector<Instruction> progr
 }
 std::string hex(std::uint64_t v) { return fmt::format("{:#x}", v); }
 
+// A maker of instructions that differ from `base` by what an edit changes.
+template <class T>
+auto edited(const T& base) {
+  return [base](auto edit) {
+    T t = base;
+    edit(t);
+    return t;
+  };
+}
+
 std::vector<Case> cases() {
   const ChipConfig v1 = shipped("v1");
   const std::uint64_t ub = v1.unified_buffer.bytes;
@@ -86,42 +96,36 @@ std::vector<Case> cases() {
   mm.swap_weights = true;
   mm.rows = 4;
   mm.src_stride = row_bytes;
-  auto matmul = [&](auto edit) {
-    MatMul m = mm;
-    edit(m);
-    return m;
-  };
+  const auto matmul = edited(mm);
   Activate act;
   act.rows = 1;
   act.cols = cols;
   act.dst_stride = cols;
   act.dst = UbAddr(0x10000);
   act.params = UbAddr(0x20000);
-  auto activate = [&](auto edit) {
-    Activate a = act;
-    edit(a);
-    return a;
-  };
+  const auto activate = edited(act);
   Pool pool;
   pool.in_h = pool.in_w = 4;
   pool.channels = 8;
   pool.kernel_h = pool.kernel_w = pool.stride_h = pool.stride_w = 2;
   pool.images = 1;
   pool.dst = UbAddr(0x1000);
-  auto pooled = [&](auto edit) {
-    Pool q = pool;
-    edit(q);
-    return q;
-  };
+  const auto pooled = edited(pool);
   Eltwise elt;
   elt.b = UbAddr(0x1000);
   elt.dst = UbAddr(0x2000);
   elt.count = 64;
-  auto eltwise = [&](auto edit) {
-    Eltwise e = elt;
-    edit(e);
-    return e;
-  };
+  const auto eltwise = edited(elt);
+  Map map;
+  map.dst = UbAddr(0x1000);
+  map.params = UbAddr(0x2000);
+  map.count = 64;
+  const auto mapped = edited(map);
+  Copy copy;
+  copy.dst = UbAddr(0x1000);
+  copy.rows = 4;
+  copy.row_bytes = copy.src_stride = copy.dst_stride = 16;
+  const auto copied = edited(copy);
 
   const Case illegal_opcode = [] {
     std::vector<std::uint8_t> b = to_binary({Nop{}, Nop{}, Nop{}, Halt{}});
@@ -226,6 +230,28 @@ std::vector<Case> cases() {
          {"kernel_h"}),
       on(kOnV1, "pool_kernel_larger_than_the_image", {pooled([](Pool& q) { q.kernel_w = 9; })}, 0,
          {"kernel_w"}),
+      on(kOnV1, "pool_padding_as_wide_as_its_window", {pooled([](Pool& q) {
+           q.pad_top = 2;
+           q.out_h = q.out_w = 2;
+         })},
+         0, {"pad_top = 2"}),
+      on(kOnV1, "pool_padding_with_valid_output", {pooled([](Pool& q) { q.pad_left = 1; })}, 0,
+         {"pad_left = 1", "out_w = 0"}),
+      on(kOnV1, "map_of_int8_without_a_scale", {mapped([](Map&) {})}, 0, {"in_scale = 0"}),
+      on(kOnV1, "map_output_onto_its_records", {mapped([](Map& m) {
+           m.in_scale = m.out_scale = 1.0f;
+           m.dst = m.params;
+         })},
+         0, {"overlaps params"}),
+      on(kOnV1, "copy_onto_its_source",
+         {copied([](Copy& c) { c.dst = UbAddr(c.src.value() + 8); })}, 0, {"overlaps src"}),
+      on(kOnV1, "copy_past_the_unified_buffer",
+         {copied([&](Copy& c) { c.dst = UbAddr(near_ub_end); })}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "eltwise_mul_with_a_negative_multiplier", {eltwise([](Eltwise& e) {
+           e.op = EltOp::Mul;
+           e.multiplier = -1;
+         })},
+         0, {"multiplier = -1"}),
       on(kOnV3, "matmul_on_a_third_mxu", {matmul([&](MatMul& m) { m.mxu = v3_mxus; })}, 0,
          {fmt::format("mxu {}", v3_mxus)}),
       // Gather: its indices and rows in the unified buffer, each index in the table, each row in

@@ -47,6 +47,12 @@ std::vector<Case> asm_cases() {
       text("unknown_function", "activate func=gelu\n", "func"),
       text("pool_of_int32", "pool type=int32\n", "type"),
       text("eltwise_unknown_op", "eltwise op=div\n", "op"),
+      text("eltwise_shift_past_8_signed_bits", "eltwise shift=-129\n", "shift"),
+      text("pool_stride_past_8_bits", "pool stride_h=256\n", "stride_h"),
+      text("map_scale_not_a_number", "map in_scale=0.5.5\n", "in_scale"),
+      text("map_scale_past_fp32", "map out_scale=1e39\n", "out of range"),
+      text("map_scale_bits_past_32", "map out_scale=0x100000000\n", "out_scale"),
+      text("map_unknown_function", "map func=gelu\n", "func"),
       text("weights_from_nowhere", "read_weights from=disk\n", "from"),
       text("megabyte_line", "tag id=" + std::string(1 << 20, '9') + "\n", "id"),
       text("bad_line_after_many_good", std::string(10000, '\n') + "nop\nhalt now\n", ":10002:"),
@@ -68,6 +74,8 @@ std::vector<Case> binary_cases() {
   bad_op[64 + 2] = 7;
   std::string illegal = words({isa::Nop{}, isa::Nop{}, isa::Nop{}});
   illegal[64] = 0x7e;
+  std::string bad_map = words({isa::Map{}});
+  bad_map[2] = 8;
   return {
       binary("empty_file", "", "no instructions"),
       binary("one_byte", "\x0f", "not a whole number"),
@@ -80,6 +88,7 @@ std::vector<Case> binary_cases() {
       binary("activation_type_4", bad_type, "out of range"),
       binary("pool_of_int32", pool_int32, "out of range"),
       binary("eltwise_op_7", bad_op, "instruction 2"),
+      binary("map_function_8", bad_map, "out of range"),
       binary("binary_garbage", garbage(32 * 64, 7), "instruction 0"),
       // 32 bytes of text: one word whose opcode is 'r' (0x72).
       binary("assembly_text_instead", "read_host src=0 dst=0 bytes=64\n\n",
