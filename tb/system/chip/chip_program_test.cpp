@@ -1,14 +1,23 @@
 // Whole-chip tests: hand-written programs streamed through the host interface into a chip built
 // from a shipped config. Each TEST elaborates its own chip (one process per test).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
 #include "hw/config/chip_config.h"
+#include "hw/isa/assembler.h"
+#include "hw/isa/semantics.h"
+#include "hw/vector_unit/vector_ops.h"
+#include "numerics/activation.h"
 #include "numerics/bf16.h"
+#include "numerics/elementwise.h"
+#include "numerics/fixed_point.h"
+#include "numerics/quantize.h"
 
 namespace tpu {
 namespace {
@@ -226,6 +235,185 @@ TEST(ChipProgram, GatherCopiesTheTableRowsItsIndicesPickOnEveryCore) {
     EXPECT_EQ(k.ub_bytes_read, 4ull * count);
     EXPECT_EQ(k.host_bytes_in + k.host_bytes_out + k.off_chip_bytes_written, 0u);
   }
+}
+
+// ---- the vector unit's layer instructions (pool with padding, map, eltwise sub, Q31 mul and
+// fp32, copy), assembled from text: every output byte against the numerics library's scalar
+// definitions, and the vector unit's counters and time against VectorOps's cost of each
+// instruction (docs/timing-model.md) ----
+
+// The vector instructions of layer `tag` in `program` ran back to back, each taking its cost: the
+// layer's vector ops and unified-buffer bytes are the sums of their costs, and its span (first
+// start to last completion) the sum of their cycles.
+void expect_vector_costs(const Simulation& sim, const std::vector<isa::Instruction>& program,
+                         std::uint32_t tag) {
+  const VectorOps ops(sim.chip.config());
+  VectorCost sum;
+  std::uint32_t layer = 0;
+  for (const isa::Instruction& inst : program) {
+    if (const auto* t = std::get_if<isa::Tag>(&inst)) layer = t->id;
+    if (layer != tag || isa::unit_of(inst).kind != isa::UnitKind::Vector) continue;
+    std::visit(
+        [&](const auto& i) {
+          using T = std::decay_t<decltype(i)>;
+          if constexpr (std::is_same_v<T, isa::Pool> || std::is_same_v<T, isa::Map> ||
+                        std::is_same_v<T, isa::Eltwise> || std::is_same_v<T, isa::Copy>) {
+            const VectorCost c = ops.cost(i);
+            sum.cycles += c.cycles;
+            sum.element_ops += c.element_ops;
+            sum.ub_bytes_read += c.ub_bytes_read;
+            sum.ub_bytes_written += c.ub_bytes_written;
+          } else {
+            ADD_FAILURE() << isa::to_string(inst) << " is not one of this test's instructions";
+          }
+        },
+        inst);
+  }
+  const Counters& c = sim.chip.cores[0]->counters().by_layer().at(tag);
+  EXPECT_EQ(c.vector_ops, sum.element_ops);
+  EXPECT_EQ(c.ub_bytes_read, sum.ub_bytes_read);
+  EXPECT_EQ(c.ub_bytes_written, sum.ub_bytes_written);
+  EXPECT_EQ(c.span(), sum.cycles);
+}
+
+// A 6x6x4 int8 image on v1: "same" average pooling 3x3 stride 1, a per-channel LeakyReLU onto
+// another scale, the difference from the input, its product with the input requantized by a Q31
+// multiplier, and the result concatenated with the input along channels.
+TEST(VectorProgram, Int8LayerChainOnV1MatchesTheNumericsDefinitions) {
+  constexpr std::uint32_t H = 6, W = 6, C = 4, P = H * W;
+  constexpr float kInScale = 0.05f, kOutScale = 0.04f;
+  const numerics::QuantizedMultiplier q = numerics::quantize_multiplier(0.37);
+  Simulation sim(shipped("v1"), 1 << 16);
+  std::vector<std::uint8_t>& mem = sim.host.memory;
+  std::mt19937 rng(31);
+  std::vector<std::int8_t> x(P * C);
+  for (std::int8_t& v : x) v = static_cast<std::int8_t>(rng());
+  std::memcpy(mem.data(), x.data(), x.size());
+  std::vector<float> a(C), b(C), alpha(C);
+  for (std::uint32_t c = 0; c < C; ++c) {
+    a[c] = 0.5f + 0.25f * static_cast<float>(c), b[c] = 0.1f * static_cast<float>(c) - 0.15f;
+    alpha[c] = 0.1f * static_cast<float>(c + 1);
+    put(mem, 0x1000 + 12 * c, a[c]);
+    put(mem, 0x1000 + 12 * c + 4, b[c]);
+    put(mem, 0x1000 + 12 * c + 8, alpha[c]);
+  }
+  const std::string text = fmt::format(
+      "read_host src=0x1000 dst=0x10000 bytes={records}\n"
+      "read_host src=0x0 dst=0x0 bytes={n}\n"
+      "tag id=1\n"
+      "pool src=0x0 dst=0x1000 in_h={H} in_w={W} channels={C} kernel_h=3 kernel_w=3 stride_h=1 "
+      "stride_w=1 images=1 pad_top=1 pad_left=1 out_h={H} out_w={W} kind=avg type=int8\n"
+      "map src=0x1000 dst=0x2000 params=0x10000 count={n} channels={C} in_scale={in_scale} "
+      "out_scale={out_scale} func=leaky_relu in=int8 out=int8\n"
+      "eltwise a=0x2000 b=0x0 dst=0x3000 count={n} op=sub type=int8\n"
+      "eltwise a=0x3000 b=0x0 dst=0x3800 count={n} shift={shift} multiplier={mult} op=mul "
+      "type=int8\n"
+      "copy src=0x3800 dst=0x4000 rows={P} row_bytes={C} src_stride={C} dst_stride={C2}\n"
+      "copy src=0x0 dst=0x{second:x} rows={P} row_bytes={C} src_stride={C} dst_stride={C2}\n"
+      "tag id=2\n"
+      "write_host src=0x4000 dst=0x8000 bytes={out}\n"
+      "halt\n",
+      fmt::arg("records", 12 * C), fmt::arg("n", P * C), fmt::arg("H", H), fmt::arg("W", W),
+      fmt::arg("C", C), fmt::arg("P", P), fmt::arg("C2", 2 * C), fmt::arg("second", 0x4000 + C),
+      fmt::arg("in_scale", kInScale), fmt::arg("out_scale", kOutScale), fmt::arg("shift", q.shift),
+      fmt::arg("mult", q.multiplier_q31), fmt::arg("out", 2 * P * C));
+  const std::vector<isa::Instruction> program = isa::assemble(text, "chain.s");
+  sim.host.programs[0] = program;
+  sim.run();
+
+  for (std::uint32_t y = 0; y < H; ++y)
+    for (std::uint32_t xx = 0; xx < W; ++xx)
+      for (std::uint32_t c = 0; c < C; ++c) {
+        std::int32_t sum = 0, n = 0;
+        for (std::uint32_t wy = y > 0 ? y - 1 : 0; wy <= std::min(y + 1, H - 1); ++wy)
+          for (std::uint32_t wx = xx > 0 ? xx - 1 : 0; wx <= std::min(xx + 1, W - 1); ++wx, ++n)
+            sum += x[(wy * W + wx) * C + c];
+        const std::uint32_t i = (y * W + xx) * C + c;
+        const std::int8_t pooled = numerics::avg_int8(sum, n);
+        const float t = numerics::affine(numerics::dequantize_int8(pooled, kInScale), a[c], b[c]);
+        const std::int8_t mapped =
+            numerics::quantize_int8(numerics::leaky_relu(t, alpha[c]), kOutScale);
+        const std::int8_t diff = numerics::sub_int8(mapped, x[i]);
+        const std::int8_t product =
+            numerics::mul_int8_requant(diff, x[i], q.multiplier_q31, q.shift);
+        const std::uint32_t pixel = 0x8000 + (y * W + xx) * 2 * C;
+        ASSERT_EQ(static_cast<std::int8_t>(mem[pixel + c]), product) << y << " " << xx << " " << c;
+        ASSERT_EQ(static_cast<std::int8_t>(mem[pixel + C + c]), x[i]) << y << " " << xx << " " << c;
+      }
+  expect_vector_costs(sim, program, 1);
+}
+
+// bf16 activations on v3 (both cores run; core 1 only halts): "same" max pooling, an ELU into an
+// fp32 state, an fp32 add and multiply, and the state converted back to bf16.
+TEST(VectorProgram, Bf16AndFp32ChainOnV3MatchesTheNumericsDefinitions) {
+  constexpr std::uint32_t H = 5, W = 5, C = 3, P = H * W, N = P * C;
+  Simulation sim(shipped("v3"), 1 << 16);
+  std::vector<std::uint8_t>& mem = sim.host.memory;
+  std::mt19937 rng(32);
+  std::uniform_real_distribution<float> v(-4.0f, 4.0f);
+  std::vector<Bf16> x(N);
+  std::vector<float> s(N);
+  for (std::uint32_t i = 0; i < N; ++i) {
+    x[i] = to_bf16(v(rng));
+    std::memcpy(mem.data() + 2 * i, &x[i].bits, 2);
+    s[i] = v(rng);
+    put(mem, 0x400 + 4 * i, s[i]);
+  }
+  const float a = 1.5f, b = -0.25f, alpha = 0.7f;
+  for (std::uint32_t c = 0; c < 2; ++c) {
+    put(mem, 0x1000 + 12 * c, c == 0 ? a : 1.0f);
+    put(mem, 0x1000 + 12 * c + 4, c == 0 ? b : 0.0f);
+    put(mem, 0x1000 + 12 * c + 8, alpha);
+  }
+  // "same" 3x3 max pooling with stride 2 of the 5x5 image: 3x3 outputs, one row and column of
+  // padding on each side.
+  const std::string text = fmt::format(
+      "read_host src=0x1000 dst=0x20000 bytes=24\n"
+      "read_host src=0x400 dst=0x8000 bytes={sb}\n"
+      "read_host src=0x0 dst=0x0 bytes={xb}\n"
+      "tag id=1\n"
+      "pool src=0x0 dst=0x1000 in_h={H} in_w={W} channels={C} kernel_h=3 kernel_w=3 stride_h=2 "
+      "stride_w=2 images=1 pad_top=1 pad_left=1 out_h=3 out_w=3 kind=max type=bf16\n"
+      "map src=0x0 dst=0x4000 params=0x20000 count={N} channels=1 func=elu in=bf16 out=fp32\n"
+      "eltwise a=0x4000 b=0x8000 dst=0x4000 count={N} op=add type=fp32\n"
+      "eltwise a=0x4000 b=0x8000 dst=0xc000 count={N} op=mul type=fp32\n"
+      "map src=0xc000 dst=0x10000 params=0x2000c count={N} channels=1 func=identity in=fp32 "
+      "out=bf16\n"
+      "tag id=2\n"
+      "write_host src=0x1000 dst=0x2000 bytes={pb}\n"
+      "write_host src=0x10000 dst=0x3000 bytes={xb}\n"
+      "halt\n",
+      fmt::arg("H", H), fmt::arg("W", W), fmt::arg("C", C), fmt::arg("N", N), fmt::arg("xb", 2 * N),
+      fmt::arg("sb", 4 * N), fmt::arg("pb", 2 * 9 * C));
+  const std::vector<isa::Instruction> program = isa::assemble(text, "fp32.s");
+  sim.host.programs[0] = program;
+  sim.host.programs[1] = {isa::Halt{}};
+  sim.run();
+
+  const auto bf16_at = [&](std::uint64_t at) {
+    Bf16 h;
+    std::memcpy(&h.bits, mem.data() + at, 2);
+    return h;
+  };
+  // Window oy covers rows 2*oy - 1 .. 2*oy + 1, those inside 0..4.
+  for (std::uint32_t oy = 0; oy < 3; ++oy)
+    for (std::uint32_t ox = 0; ox < 3; ++ox)
+      for (std::uint32_t c = 0; c < C; ++c) {
+        float m = -std::numeric_limits<float>::infinity();
+        for (std::uint32_t y = oy == 0 ? 0 : 2 * oy - 1; y <= std::min(2 * oy + 1, H - 1); ++y)
+          for (std::uint32_t xx = ox == 0 ? 0 : 2 * ox - 1; xx <= std::min(2 * ox + 1, W - 1); ++xx)
+            m = numerics::max_float(m, to_float(x[(y * W + xx) * C + c]));
+        EXPECT_EQ(bf16_at(0x2000 + 2 * ((oy * 3 + ox) * C + c)).bits, to_bf16(m).bits)
+            << oy << " " << ox << " " << c;
+      }
+  for (std::uint32_t i = 0; i < N; ++i) {
+    const float e = numerics::elu(numerics::affine(to_float(x[i]), a, b), alpha);
+    const float state = e + s[i];
+    const float product = state * s[i];
+    const Bf16 back = to_bf16(numerics::affine(product, 1.0f, 0.0f));
+    ASSERT_EQ(bf16_at(0x3000 + 2 * i).bits, back.bits) << i;
+  }
+  expect_vector_costs(sim, program, 1);
 }
 
 }  // namespace

@@ -111,6 +111,26 @@ void expect_program_error(F&& f, const std::vector<std::string>& words) {
   }
 }
 
+// An edit of a valid instruction and the words its ProgramError must name.
+template <class I>
+struct Refusal {
+  std::function<void(I&)> edit;
+  std::vector<std::string> words;
+};
+
+// `run` refuses each edit of `ok`, naming its words, before the unified buffer changes.
+template <class I, class Run>
+void expect_refusals(const Core& core, const I& ok, Run run,
+                     const std::vector<Refusal<I>>& refusals) {
+  const std::vector<std::uint8_t> before = core.ub;
+  for (const Refusal<I>& r : refusals) {
+    I inst = ok;
+    r.edit(inst);
+    expect_program_error([&] { run(inst); }, r.words);
+  }
+  EXPECT_EQ(core.ub, before);
+}
+
 // ---- activate ----
 
 TEST(VectorActivate, IntAccToInt8RequantizesPerColumnThenRelu) {
@@ -907,27 +927,6 @@ float fp32_op(isa::EltOp op, float x, float y) {
   return 0.0f;
 }
 
-TEST(VectorEltwise, Bf16OpsComputeInFp32AndRoundToBf16) {
-  Core core;
-  VectorOps ops(core.cfg);
-  std::mt19937 rng(12);
-  std::uniform_real_distribution<float> v(-50.0f, 50.0f);
-  isa::Eltwise e = eltwise_case(DType::Bf16, 1000, 0x100, 0x1100, 0x2100);
-  for (std::uint32_t i = 0; i < e.count; ++i) {
-    core.put_bf16(e.a.value() + 2 * i, v(rng));
-    core.put_bf16(e.b.value() + 2 * i, v(rng));
-  }
-  for (isa::EltOp op : kEltOps) {
-    e.op = op;
-    ops.eltwise(e, core.ub_view());
-    for (std::uint32_t i = 0; i < e.count; ++i) {
-      const float x = core.get_bf16(e.a.value() + 2 * i), y = core.get_bf16(e.b.value() + 2 * i);
-      EXPECT_EQ(core.get_bf16(e.dst.value() + 2 * i), exact::bf16(fp32_op(op, x, y)))
-          << isa::name_of(op) << " " << i;
-    }
-  }
-}
-
 // With a multiplier, int8 mul requantizes the exact product (numerics::requantize's rule,
 // computed here with exact integer arithmetic) and the shift may be negative.
 TEST(VectorEltwise, Int8MulWithAMultiplierRequantizesTheExactProduct) {
@@ -952,32 +951,46 @@ TEST(VectorEltwise, Int8MulWithAMultiplierRequantizesTheExactProduct) {
   }
 }
 
-// fp32 add, sub and mul are one IEEE-754 operation each, on signed zeros and NaN too.
-TEST(VectorEltwise, Fp32OpsAreSingleIeeeOperations) {
-  Core core;
-  VectorOps ops(core.cfg);
-  std::mt19937 rng(13);
-  std::uniform_real_distribution<float> v(-1e6f, 1e6f);
-  isa::Eltwise e = eltwise_case(DType::Fp32, 1000, 0x100, 0x2100, 0x4100);
+// bf16 and fp32 operands: one fp32 operation each (on signed zeros and NaN too), then bf16
+// rounds the result to nearest even.
+TEST(VectorEltwise, FloatOpsAreOneFp32OperationRoundedToTheirType) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<std::pair<float, float>> special = {
       {-0.0f, 0.0f}, {0.0f, -0.0f}, {nan, 1.0f}, {1.0f, nan}, {3.0f, 3.0f}};
-  for (std::uint32_t i = 0; i < e.count; ++i) {
-    const auto [x, y] = i < special.size() ? special[i] : std::pair{v(rng), v(rng)};
-    core.put32(e.a.value() + 4 * i, bits_of(x));
-    core.put32(e.b.value() + 4 * i, bits_of(y));
-  }
-  for (isa::EltOp op : kEltOps) {
-    e.op = op;
-    ops.eltwise(e, core.ub_view());
-    for (std::uint32_t i = 0; i < e.count; ++i) {
-      const float expect = fp32_op(op, float_of(core.get32(e.a.value() + 4 * i)),
-                                   float_of(core.get32(e.b.value() + 4 * i)));
-      const std::uint32_t got = core.get32(e.dst.value() + 4 * i);
-      if (std::isnan(expect))
-        EXPECT_TRUE(std::isnan(float_of(got))) << isa::name_of(op) << " " << i;
+  for (DType type : {DType::Bf16, DType::Fp32}) {
+    Core core;
+    VectorOps ops(core.cfg);
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> v(-1e4f, 1e4f);
+    isa::Eltwise e = eltwise_case(type, 1000, 0x100, 0x2100, 0x4100);
+    const bool bf16 = type == DType::Bf16;
+    const auto put = [&](std::uint64_t base, std::uint32_t i, float x) {
+      if (bf16)
+        core.put_bf16(base + 2 * i, x);
       else
-        EXPECT_EQ(got, bits_of(expect)) << isa::name_of(op) << " " << i;
+        core.put32(base + 4 * i, bits_of(x));
+    };
+    const auto get = [&](std::uint64_t base, std::uint32_t i) {
+      return bf16 ? core.get_bf16(base + 2 * i) : float_of(core.get32(base + 4 * i));
+    };
+    for (std::uint32_t i = 0; i < e.count; ++i) {
+      const auto [x, y] = i < special.size() ? special[i] : std::pair{v(rng), v(rng)};
+      put(e.a.value(), i, x);
+      put(e.b.value(), i, y);
+    }
+    for (isa::EltOp op : kEltOps) {
+      e.op = op;
+      ops.eltwise(e, core.ub_view());
+      for (std::uint32_t i = 0; i < e.count; ++i) {
+        float expect = fp32_op(op, get(e.a.value(), i), get(e.b.value(), i));
+        if (bf16) expect = exact::bf16(expect);
+        const float got = get(e.dst.value(), i);
+        if (std::isnan(expect))
+          EXPECT_TRUE(std::isnan(got)) << name_of(type) << " " << isa::name_of(op) << " " << i;
+        else
+          EXPECT_EQ(bits_of(got), bits_of(expect))
+              << name_of(type) << " " << isa::name_of(op) << " " << i;
+      }
     }
   }
 }
@@ -1124,34 +1137,16 @@ TEST(VectorCopy, RejectsEmptyRowsOverlappingRowsAndOverlapBeforeWritingAnything)
   isa::Copy ok;
   ok.src = UbAddr(0), ok.dst = UbAddr(0x1000), ok.rows = 4, ok.row_bytes = 16;
   ok.src_stride = ok.dst_stride = 32;
-  const std::vector<std::uint8_t> before = core.ub;
-  const auto run = [&](const isa::Copy& c) { ops.copy(c, core.ub_view()); };
-  {
-    isa::Copy c = ok;
-    c.rows = 0;
-    expect_program_error([&] { run(c); }, {"copy", "rows = 0"});
-  }
-  {
-    isa::Copy c = ok;
-    c.row_bytes = 0;
-    expect_program_error([&] { run(c); }, {"row_bytes = 0"});
-  }
-  {
-    isa::Copy c = ok;
-    c.dst_stride = 15;
-    expect_program_error([&] { run(c); }, {"dst_stride = 15", "row_bytes = 16"});
-  }
-  {
-    isa::Copy c = ok;
-    c.dst = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 3 * 32 - 15));
-    expect_program_error([&] { run(c); }, {"dst = 0x", "reaches past the end"});
-  }
-  {
-    isa::Copy c = ok;
-    c.dst = UbAddr(3 * 32 + 15);  // the last source row's last byte
-    expect_program_error([&] { run(c); }, {"dst = 0x", "overlaps src"});
-  }
-  EXPECT_EQ(core.ub, before);
+  const auto end = static_cast<std::uint32_t>(core.ub.size());
+  expect_refusals<isa::Copy>(
+      core, ok, [&](const isa::Copy& c) { ops.copy(c, core.ub_view()); },
+      {{[](isa::Copy& c) { c.rows = 0; }, {"copy", "rows = 0"}},
+       {[](isa::Copy& c) { c.row_bytes = 0; }, {"row_bytes = 0"}},
+       {[](isa::Copy& c) { c.dst_stride = 15; }, {"dst_stride = 15", "row_bytes = 16"}},
+       {[&](isa::Copy& c) { c.dst = UbAddr(end - 3 * 32 - 15); },
+        {"dst = 0x", "reaches past the end"}},
+       // The last source row's last byte.
+       {[](isa::Copy& c) { c.dst = UbAddr(3 * 32 + 15); }, {"dst = 0x", "overlaps src"}}});
 }
 
 // ---- both builds of the kernels ----
@@ -1683,36 +1678,29 @@ TEST(VectorMap, InPlaceNeedsInputAndOutputOfOneSize) {
 TEST(VectorMap, RejectsBadFieldsNamingThemBeforeWritingAnything) {
   Core core;
   VectorOps ops(core.cfg);
-  const isa::Map ok = map_case(isa::MapFunc::Elu, DType::Int8, DType::Bf16, 64);
-  const std::vector<std::uint8_t> before = core.ub;
-  const auto run = [&](const isa::Map& m) { ops.map(m, core.ub_view()); };
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  struct Case {
-    std::function<void(isa::Map&)> edit;
-    std::vector<std::string> words;
-  };
-  const Case cases[] = {
-      {[](isa::Map& m) { m.count = 0; }, {"map", "count = 0"}},
-      {[](isa::Map& m) { m.channels = 0; }, {"channels = 0"}},
-      {[](isa::Map& m) { m.in_scale = 0.0f; }, {"in_scale = 0", "finite number > 0", "int8"}},
-      {[&](isa::Map& m) { m.in_scale = nan; }, {"in_scale = nan"}},
-      {[](isa::Map& m) { m.in_scale = -1.0f; }, {"in_scale = -1"}},
-      {[](isa::Map& m) { m.out_scale = 0.5f; }, {"out_scale = 0.5", "out bf16", "must be 0"}},
-      {[](isa::Map& m) { m.in_type = DType::Int32; }, {"in = int32", "int8, bf16, fp32"}},
-      {[](isa::Map& m) { m.func = static_cast<isa::MapFunc>(8); }, {"func = 8"}},
-      {[&](isa::Map& m) { m.params = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 12 * 6)); },
-       {"params = 0x", "12 bytes x channels 7"}},
-      {[](isa::Map& m) { m.dst = UbAddr(m.params.value() - 2 * 10); }, {"dst", "overlaps params"}},
-      {[](isa::Map& m) { m.dst = UbAddr(m.src.value() + 1); }, {"dst", "overlaps src"}},
-      {[&](isa::Map& m) { m.src = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 63)); },
-       {"src = 0x", "count 64 x int8"}},
-  };
-  for (const Case& c : cases) {
-    isa::Map m = ok;
-    c.edit(m);
-    expect_program_error([&] { run(m); }, c.words);
-  }
-  EXPECT_EQ(core.ub, before);
+  expect_refusals<isa::Map>(
+      core, map_case(isa::MapFunc::Elu, DType::Int8, DType::Bf16, 64),
+      [&](const isa::Map& m) { ops.map(m, core.ub_view()); },
+      {
+          {[](isa::Map& m) { m.count = 0; }, {"map", "count = 0"}},
+          {[](isa::Map& m) { m.channels = 0; }, {"channels = 0"}},
+          {[](isa::Map& m) { m.in_scale = 0.0f; }, {"in_scale = 0", "finite number > 0", "int8"}},
+          {[&](isa::Map& m) { m.in_scale = nan; }, {"in_scale = nan"}},
+          {[](isa::Map& m) { m.in_scale = -1.0f; }, {"in_scale = -1"}},
+          {[](isa::Map& m) { m.out_scale = 0.5f; }, {"out_scale = 0.5", "out bf16", "must be 0"}},
+          {[](isa::Map& m) { m.in_type = DType::Int32; }, {"in = int32", "int8, bf16, fp32"}},
+          {[](isa::Map& m) { m.func = static_cast<isa::MapFunc>(8); }, {"func = 8"}},
+          {[&](isa::Map& m) {
+             m.params = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 12 * 6));
+           },
+           {"params = 0x", "12 bytes x channels 7"}},
+          {[](isa::Map& m) { m.dst = UbAddr(m.params.value() - 2 * 10); },
+           {"dst", "overlaps params"}},
+          {[](isa::Map& m) { m.dst = UbAddr(m.src.value() + 1); }, {"dst", "overlaps src"}},
+          {[&](isa::Map& m) { m.src = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 63)); },
+           {"src = 0x", "count 64 x int8"}},
+      });
 }
 
 // ---- cost ----
