@@ -26,6 +26,8 @@ using ir::OpKind;
 // Zero region when activations spill: large enough that a ReLU or a padding border takes few
 // eltwise instructions, small beside any unified buffer (docs/compiler.md).
 constexpr std::uint64_t kSpillZeroBytes = 64 * 1024;
+// Parts of an operation's scratch region, each aligned (an LSTM's zx, zh, c, a temporary, h).
+constexpr std::uint64_t kScratchParts = 5;
 
 isa::ActFunc act_func(ir::Act a) {
   switch (a) {
@@ -42,6 +44,28 @@ isa::ActFunc act_func(ir::Act a) {
 }
 
 UbAddr ub(std::uint64_t a) { return UbAddr(static_cast<std::uint32_t>(a)); }
+
+// The map function that applies activation a.
+isa::MapFunc act_map_func(ir::Act a) {
+  switch (a) {
+    case ir::Act::Relu: return isa::MapFunc::Relu;
+    case ir::Act::Relu6: return isa::MapFunc::Relu6;
+    case ir::Act::Sigmoid: return isa::MapFunc::Sigmoid;
+    case ir::Act::Tanh: return isa::MapFunc::Tanh;
+    case ir::Act::LeakyRelu: return isa::MapFunc::LeakyRelu;
+    case ir::Act::Elu: return isa::MapFunc::Elu;
+    case ir::Act::Linear:
+    case ir::Act::Softmax: break;  // removed, or refused standalone (quantize)
+  }
+  return isa::MapFunc::Identity;
+}
+
+// The map function an operation applies: a normalisation is the affine x * a + b alone.
+isa::MapFunc map_func(const ir::Op& l) {
+  if (l.kind == ir::OpKind::PReLU) return isa::MapFunc::Prelu;
+  if (l.kind != ir::OpKind::Activation) return isa::MapFunc::Identity;
+  return act_map_func(l.activation);
+}
 
 struct TileId {
   std::size_t layer = std::numeric_limits<std::size_t>::max();
@@ -160,15 +184,18 @@ class Compiler {
   bool layout_resident() {
     const std::uint64_t ub_bytes = cfg_.unified_buffer.bytes;
     std::uint64_t per_image = 2 * align(p_.input_bytes_per_image);
-    std::uint64_t zeros_per_image = 0;
+    std::uint64_t zeros_per_image = 0, scratch_per_image = 0;
     for (std::size_t i = 0; i < m_.ops.size(); ++i) {
       if (!q_.computes(i)) continue;
       per_image += out_bytes(i);
       if (ir::entry_for(lowerings(), m_.ops[i].kind, "lowering").zeros)
         zeros_per_image = std::max(zeros_per_image, out_bytes(i));
+      scratch_per_image = std::max(scratch_per_image, scratch_bytes(i, 1));
     }
-    per_image += zeros_per_image;
-    const std::uint64_t fixed = layout_fixed(per_image);
+    per_image += zeros_per_image + scratch_per_image;
+    // A scratch region's parts each start aligned: room for their padding.
+    const std::uint64_t scratch_slack = scratch_per_image ? kScratchParts * kAlign : 0;
+    const std::uint64_t fixed = layout_fixed(per_image) + scratch_slack;
     const std::uint64_t room = ub_bytes > fixed ? ub_bytes - fixed : 0;
     const std::uint64_t mb = std::min<std::uint64_t>(
         {part_.per_core, room / std::max<std::uint64_t>(per_image, 1), 65535});
@@ -188,6 +215,9 @@ class Compiler {
       tensor_ub_[i] = at;
       at += align(out_bytes(i) * mb);
     }
+    scratch_ub_ = at;
+    for (std::size_t i = 0; i < m_.ops.size(); ++i)
+      if (q_.computes(i)) at = std::max(at, scratch_ub_ + scratch_bytes(i, mb));
     p_.ub_bytes_used = at;
     return true;
   }
@@ -307,12 +337,16 @@ class Compiler {
     const std::vector<std::size_t> in = reads(i);
     std::uint64_t per_image = align(out_bytes(i));
     for (std::size_t t : in) per_image += align(out_bytes(t));
-    const std::uint64_t room = cfg_.unified_buffer.bytes - work_ub_;
+    // Scratch (an LSTM's gates and state) once, beside the buffer sets.
+    const std::uint64_t scratch_slack = scratch_bytes(i, 1) ? kScratchParts * kAlign : 0;
+    const std::uint64_t room_all = cfg_.unified_buffer.bytes - work_ub_;
+    const std::uint64_t room = room_all > scratch_slack ? room_all - scratch_slack : 0;
     std::uint64_t sets = 2;
-    std::uint64_t g = std::min<std::uint64_t>(n, room / (2 * per_image));
+    const std::uint64_t scratch = scratch_bytes(i, 1);
+    std::uint64_t g = std::min<std::uint64_t>(n, room / (2 * per_image + scratch));
     if (g == 0) {
       sets = 1;
-      g = std::min<std::uint64_t>(n, room / per_image);
+      g = std::min<std::uint64_t>(n, room / (per_image + scratch));
     }
     if (g == 0)
       fail(l, fmt::format("one image needs {} bytes of input and {} bytes of output in the unified "
@@ -331,6 +365,8 @@ class Compiler {
       out_slot[b] = at;
       at += align(g * out_bytes(i));
     }
+    scratch_ub_ = at;
+    at += scratch_bytes(i, g);
     p_.ub_bytes_used = std::max(p_.ub_bytes_used, at);
     const std::uint64_t home_base = act_addr_ + core_ * act_bytes_per_core_;
     const std::uint64_t groups = ceil_div(n, g);
@@ -410,22 +446,22 @@ class Compiler {
         {OpKind::AveragePooling2D, &Compiler::lower_pool, false},
         {OpKind::GlobalAveragePooling2D, &Compiler::lower_pool, false},
         {OpKind::GlobalMaxPooling2D, &Compiler::lower_pool, false},
-        {OpKind::Activation, &Compiler::lower_relu, true},
+        {OpKind::Activation, &Compiler::lower_activation, true},
         {OpKind::Flatten, nullptr, false},
         {OpKind::Reshape, nullptr, false},
-        {OpKind::BatchNormalization, &Compiler::lower_unreachable, false},
+        {OpKind::BatchNormalization, &Compiler::lower_map, false},
         {OpKind::ZeroPadding2D, &Compiler::lower_zero_padding, true},
         {OpKind::Add, &Compiler::lower_add, false},
         {OpKind::Dropout, &Compiler::lower_unreachable, false},
         {OpKind::Constant, &Compiler::lower_constant, false},
         {OpKind::DepthwiseConv2D, &Compiler::lower_weighted, false},
         {OpKind::SeparableConv2D, &Compiler::lower_unreachable, false},
-        {OpKind::Concatenate, &Compiler::lower_unreachable, false},
-        {OpKind::Multiply, &Compiler::lower_unreachable, false},
-        {OpKind::Subtract, &Compiler::lower_unreachable, false},
-        {OpKind::PReLU, &Compiler::lower_unreachable, false},
+        {OpKind::Concatenate, &Compiler::lower_concatenate, false},
+        {OpKind::Multiply, &Compiler::lower_multiply, false},
+        {OpKind::Subtract, &Compiler::lower_subtract, false},
+        {OpKind::PReLU, &Compiler::lower_map, false},
         {OpKind::Embedding, &Compiler::lower_embedding, false},
-        {OpKind::LSTM, &Compiler::lower_unreachable, false},
+        {OpKind::LSTM, &Compiler::lower_lstm, false},
     };
     return table;
   }
@@ -436,8 +472,79 @@ class Compiler {
   void lower_pool(std::vector<isa::Instruction>& out, const Operands& o) {
     emit_pool(out, o.i, o.src[0], o.dst, o.n);
   }
-  void lower_relu(std::vector<isa::Instruction>& out, const Operands& o) {
+  // A ReLU is an eltwise max against the zero region; every other activation maps.
+  void lower_activation(std::vector<isa::Instruction>& out, const Operands& o) {
+    if (m_.ops[o.i].activation != ir::Act::Relu) return lower_map(out, o);
     emit_relu(out, o.src[0], o.dst, m_.ops[o.i].out.size() * o.n, q_.layers[o.i].out_type);
+  }
+
+  // The vector unit's map with the operation's per-channel records (tiling.h), in pieces of at
+  // most 2^32 - 1 elements that start on a channel boundary.
+  void lower_map(std::vector<isa::Instruction>& out, const Operands& o) {
+    const Op& l = m_.ops[o.i];
+    const nn::QuantizedLayer& ql = q_.layers[o.i];
+    const std::size_t in = q_.tensor_of(l.inputs[0]);
+    const DType in_type = in == kGraphInput ? q_.input_type() : q_.layers[in].out_type;
+    const std::uint64_t channels = ql.map_a.size();
+    if (channels > 65535) fail(l, "a map's channels must fit 16 bits");
+    const std::uint64_t count = l.out.size() * o.n;
+    const std::uint64_t piece = std::numeric_limits<std::uint32_t>::max() / channels * channels;
+    for (std::uint64_t k = 0; k < count; k += piece) {
+      isa::Map mp;
+      mp.src = ub(o.src[0] + k * size_of(in_type));
+      mp.dst = ub(o.dst + k * size_of(ql.out_type));
+      mp.params = ub(params_ub_ + tiling_.map_params_off.at(o.i));
+      mp.count = static_cast<std::uint32_t>(std::min(piece, count - k));
+      mp.channels = static_cast<std::uint16_t>(channels);
+      mp.in_type = in_type;
+      mp.out_type = ql.out_type;
+      mp.in_scale = in_type == DType::Int8 ? q_.scale_of(in) : 0.0f;
+      mp.out_scale = ql.out_type == DType::Int8 ? ql.out_scale : 0.0f;
+      mp.func = map_func(l);
+      out.push_back(mp);
+    }
+  }
+
+  // Operand after operand: the running result in dst.
+  void lower_subtract(std::vector<isa::Instruction>& out, const Operands& o) {
+    emit_eltwise(out, isa::EltOp::Sub, o.src[0], o.src[1], o.dst, m_.ops[o.i].out.size() * o.n,
+                 q_.layers[o.i].out_type);
+  }
+  void lower_multiply(std::vector<isa::Instruction>& out, const Operands& o) {
+    const nn::QuantizedLayer& ql = q_.layers[o.i];
+    for (std::size_t k = 1; k < o.src.size(); ++k) {
+      const std::size_t first = out.size();
+      emit_eltwise(out, isa::EltOp::Mul, k == 1 ? o.src[0] : o.dst, o.src[k], o.dst,
+                   m_.ops[o.i].out.size() * o.n, ql.out_type);
+      // int8: each product requantized onto the output's scale (quantize's multipliers).
+      if (ql.out_type == DType::Int8)
+        for (std::size_t e = first; e < out.size(); ++e) {
+          auto& elt = std::get<isa::Eltwise>(out[e]);
+          elt.multiplier = ql.multiplier[k - 1];
+          elt.shift = static_cast<std::int8_t>(ql.shift[k - 1]);
+        }
+    }
+  }
+
+  // Each input's channels into their place in every pixel of the output: one strided copy each.
+  void lower_concatenate(std::vector<isa::Instruction>& out, const Operands& o) {
+    const Op& l = m_.ops[o.i];
+    const std::uint64_t es = size_of(q_.layers[o.i].out_type);
+    const std::uint64_t pixels = std::uint64_t{o.n} * l.out.h * l.out.w;
+    std::uint64_t at = 0;
+    for (std::size_t k = 0; k < o.src.size(); ++k) {
+      const std::size_t p = l.inputs[k];
+      const std::uint64_t ck = (p == kGraphInput ? m_.input : m_.ops[p].out).c;
+      isa::Copy c;
+      c.src = ub(o.src[k]);
+      c.dst = ub(o.dst + at * es);
+      c.rows = static_cast<std::uint32_t>(pixels);
+      c.row_bytes = static_cast<std::uint32_t>(ck * es);
+      c.src_stride = c.row_bytes;
+      c.dst_stride = static_cast<std::uint32_t>(l.out.c * es);
+      out.push_back(c);
+      at += ck;
+    }
   }
   void lower_zero_padding(std::vector<isa::Instruction>& out, const Operands& o) {
     emit_zero_padding(out, o.i, o.src[0], o.dst, o.n);
@@ -468,6 +575,156 @@ class Compiler {
     g.rows = l.input_dim;
     out.push_back(g);
   }
+  // An LSTM's scratch for n sequences (docs/compiler.md, "LSTM"), fp32 unless said: zx and zh
+  // (4 units each, gate-major: gate g's n x units block at g * n * units), the cell state c, a
+  // temporary, and the quantized h of the step (the chip's type).
+  struct LstmScratch {
+    std::uint64_t zx, zh, c, tmp, hq, end;
+  };
+  [[nodiscard]] LstmScratch lstm_scratch(std::size_t i, std::uint64_t n, std::uint64_t at) const {
+    const std::uint64_t U = m_.ops[i].filters;
+    LstmScratch s{};
+    s.zx = at;
+    s.zh = s.zx + align(n * 4 * U * 4);
+    s.c = s.zh + align(n * 4 * U * 4);
+    s.tmp = s.c + align(n * U * 4);
+    s.hq = s.tmp + align(n * U * 4);
+    s.end = s.hq + align(n * U * e_);
+    return s;
+  }
+  // Bytes of scratch operation i needs for n images in the unified buffer (0: none).
+  [[nodiscard]] std::uint64_t scratch_bytes(std::size_t i, std::uint64_t n) const {
+    if (m_.ops[i].kind != OpKind::LSTM) return 0;
+    const LstmScratch s = lstm_scratch(i, n, 0);
+    return s.end;
+  }
+
+  // The MXU's product of `rows` rows (row r of the input at src + r * src_stride) and one column
+  // tile of an LSTM kernel (its K-tiles at `tiles`, ids `tile_id`), activated to fp32 at `dst`
+  // (row stride units * 4) with the Activate records at `params`.
+  void lstm_matmul(std::vector<isa::Instruction>& out, std::size_t i, std::uint32_t K,
+                   const std::uint64_t* tiles, std::uint32_t k_tiles, std::uint32_t j_id,
+                   std::uint32_t nc, std::uint64_t src, std::uint64_t src_stride,
+                   std::uint64_t rows_total, std::uint64_t dst, std::uint64_t params) {
+    const std::uint32_t R = cfg_.mxu.rows, M = cfg_.mxu.count, U = m_.ops[i].filters;
+    for (std::uint64_t r0 = 0; r0 < rows_total; r0 += part_.acc_slot) {
+      const auto rows =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(part_.acc_slot, rows_total - r0));
+      const std::uint32_t m = next_mxu_;
+      next_mxu_ = (next_mxu_ + 1) % M;
+      const std::uint32_t acc = (2 * m + parity_[m]) * part_.acc_slot;
+      parity_[m] ^= 1;
+      for (std::uint32_t kt = 0; kt < k_tiles; ++kt) {
+        const TileId t{i, j_id, kt};
+        const bool swap = !(resident_[m] == t);
+        if (swap) {
+          isa::ReadWeights rw;
+          rw.mxu = static_cast<std::uint8_t>(m);
+          rw.source =
+              p_.weights_in_ub ? isa::WeightSource::UnifiedBuffer : isa::WeightSource::OffChip;
+          rw.addr = (p_.weights_in_ub ? weights_ub_ : tiling_.weights_addr) + tiles[kt];
+          rw.rows = static_cast<std::uint16_t>(std::min(R, K - kt * R));
+          rw.cols = static_cast<std::uint16_t>(nc);
+          out.push_back(rw);
+          resident_[m] = t;
+        }
+        isa::MatMul mm;
+        mm.mxu = static_cast<std::uint8_t>(m);
+        mm.accumulate = kt > 0;
+        mm.swap_weights = swap;
+        mm.dst = AccAddr(acc);
+        mm.rows = rows;
+        mm.src = ub(src + r0 * src_stride + std::uint64_t{kt} * R * e_);
+        mm.src_stride = static_cast<std::uint32_t>(src_stride);
+        out.push_back(mm);
+      }
+      isa::Activate a;
+      a.src = AccAddr(acc);
+      a.dst = ub(dst + r0 * U * 4);
+      a.params = ub(params);
+      a.rows = rows;
+      a.cols = static_cast<std::uint16_t>(nc);
+      a.dst_stride = U * 4;
+      a.func = isa::ActFunc::None;
+      a.out_type = DType::Fp32;
+      out.push_back(a);
+    }
+  }
+
+  // A map over `count` fp32 values with one of the LSTM's records (0: {1, 0, 0}, 1: {1, 0, alpha}).
+  void lstm_map(std::vector<isa::Instruction>& out, std::size_t i, isa::MapFunc f,
+                std::uint32_t record, std::uint64_t src, std::uint64_t dst, std::uint64_t count,
+                DType out_type) {
+    isa::Map mp;
+    mp.src = ub(src), mp.dst = ub(dst);
+    mp.params = ub(params_ub_ + tiling_.lstm.at(i).map_params + record * kParamRecordBytes);
+    mp.count = static_cast<std::uint32_t>(count);
+    mp.channels = 1;
+    mp.func = f;
+    mp.in_type = DType::Fp32;
+    mp.out_type = out_type;
+    mp.out_scale = out_type == DType::Int8 ? q_.layers[i].out_scale : 0.0f;
+    out.push_back(mp);
+  }
+
+  // An LSTM over n sequences, step by step (docs/compiler.md, "LSTM"; the quantized reference's
+  // run_lstm computes the same operations in the same order).
+  void lower_lstm(std::vector<isa::Instruction>& out, const Operands& o) {
+    const Op& l = m_.ops[o.i];
+    const LstmPlan& p = tiling_.lstm.at(o.i);
+    const std::uint32_t C = cfg_.mxu.cols, T = l.in.w, F = l.in.c, U = l.filters;
+    const std::uint64_t n = o.n, nU = n * U;
+    const LstmScratch s = lstm_scratch(o.i, n, scratch_ub_);
+    const isa::MapFunc rec = act_map_func(l.recurrent_activation), act = act_map_func(l.activation);
+    const DType type = q_.layers[o.i].out_type;
+    auto gate = [&](std::uint64_t base, std::uint32_t g) { return base + g * nU * 4; };
+    for (std::uint32_t t = 0; t < T; ++t) {
+      // 1. zx = x_t W + b and, after the first step, zh = h U: each gate's column tiles.
+      for (std::uint32_t g = 0; g < 4; ++g)
+        for (std::uint32_t jt = 0; jt < p.col_tiles; ++jt) {
+          const std::uint32_t nc = std::min(C, U - jt * C);
+          const std::uint32_t j = g * p.col_tiles + jt;
+          const std::uint64_t col = std::uint64_t{g} * U + std::uint64_t{jt} * C;
+          lstm_matmul(out, o.i, F, &p.x_off[std::size_t{j} * p.x_k_tiles], p.x_k_tiles, j, nc,
+                      o.src[0] + std::uint64_t{t} * F * e_, std::uint64_t{T} * F * e_, n,
+                      gate(s.zx, g) + std::uint64_t{jt} * C * 4,
+                      params_ub_ + p.x_params + col * kParamRecordBytes);
+          if (t > 0)
+            lstm_matmul(out, o.i, U, &p.h_off[std::size_t{j} * p.h_k_tiles], p.h_k_tiles,
+                        j + 4 * p.col_tiles, nc, s.hq, std::uint64_t{U} * e_, n,
+                        gate(s.zh, g) + std::uint64_t{jt} * C * 4,
+                        params_ub_ + p.h_params + col * kParamRecordBytes);
+        }
+      // 2. z = zx + zh; the gates i, f, o = rec(z), g = act(z).
+      if (t > 0) emit_eltwise(out, isa::EltOp::Add, s.zx, s.zh, s.zx, 4 * nU, DType::Fp32);
+      lstm_map(out, o.i, rec, 0, gate(s.zx, 0), gate(s.zx, 0), 2 * nU, DType::Fp32);
+      lstm_map(out, o.i, act, 1, gate(s.zx, 2), gate(s.zx, 2), nU, DType::Fp32);
+      lstm_map(out, o.i, rec, 0, gate(s.zx, 3), gate(s.zx, 3), nU, DType::Fp32);
+      // 3. c = i * g at the first step, else f * c + i * g.
+      if (t == 0) {
+        emit_eltwise(out, isa::EltOp::Mul, gate(s.zx, 0), gate(s.zx, 2), s.c, nU, DType::Fp32);
+      } else {
+        emit_eltwise(out, isa::EltOp::Mul, gate(s.zx, 0), gate(s.zx, 2), s.tmp, nU, DType::Fp32);
+        emit_eltwise(out, isa::EltOp::Mul, gate(s.zx, 1), s.c, s.c, nU, DType::Fp32);
+        emit_eltwise(out, isa::EltOp::Add, s.c, s.tmp, s.c, nU, DType::Fp32);
+      }
+      // 4. h = o * act(c), then in the chip's type: the next step's input and the output.
+      lstm_map(out, o.i, act, 1, s.c, s.tmp, nU, DType::Fp32);
+      emit_eltwise(out, isa::EltOp::Mul, gate(s.zx, 3), s.tmp, s.tmp, nU, DType::Fp32);
+      lstm_map(out, o.i, isa::MapFunc::Identity, 0, s.tmp, s.hq, nU, type);
+      if (!l.return_sequences && t + 1 < T) continue;
+      const std::uint64_t row = std::uint64_t{U} * e_;
+      isa::Copy c;
+      c.src = ub(s.hq);
+      c.dst = ub(o.dst + (l.return_sequences ? t * row : 0));
+      c.rows = static_cast<std::uint32_t>(n);
+      c.row_bytes = static_cast<std::uint32_t>(row);
+      c.src_stride = static_cast<std::uint32_t>(row);
+      c.dst_stride = static_cast<std::uint32_t>(l.return_sequences ? T * row : row);
+      out.push_back(c);
+    }
+  }
+
   void lower_unreachable(std::vector<isa::Instruction>&, const Operands& o) {
     const Op& l = m_.ops[o.i];
     throw std::logic_error(
@@ -542,10 +799,20 @@ class Compiler {
     p.channels = static_cast<std::uint16_t>(l.in.c);
     p.kernel_h = static_cast<std::uint16_t>(global ? l.in.h : l.kernel_h);
     p.kernel_w = static_cast<std::uint16_t>(global ? l.in.w : l.kernel_w);
-    if (!global && std::max(l.stride_h, l.stride_w) > 255)
-      fail(l, "pooling strides must fit the pool instruction's 8 bits");
+    if (!global && (l.stride_h > 255 || l.stride_w > 255))
+      fail(l, "pooling strides must fit the pool instruction's 8-bit fields");
     p.stride_h = static_cast<std::uint8_t>(global ? 1 : l.stride_h);
     p.stride_w = static_cast<std::uint8_t>(global ? 1 : l.stride_w);
+    // "same" pooling: the instruction skips window positions outside the image.
+    if (!global && l.padding != ir::Padding::Valid) {
+      const ir::Pads pads = ir::window_pads(l);
+      if (pads.top > 255 || pads.left > 255)
+        fail(l, "pooling padding must fit the pool instruction's 8-bit fields");
+      p.pad_top = static_cast<std::uint8_t>(pads.top);
+      p.pad_left = static_cast<std::uint8_t>(pads.left);
+      p.out_h = static_cast<std::uint16_t>(l.out.h);
+      p.out_w = static_cast<std::uint16_t>(l.out.w);
+    }
     p.images = static_cast<std::uint16_t>(n);
     p.kind = l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D
                  ? isa::PoolKind::Max
@@ -699,6 +966,7 @@ class Compiler {
   Program p_;
 
   std::uint64_t params_ub_ = 0, weights_ub_ = 0, zeros_ub_ = 0, zeros_bytes_ = 0;
+  std::uint64_t scratch_ub_ = 0;  // the scratch region (an LSTM's gates and state)
   std::uint64_t in_ub_[2] = {0, 0};
   std::uint64_t input_ub_ = 0;
   std::vector<std::uint64_t> tensor_ub_;
@@ -721,7 +989,7 @@ bool has_lowering(ir::OpKind k) { return ir::find_entry(Compiler::lowerings(), k
 
 nn::QuantizedModel prepare(const ir::Graph& source, const nn::Weights& w, DType input_type,
                            std::uint32_t tile_rows, const float* calibration, std::size_t n_cal) {
-  Module m = rewrite(source, w);
+  Module m = rewrite(source, w, input_type);
   nn::Calibration cal;
   if (input_type == DType::Int8) {
     // Each operation's ranges are those of the imported operation it stands for (origin,

@@ -154,12 +154,10 @@ void fold_batch_norm(Module& m) {
     const Op& bn = g.ops[i];
     if (bn.kind != OpKind::BatchNormalization) continue;
     const std::size_t p = bn.inputs[0];
+    // Anywhere else it stays: a per-channel scale and shift on the vector unit.
     if (p == kGraphInput || !g.ops[p].has_weights() || !only_reader(readers, p, i) ||
         g.ops[p].activation != Act::Linear || !keeps_output(g, i, p))
-      throw InputError(fmt::format(
-          "{}: layer {} ({}): the chip applies a BatchNormalization only folded into the Conv2D "
-          "or Dense (linear, read by nothing else) that produces its input",
-          g.file, bn.name, ir::name_of(bn.kind)));
+      continue;
     Op& producer = g.ops[p];
     const nn::LayerWeights& bw = m.weights.layers[i];
     nn::LayerWeights& w = m.weights.layers[p];
@@ -256,11 +254,60 @@ const std::vector<RewritePass>& rewrite_passes() {
   return passes;
 }
 
-Module rewrite(const Graph& g, const nn::Weights& w, const PassObserver& observe) {
+void split_int8_activations(Module& m) {
+  Graph& g = m.graph;
+  // The last weighted operation gives fp32 when only views of it follow (nn::quantize).
+  std::size_t last = g.ops.size();
+  for (std::size_t i = 0; i < g.ops.size(); ++i)
+    if (g.ops[i].has_weights()) last = i;
+  bool ends = last < g.ops.size();
+  for (std::size_t i = last + 1; i < g.ops.size() && ends; ++i) ends = g.ops[i].is_view();
+  std::vector<Op> ops;
+  std::vector<nn::LayerWeights> weights;
+  std::vector<std::size_t> index(g.ops.size());
+  auto remap = [&](std::size_t p) { return p == kGraphInput ? p : index[p]; };
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
+    Op op = std::move(g.ops[i]);
+    for (std::size_t& p : op.inputs) p = remap(p);
+    const bool split = op.has_weights() && !(ends && i == last) && op.activation != Act::Linear &&
+                       op.activation != Act::Relu && op.activation != Act::Relu6;
+    if (!split) {
+      index[i] = ops.size();
+      ops.push_back(std::move(op));
+      weights.push_back(std::move(m.weights.layers[i]));
+      continue;
+    }
+    Op act;
+    act.kind = OpKind::Activation;
+    act.name = op.name + "/activation";
+    act.activation = op.activation;
+    act.alpha = op.alpha;
+    act.in = act.out = op.out;
+    act.origin = op.origin;
+    act.value_of = op.value_of;  // the activated value is the imported operation's
+    op.activation = Act::Linear;
+    op.value_of = kNoOp;  // the value before it was never observed: calibrate on this graph
+    ops.push_back(std::move(op));
+    weights.push_back(std::move(m.weights.layers[i]));
+    act.inputs = {ops.size() - 1};
+    index[i] = ops.size();
+    ops.push_back(std::move(act));
+    weights.emplace_back();
+  }
+  g.ops = std::move(ops);
+  m.weights.layers = std::move(weights);
+}
+
+Module rewrite(const Graph& g, const nn::Weights& w, DType input_type,
+               const PassObserver& observe) {
   Module m = start(g, w);
   for (const RewritePass& pass : rewrite_passes()) {
     pass.run(m);
     if (observe) observe(pass.name, m);
+  }
+  if (input_type == DType::Int8) {
+    split_int8_activations(m);
+    if (observe) observe("split-int8-activations", m);
   }
   return m;
 }

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hw/common/dtype.h"
 #include "sw/ir/graph.h"
 #include "sw/nn/weights.h"
 
@@ -34,11 +35,11 @@ Module start(const ir::Graph& g, const nn::Weights& w);
 // graph).
 void split_separable(Module& m);
 
-// Each BatchNormalization that follows a Conv2D or Dense with a linear activation, which nothing
-// else reads, is folded into its kernel and bias (per output channel c, inv = gamma[c] /
+// Each BatchNormalization that follows a weighted operation with a linear activation, which
+// nothing else reads, is folded into its kernel and bias (per output channel c, inv = gamma[c] /
 // sqrt(moving_variance[c] + epsilon): W' = W * inv, b' = b * inv + beta[c] - moving_mean[c] * inv,
 // in fp32) and removed; the weighted operation's value_of becomes the normalisation's. Any other
-// BatchNormalization is refused (InputError naming it).
+// BatchNormalization stays (the chips apply it as a per-channel scale and shift).
 void fold_batch_norm(Module& m);
 
 // Each Activation that Activate can apply (ReLU, ReLU6, sigmoid, tanh, softmax) whose input is a
@@ -62,10 +63,18 @@ struct RewritePass {
 // The rewrites in the order rewrite() runs them.
 const std::vector<RewritePass>& rewrite_passes();
 
+// For int8 chips, whose Activate gives integer outputs only ReLU and ReLU6: a weighted operation
+// with any other activation, but the one that ends the network (fp32 out), gives its linear value
+// and an Activation "<name>/activation" after it applies the function (a map on the vector unit).
+// The linear value is new: its value_of is kNoOp.
+void split_int8_activations(Module& m);
+
 // Called after each pass with its name and the module it left.
 using PassObserver = std::function<void(std::string_view pass, const Module& m)>;
 
-// start() then every pass of rewrite_passes().
-Module rewrite(const ir::Graph& g, const nn::Weights& w, const PassObserver& observe = nullptr);
+// start() then every pass of rewrite_passes(), then for an MXU taking int8
+// split_int8_activations ("split-int8-activations").
+Module rewrite(const ir::Graph& g, const nn::Weights& w, DType input_type,
+               const PassObserver& observe = nullptr);
 
 }  // namespace tpu::compiler

@@ -19,6 +19,65 @@ void put(std::vector<std::uint8_t>& v, T x) {
   v.insert(v.end(), p, p + sizeof x);
 }
 
+// Activate's record per column: {bias, scale, 0} (int32 bias and fp32 scale from an int
+// accumulator, fp32 both from a float one).
+void put_records(const nn::QuantizedModel& q, const std::vector<std::int32_t>* bias_i32,
+                 const std::vector<float>* bias_f32, const std::vector<float>& scale,
+                 std::vector<std::uint8_t>& params) {
+  for (std::size_t c = 0; c < scale.size(); ++c) {
+    if (q.act_type == DType::Int8)
+      put(params, bias_i32 ? (*bias_i32)[c] : std::int32_t{0});
+    else
+      put(params, bias_f32 ? (*bias_f32)[c] : 0.0f);
+    put(params, scale[c]);
+    put(params, std::int32_t{0});
+  }
+  params.resize(align(params.size()));
+}
+
+LstmPlan tile_lstm(const nn::QuantizedModel& q, std::size_t i, std::uint32_t R, std::uint32_t C,
+                   Tiling& t) {
+  const ir::Op& l = q.graph.ops[i];
+  const nn::QuantizedLayer& ql = q.layers[i];
+  const std::uint32_t U = l.filters, G = 4 * U;
+  LstmPlan p;
+  p.col_tiles = static_cast<std::uint32_t>(ceil_div(U, C));
+  auto tiles = [&](std::uint32_t K, const std::vector<std::int8_t>& w8,
+                   const std::vector<std::uint16_t>& wbf, std::vector<std::uint64_t>& off) {
+    const auto k_tiles = static_cast<std::uint32_t>(ceil_div(K, R));
+    for (std::uint32_t gate = 0; gate < 4; ++gate)
+      for (std::uint32_t jt = 0; jt < p.col_tiles; ++jt)
+        for (std::uint32_t kt = 0; kt < k_tiles; ++kt) {
+          const std::uint32_t kr = std::min(R, K - kt * R), nc = std::min(C, U - jt * C);
+          off.push_back(t.weights.size());
+          for (std::uint32_t k = 0; k < kr; ++k)
+            for (std::uint32_t n = 0; n < nc; ++n) {
+              const std::size_t src = std::size_t{kt * R + k} * G + gate * U + jt * C + n;
+              if (q.act_type == DType::Int8)
+                put(t.weights, w8[src]);
+              else
+                put(t.weights, wbf[src]);
+            }
+          t.weights.resize(align(t.weights.size()));
+        }
+    return k_tiles;
+  };
+  p.x_k_tiles = tiles(l.in.c, ql.kernel_i8, ql.kernel_bf16, p.x_off);
+  p.h_k_tiles = tiles(U, ql.recurrent_i8, ql.recurrent_bf16, p.h_off);
+  p.x_params = t.params.size();
+  put_records(q, &ql.bias_i32, &ql.bias_f32, ql.scale_f32, t.params);
+  p.h_params = t.params.size();
+  put_records(q, nullptr, nullptr, ql.recurrent_scale_f32, t.params);
+  p.map_params = t.params.size();
+  for (const float alpha : {0.0f, l.alpha}) {
+    put(t.params, 1.0f);
+    put(t.params, 0.0f);
+    put(t.params, alpha);
+  }
+  t.params.resize(align(t.params.size()));
+  return p;
+}
+
 }  // namespace
 
 Tiling tile(const nn::QuantizedModel& q, const ChipConfig& cfg) {
@@ -88,6 +147,19 @@ Tiling tile(const nn::QuantizedModel& q, const ChipConfig& cfg) {
         put(t.params, ql.scale_f32[c]);
         put(t.params, std::int32_t{0});
       }
+    }
+    t.params.resize(align(t.params.size()));
+  }
+  for (std::size_t i = 0; i < g.ops.size(); ++i)
+    if (g.ops[i].kind == ir::OpKind::LSTM) t.lstm[i] = tile_lstm(q, i, R, C, t);
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
+    const nn::QuantizedLayer& ql = q.layers[i];
+    if (ql.map_a.empty()) continue;
+    t.map_params_off[i] = t.params.size();
+    for (std::size_t c = 0; c < ql.map_a.size(); ++c) {
+      put(t.params, ql.map_a[c]);
+      put(t.params, ql.map_b[c]);
+      put(t.params, ql.map_alpha[c]);
     }
     t.params.resize(align(t.params.size()));
   }

@@ -29,6 +29,19 @@ struct WeightedPlan {
   std::vector<std::uint64_t> tile_off;  // [j * k_tiles + kt] -> offset in the weights blob
 };
 
+// An LSTM's two kernels (input W: K = features, recurrent U: K = units; 4 units columns each, gates
+// i, f, c, o) in tiles whose columns stay within one gate, so each gate's block of Activate
+// output lands in its own region: column tile jt of gate g holds columns g*units + jt*C ...
+struct LstmPlan {
+  std::uint32_t col_tiles = 0;  // per gate: ceil(units / C)
+  std::uint32_t x_k_tiles = 0, h_k_tiles = 0;
+  // [(g * col_tiles + jt) * k_tiles + kt] -> offset in the weights blob
+  std::vector<std::uint64_t> x_off, h_off;
+  // In the params blob: Activate records per column for zx (with the bias) and zh, then two map
+  // records {1, 0, 0} (the recurrent activation, the conversion of h) and {1, 0, alpha}.
+  std::uint64_t x_params = 0, h_params = 0, map_params = 0;
+};
+
 struct Tiling {
   std::vector<WeightedPlan> plans;  // per operation (empty for those without weights)
   std::vector<std::uint8_t> weights, params;
@@ -37,6 +50,10 @@ struct Tiling {
   std::uint64_t weights_addr = 0, params_addr = 0, end = 0;
   std::map<std::size_t, std::uint64_t> constant_addr;  // Constant operation -> address
   std::map<std::size_t, std::uint64_t> table_addr;     // Embedding operation -> its table
+  // Map operations (a standalone BatchNormalization, PReLU or activation): their per-channel
+  // records {a, b, alpha} (fp32, 12 bytes each) in the params blob, after the Activate records.
+  std::map<std::size_t, std::uint64_t> map_params_off;
+  std::map<std::size_t, LstmPlan> lstm;  // LSTM operation -> its plan
 };
 
 // An Embedding's table as the chip holds it: its rows in the chip's encoding (int8, or bf16

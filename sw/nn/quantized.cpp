@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 
@@ -13,6 +14,7 @@
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
+#include "numerics/quantize.h"
 #include "sw/ir/ops.h"
 #include "sw/nn/reference.h"
 
@@ -130,6 +132,221 @@ Ranges calibrate(const Graph& g, const Weights& w, const float* images, std::siz
   return r;
 }
 
+// What an operation's parameters are quantized from and onto (step 5 of quantize).
+struct ParamArgs {
+  const QuantizedModel& q;
+  const Op& l;
+  QuantizedLayer& ql;  // out_type and out_scale already set
+  const LayerWeights& w;
+  DType input_type;
+  bool out_float;                              // the last weighted operation's fp32 output
+  float in_scale;                              // int8: its first operand's scale
+  std::function<float(std::size_t)> scale_of;  // an operand's int8 scale
+};
+
+namespace {
+
+[[noreturn]] void refuse_op(const ParamArgs& a, const std::string& why) {
+  ir::refuse(a.q.graph, a.l, why);
+}
+
+void constant_params(const ParamArgs& a) {
+  for (float x : constant_values(a.l)) {
+    if (a.input_type == DType::Int8) {
+      a.ql.constant.push_back(static_cast<std::uint8_t>(quantize_value(x, a.ql.out_scale)));
+    } else {
+      const std::uint16_t b = to_bf16(x).bits;
+      a.ql.constant.push_back(static_cast<std::uint8_t>(b & 0xff));
+      a.ql.constant.push_back(static_cast<std::uint8_t>(b >> 8));
+    }
+  }
+}
+
+// The table on the output's scale (its own: ScaleRule::Values), or rounded to bf16.
+void embedding_params(const ParamArgs& a) {
+  for (float x : a.w.kernel) {
+    if (a.input_type == DType::Int8)
+      a.ql.kernel_i8.push_back(quantize_value(x, a.ql.out_scale));
+    else
+      a.ql.kernel_bf16.push_back(to_bf16(x).bits);
+  }
+}
+
+// A map's per-channel record {a, b, alpha}: a standalone BatchNormalization's x * inv + (beta -
+// mean * inv) (inv = gamma / sqrt(variance + epsilon) in fp32, as its folding computes it), a
+// PReLU's alpha per channel, an activation's alpha.
+void map_params(const ParamArgs& a) {
+  const Op& l = a.l;
+  QuantizedLayer& ql = a.ql;
+  if (l.kind == OpKind::BatchNormalization) {
+    for (std::uint32_t c = 0; c < l.out.c; ++c) {
+      const float inv = a.w.gamma[c] / std::sqrt(a.w.moving_variance[c] + l.epsilon);
+      ql.map_a.push_back(inv);
+      ql.map_b.push_back(a.w.beta[c] - a.w.moving_mean[c] * inv);
+      ql.map_alpha.push_back(0.0f);
+    }
+  } else if (l.kind == OpKind::PReLU) {
+    ql.map_a.assign(l.out.c, 1.0f);
+    ql.map_b.assign(l.out.c, 0.0f);
+    ql.map_alpha = a.w.alpha;
+  } else {
+    ql.map_a = {1.0f};
+    ql.map_b = {0.0f};
+    ql.map_alpha = {l.alpha};
+  }
+}
+
+// A ReLU runs as the eltwise max (no parameters); other activations map, but a softmax, a row
+// function, only runs fused into the weighted layer that ends the network.
+void activation_params(const ParamArgs& a) {
+  if (a.l.activation == Act::Softmax)
+    refuse_op(a,
+              "the chip applies a softmax only fused into the Conv2D or Dense that ends the "
+              "network");
+  if (a.l.activation != Act::Relu) map_params(a);
+}
+
+// int8: each step's product requantized onto the output's scale — first s_0 * s_1 / s_out, then
+// the running product (on s_out) times operand k: s_k.
+void multiply_params(const ParamArgs& a) {
+  if (a.input_type != DType::Int8) return;
+  for (std::size_t k = 1; k < a.l.inputs.size(); ++k) {
+    const double scale = (k == 1 ? double{a.in_scale} : double{a.ql.out_scale}) *
+                         a.scale_of(a.l.inputs[k]) / a.ql.out_scale;
+    numerics::QuantizedMultiplier qm;
+    try {
+      qm = numerics::quantize_multiplier(scale);
+    } catch (const std::domain_error& e) {
+      refuse_op(a, e.what());
+    }
+    a.ql.multiplier.push_back(qm.multiplier_q31);
+    a.ql.shift.push_back(qm.shift);
+  }
+}
+
+// A K x N kernel as the MXU multiplies it: int8 with a scale per column (max |w| / 127), or bf16.
+void quantize_kernel(DType type, const std::vector<float>& kernel, std::uint32_t cols,
+                     std::vector<std::int8_t>& i8, std::vector<std::uint16_t>& bf,
+                     std::vector<float>& scale) {
+  if (type == DType::Bf16) {
+    for (float x : kernel) bf.push_back(to_bf16(x).bits);
+    return;
+  }
+  const std::size_t rows = kernel.size() / cols;
+  scale.assign(cols, 0.0f);
+  for (std::size_t k = 0; k < rows; ++k)
+    for (std::uint32_t c = 0; c < cols; ++c)
+      scale[c] = std::max(scale[c], std::fabs(kernel[k * cols + c]));
+  for (auto& s : scale) s = s > 0 ? s / kInt8Max : 1.0f;
+  i8.resize(kernel.size());
+  for (std::size_t k = 0; k < rows; ++k)
+    for (std::uint32_t c = 0; c < cols; ++c)
+      i8[k * cols + c] = quantize_value(kernel[k * cols + c], scale[c]);
+}
+
+// An LSTM's two kernels (input W and recurrent U, 4 units columns each, gates i, f, c, o) and the
+// records that turn their accumulators into fp32 gate values: zx = (acc + bias) * s_x * s_w[j],
+// zh = acc * s_h * s_u[j] (s_h the output's scale, on which the recurrent h is quantized); bf16:
+// zx = acc + bias, zh = acc.
+void lstm_params(const ParamArgs& a) {
+  const std::uint32_t cols = 4 * a.l.filters;
+  QuantizedLayer& ql = a.ql;
+  quantize_kernel(a.input_type, a.w.kernel, cols, ql.kernel_i8, ql.kernel_bf16, ql.weight_scale);
+  quantize_kernel(a.input_type, a.w.recurrent, cols, ql.recurrent_i8, ql.recurrent_bf16,
+                  ql.recurrent_weight_scale);
+  std::vector<float> bias = a.w.bias;
+  bias.resize(cols, 0.0f);
+  if (a.input_type == DType::Bf16) {
+    ql.bias_f32 = bias;
+    ql.scale_f32.assign(cols, 1.0f);
+    ql.recurrent_scale_f32.assign(cols, 1.0f);
+    return;
+  }
+  for (std::uint32_t c = 0; c < cols; ++c) {
+    const double b = std::round(double{bias[c]} / (double{a.in_scale} * ql.weight_scale[c]));
+    ql.bias_i32.push_back(
+        static_cast<std::int32_t>(std::clamp<double>(b, -2147483647.0, 2147483647.0)));
+    ql.scale_f32.push_back(a.in_scale * ql.weight_scale[c]);
+    ql.recurrent_scale_f32.push_back(ql.out_scale * ql.recurrent_weight_scale[c]);
+  }
+}
+
+// A weighted operation's kernel and bias as the MXU and Activate use them (docs/quantization.md):
+// bf16 rounding, or int8 per-channel weight scales, int32 biases and the requantization onto the
+// output's scale (fp32 dequantization for the last weighted operation).
+void weighted_params(const ParamArgs& a) {
+  const Op& l = a.l;
+  QuantizedLayer& ql = a.ql;
+  const DType input_type = a.input_type;
+  const bool out_float = a.out_float;
+  const float in_scale = a.in_scale;
+  const std::uint32_t cout = l.out.c;
+  if (l.activation == Act::Softmax && !out_float)
+    throw InputError(
+        fmt::format("{}: layer {}: softmax must end the network (it needs an fp32 "
+                    "output)",
+                    a.q.graph.file, l.name));
+  if (input_type == DType::Int8 && !out_float &&
+      !(l.activation == Act::Linear || l.activation == Act::Relu || l.activation == Act::Relu6))
+    throw InputError(
+        fmt::format("{}: layer {}: activation {} on an int8 chip needs an fp32 "
+                    "output; only the last layer gives one",
+                    a.q.graph.file, l.name, name_of(l.activation)));
+  // An int8 ReLU6 is the ReLU when 127 steps of the output scale stay within 6: the clamp at 6
+  // then never bites, and Activate's integer outputs have no other (docs/quantization.md).
+  if (input_type == DType::Int8 && !out_float && l.activation == Act::Relu6 &&
+      ql.out_scale * kInt8Max > 6.0f)
+    refuse_op(a, fmt::format("its ReLU6 output shares an int8 scale of {} (127 steps = {}) with "
+                             "wider tensors through an Add; the chip's int8 ReLU6 needs at most "
+                             "6 / 127",
+                             ql.out_scale, ql.out_scale * kInt8Max));
+  const std::vector<float>& kernel = a.w.kernel;
+  std::vector<float> bias = a.w.bias;
+  bias.resize(cout, 0.0f);
+  const std::size_t k_total = kernel.size() / cout;
+  if (input_type == DType::Bf16) {
+    ql.kernel_bf16.resize(kernel.size());
+    for (std::size_t k = 0; k < ql.kernel_bf16.size(); ++k)
+      ql.kernel_bf16[k] = to_bf16(kernel[k]).bits;
+    ql.bias_f32 = bias;
+    ql.scale_f32.assign(cout, 1.0f);
+    return;
+  }
+  ql.weight_scale.assign(cout, 0.0f);
+  for (std::size_t k = 0; k < k_total; ++k)
+    for (std::uint32_t c = 0; c < cout; ++c)
+      ql.weight_scale[c] = std::max(ql.weight_scale[c], std::fabs(kernel[k * cout + c]));
+  for (auto& s : ql.weight_scale) s = s > 0 ? s / kInt8Max : 1.0f;
+  ql.kernel_i8.resize(kernel.size());
+  for (std::size_t k = 0; k < k_total; ++k)
+    for (std::uint32_t c = 0; c < cout; ++c)
+      ql.kernel_i8[k * cout + c] = quantize_value(kernel[k * cout + c], ql.weight_scale[c]);
+  ql.bias_i32.assign(cout, 0);
+  for (std::uint32_t c = 0; c < cout; ++c) {
+    const double b = std::round(double{bias[c]} / (double{in_scale} * ql.weight_scale[c]));
+    ql.bias_i32[c] = static_cast<std::int32_t>(std::clamp<double>(b, -2147483647.0, 2147483647.0));
+  }
+  if (out_float) {
+    ql.scale_f32.resize(cout);
+    for (std::uint32_t c = 0; c < cout; ++c) ql.scale_f32[c] = in_scale * ql.weight_scale[c];
+    return;
+  }
+  ql.multiplier.resize(cout);
+  ql.shift.resize(cout);
+  for (std::uint32_t c = 0; c < cout; ++c) {
+    numerics::QuantizedMultiplier qm;
+    try {
+      qm = numerics::quantize_multiplier(double{in_scale} * ql.weight_scale[c] / ql.out_scale);
+    } catch (const std::domain_error& e) {
+      refuse_op(a, fmt::format("output channel {}: {}", c, e.what()));
+    }
+    ql.multiplier[c] = qm.multiplier_q31;
+    ql.shift[c] = qm.shift;
+  }
+}
+
+}  // namespace
+
 QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32_t tile_rows,
                         const Calibration& cal) {
   if (input_type != DType::Int8 && input_type != DType::Bf16)
@@ -162,19 +379,6 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
   // 3. What the chip cannot run, named before anything is built.
   for (std::size_t i = 0; i < L; ++i) {
     const Op& l = m.ops[i];
-    const ChipSemantics& chip = ir::entry_for(chip_semantics(), l.kind, "chip semantics");
-    if (chip.unsupported) refuse(l, chip.unsupported);
-    if (l.kind == OpKind::Activation && !(l.activation == Act::Relu || l.activation == Act::Linear))
-      throw InputError(
-          fmt::format("{}: layer {} ({} {}): the chip applies this activation only "
-                      "fused into the Conv2D or Dense before it",
-                      m.file, l.name, name_of(l.kind), name_of(l.activation)));
-    if ((l.kind == OpKind::MaxPooling2D || l.kind == OpKind::AveragePooling2D) &&
-        l.padding != Padding::Valid)
-      throw InputError(
-          fmt::format("{}: layer {} ({}): the vector unit pools with padding "
-                      "\"valid\" only",
-                      m.file, l.name, name_of(l.kind)));
     if (!q.computes(i) || l.has_weights()) continue;
     for (std::size_t p : l.inputs)
       if (final_float && q.tensor_of(p) == last_weighted)
@@ -196,7 +400,7 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
   for (std::size_t i = 0; i < L; ++i) {
     if (!q.computes(i)) continue;
     const Op& l = m.ops[i];
-    const ScaleRule rule = ir::entry_for(chip_semantics(), l.kind, "chip semantics").scale;
+    const ScaleRule rule = ir::entry_for(chip_semantics(), l.kind, "chip semantics").scale(l);
     if (rule == ScaleRule::Own || rule == ScaleRule::Values) {
       source[i + 1] = i + 1;
     } else if (rule == ScaleRule::Joined) {
@@ -221,7 +425,8 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
     if (!q.computes(i) || input_type != DType::Int8) continue;
     const Op& l = m.ops[i];
     const std::size_t root = sc.find(source[i + 1]);
-    if (ir::entry_for(chip_semantics(), l.kind, "chip semantics").scale == ScaleRule::Values) {
+    const ScaleRule rule = ir::entry_for(chip_semantics(), l.kind, "chip semantics").scale(l);
+    if (rule == ScaleRule::Values) {
       const auto v = l.kind == OpKind::Constant ? constant_values(l) : w.layers[i].kernel;
       float r = 0.0f;
       for (float x : v) r = std::max(r, std::fabs(x));
@@ -233,7 +438,8 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
     } else if (l.has_weights() && !(final_float && i == last_weighted)) {
       class_range[root] =
           std::max(class_range[root], range_of(cal.value_lo[i], cal.value_hi[i], l.activation));
-    } else if (l.kind == OpKind::Add) {
+    } else if (!l.has_weights() && (rule == ScaleRule::Own || rule == ScaleRule::Joined)) {
+      // Its output's range: an Add's sum, a map's or a product's result.
       class_range[root] =
           std::max(class_range[root], range_of(cal.out_lo[i], cal.out_hi[i], Act::Linear));
     }
@@ -252,93 +458,13 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
     const bool out_float = final_float && own == last_weighted;
     ql.out_type = out_float ? DType::Fp32 : input_type;
     ql.out_scale = input_type == DType::Int8 && !out_float ? scale_of_tensor(own) : 1.0f;
-    if (l.kind == OpKind::Constant) {
-      const auto v = constant_values(l);
-      for (float x : v) {
-        if (input_type == DType::Int8) {
-          ql.constant.push_back(static_cast<std::uint8_t>(quantize_value(x, ql.out_scale)));
-        } else {
-          const std::uint16_t b = to_bf16(x).bits;
-          ql.constant.push_back(static_cast<std::uint8_t>(b & 0xff));
-          ql.constant.push_back(static_cast<std::uint8_t>(b >> 8));
-        }
-      }
-    }
-    if (l.kind == OpKind::Embedding) {
-      // The table on the output's scale (its own: ScaleRule::Values), or rounded to bf16.
-      for (float x : w.layers[i].kernel) {
-        if (input_type == DType::Int8)
-          ql.kernel_i8.push_back(quantize_value(x, ql.out_scale));
-        else
-          ql.kernel_bf16.push_back(to_bf16(x).bits);
-      }
-    }
-    if (!l.has_weights()) continue;
-    const std::uint32_t cout = l.out.c;
-    if (l.activation == Act::Softmax && !out_float)
-      throw InputError(
-          fmt::format("{}: layer {}: softmax must end the network (it needs an fp32 "
-                      "output)",
-                      m.file, l.name));
-    if (input_type == DType::Int8 && !out_float &&
-        !(l.activation == Act::Linear || l.activation == Act::Relu || l.activation == Act::Relu6))
-      throw InputError(
-          fmt::format("{}: layer {}: activation {} on an int8 chip needs an fp32 "
-                      "output; only the last layer gives one",
-                      m.file, l.name, name_of(l.activation)));
-    // An int8 ReLU6 is the ReLU when 127 steps of the output scale stay within 6: the clamp at 6
-    // then never bites, and Activate's integer outputs have no other (docs/quantization.md).
-    if (input_type == DType::Int8 && !out_float && l.activation == Act::Relu6 &&
-        ql.out_scale * kInt8Max > 6.0f)
-      refuse(l, fmt::format("its ReLU6 output shares an int8 scale of {} (127 steps = {}) with "
-                            "wider tensors through an Add; the chip's int8 ReLU6 needs at most "
-                            "6 / 127",
-                            ql.out_scale, ql.out_scale * kInt8Max));
-    const std::vector<float>& kernel = w.layers[i].kernel;
-    std::vector<float> bias = w.layers[i].bias;
-    bias.resize(cout, 0.0f);
-    const std::size_t k_total = kernel.size() / cout;
-    if (input_type == DType::Bf16) {
-      ql.kernel_bf16.resize(kernel.size());
-      for (std::size_t k = 0; k < ql.kernel_bf16.size(); ++k)
-        ql.kernel_bf16[k] = to_bf16(kernel[k]).bits;
-      ql.bias_f32 = bias;
-      ql.scale_f32.assign(cout, 1.0f);
-      continue;
-    }
-    const float in_scale = scale_of_tensor(q.tensor_of(l.inputs[0]));
-    ql.weight_scale.assign(cout, 0.0f);
-    for (std::size_t k = 0; k < k_total; ++k)
-      for (std::uint32_t c = 0; c < cout; ++c)
-        ql.weight_scale[c] = std::max(ql.weight_scale[c], std::fabs(kernel[k * cout + c]));
-    for (auto& s : ql.weight_scale) s = s > 0 ? s / kInt8Max : 1.0f;
-    ql.kernel_i8.resize(kernel.size());
-    for (std::size_t k = 0; k < k_total; ++k)
-      for (std::uint32_t c = 0; c < cout; ++c)
-        ql.kernel_i8[k * cout + c] = quantize_value(kernel[k * cout + c], ql.weight_scale[c]);
-    ql.bias_i32.assign(cout, 0);
-    for (std::uint32_t c = 0; c < cout; ++c) {
-      const double b = std::round(double{bias[c]} / (double{in_scale} * ql.weight_scale[c]));
-      ql.bias_i32[c] =
-          static_cast<std::int32_t>(std::clamp<double>(b, -2147483647.0, 2147483647.0));
-    }
-    if (out_float) {
-      ql.scale_f32.resize(cout);
-      for (std::uint32_t c = 0; c < cout; ++c) ql.scale_f32[c] = in_scale * ql.weight_scale[c];
-      continue;
-    }
-    ql.multiplier.resize(cout);
-    ql.shift.resize(cout);
-    for (std::uint32_t c = 0; c < cout; ++c) {
-      numerics::QuantizedMultiplier qm;
-      try {
-        qm = numerics::quantize_multiplier(double{in_scale} * ql.weight_scale[c] / ql.out_scale);
-      } catch (const std::domain_error& e) {
-        refuse(l, fmt::format("output channel {}: {}", c, e.what()));
-      }
-      ql.multiplier[c] = qm.multiplier_q31;
-      ql.shift[c] = qm.shift;
-    }
+    const ChipSemantics& chip = ir::entry_for(chip_semantics(), l.kind, "chip semantics");
+    if (!chip.params) continue;
+    const float in_scale = l.inputs.empty() || input_type != DType::Int8
+                               ? 1.0f
+                               : scale_of_tensor(q.tensor_of(l.inputs[0]));
+    chip.params(ParamArgs{q, l, ql, w.layers[i], input_type, out_float, in_scale,
+                          [&](std::size_t p) { return scale_of_tensor(q.tensor_of(p)); }});
   }
   return q;
 }
@@ -555,18 +681,26 @@ void pool_layer(const Op& l, const ChipTensor& in, ChipTensor& out, std::size_t 
   const std::uint64_t oh = l.out.h, ow = l.out.w, c = l.in.c;
   resize(out, n * oh * ow * c);
   const bool avg = l.kind == OpKind::AveragePooling2D;
-  const auto window = static_cast<std::int32_t>(l.kernel_h * l.kernel_w);
+  // TensorFlow's "same" pooling: window positions outside the image are skipped, and an average
+  // divides by the positions inside.
+  const ir::Pads pads = ir::window_pads(l);
   for (std::size_t b = 0; b < n; ++b)
     for (std::uint64_t oy = 0; oy < oh; ++oy)
       for (std::uint64_t ox = 0; ox < ow; ++ox)
         for (std::uint64_t ch = 0; ch < c; ++ch) {
-          std::int32_t isum = 0, imax = -128;
+          std::int32_t isum = 0, imax = -128, window = 0;
           float fsum = 0.0f, fmax = 0.0f;
           bool first = true;
           for (std::uint32_t ky = 0; ky < l.kernel_h; ++ky)
             for (std::uint32_t kx = 0; kx < l.kernel_w; ++kx) {
-              const std::size_t src =
-                  ((b * l.in.h + oy * l.stride_h + ky) * l.in.w + ox * l.stride_w + kx) * c + ch;
+              const std::int64_t y = std::int64_t(oy * l.stride_h + ky) - pads.top;
+              const std::int64_t x = std::int64_t(ox * l.stride_w + kx) - pads.left;
+              if (y < 0 || y >= l.in.h || x < 0 || x >= l.in.w) continue;
+              ++window;
+              const std::size_t src = ((b * l.in.h + static_cast<std::uint64_t>(y)) * l.in.w +
+                                       static_cast<std::uint64_t>(x)) *
+                                          c +
+                                      ch;
               if (in.type == DType::Int8) {
                 isum += in.i8[src];
                 imax = std::max<std::int32_t>(imax, in.i8[src]);
@@ -697,6 +831,181 @@ void run_embedding(const ChipArgs& a) {
   }
 }
 
+// The vector unit's map: x = the input as a real number (int8: q * its scale), y = f(x * a + b;
+// alpha) with the channel's record, written in the output's encoding (int8 on its own scale).
+void run_map(const ChipArgs& a) {
+  const ChipTensor& in = *a.in[0];
+  const QuantizedLayer& ql = a.ql;
+  const float in_scale = a.q.scale_of(a.l.inputs[0]);
+  const std::size_t count = a.n * a.l.out.size(), channels = ql.map_a.size();
+  const Act f = a.l.kind == OpKind::Activation ? a.l.activation : Act::Linear;
+  const bool prelu = a.l.kind == OpKind::PReLU;
+  a.out.type = ql.out_type;
+  resize(a.out, count);
+  for (std::size_t e = 0; e < count; ++e) {
+    const std::size_t c = e % channels;
+    const float x =
+        in.type == DType::Int8 ? numerics::dequantize_int8(in.i8[e], in_scale) : value_at(in, e);
+    const float v = numerics::affine(x, ql.map_a[c], ql.map_b[c]);
+    const float y =
+        prelu ? numerics::leaky_relu(v, ql.map_alpha[c]) : activate(f, ql.map_alpha[c], v);
+    if (a.out.type == DType::Int8)
+      a.out.i8[e] = numerics::quantize_int8(y, ql.out_scale);
+    else if (a.out.type == DType::Bf16)
+      a.out.bf[e] = to_bf16(y).bits;
+    else
+      a.out.f32[e] = y;
+  }
+}
+
+// A standalone ReLU runs as the chip's eltwise max with zeros; every other activation maps.
+void run_activation(const ChipArgs& a) {
+  if (a.l.activation == Act::Relu) return run_relu(a);
+  run_map(a);
+}
+
+// Elementwise operand after operand: int8 Subtract on the operands' shared scale, saturating;
+// int8 Multiply requantizes each product onto the output's scale (the running product is on it
+// after the first step); bf16 computes in fp32 and rounds.
+void run_subtract(const ChipArgs& a) {
+  a.out = *a.in[0];
+  const ChipTensor& o = *a.in[1];
+  for (std::size_t e = 0; e < a.out.i8.size(); ++e)
+    a.out.i8[e] = numerics::sub_int8(a.out.i8[e], o.i8[e]);
+  for (std::size_t e = 0; e < a.out.bf.size(); ++e)
+    a.out.bf[e] = numerics::sub_bf16(Bf16{a.out.bf[e]}, Bf16{o.bf[e]}).bits;
+}
+
+void run_multiply(const ChipArgs& a) {
+  a.out = *a.in[0];
+  for (std::size_t k = 1; k < a.in.size(); ++k) {
+    const ChipTensor& o = *a.in[k];
+    for (std::size_t e = 0; e < a.out.i8.size(); ++e)
+      a.out.i8[e] = numerics::mul_int8_requant(a.out.i8[e], o.i8[e], a.ql.multiplier[k - 1],
+                                               a.ql.shift[k - 1]);
+    for (std::size_t e = 0; e < a.out.bf.size(); ++e)
+      a.out.bf[e] = numerics::mul_bf16(Bf16{a.out.bf[e]}, Bf16{o.bf[e]}).bits;
+  }
+}
+
+// Each pixel's channels: input 0's, then input 1's, ... (one scale for all on int8).
+void run_concatenate(const ChipArgs& a) {
+  const std::size_t pixels = a.n * a.l.out.h * a.l.out.w, cout = a.l.out.c;
+  a.out.type = a.in[0]->type;
+  resize(a.out, pixels * cout);
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < a.in.size(); ++k) {
+    const std::size_t p = a.l.inputs[k];
+    const std::size_t ck = (p == kGraphInput ? a.q.graph.input : a.q.graph.ops[p].out).c;
+    for (std::size_t px = 0; px < pixels; ++px)
+      for (std::size_t c = 0; c < ck; ++c) {
+        if (a.out.type == DType::Int8)
+          a.out.i8[px * cout + at + c] = a.in[k]->i8[px * ck + c];
+        else
+          a.out.bf[px * cout + at + c] = a.in[k]->bf[px * ck + c];
+      }
+    at += ck;
+  }
+}
+
+// One column block of the MXU's product of `rows` input rows (each K elements at `x` + r * stride)
+// and a K x N kernel, into fp32 per column as Activate gives it: int8 sums exactly, then
+// float(acc + bias) * scale; bf16 sums K in tiles of tile_rows from +0 in row order, adds the
+// tiles into the accumulator, then (acc + bias) * scale.
+void matmul_to_fp32(const QuantizedModel& q, const ChipTensor& in, std::size_t first,
+                    std::size_t stride, std::size_t rows, std::uint32_t K, std::uint32_t N,
+                    const std::vector<std::int8_t>& w8, const std::vector<std::uint16_t>& wbf,
+                    const std::vector<std::int32_t>* bias_i32, const std::vector<float>* bias_f32,
+                    const std::vector<float>& scale, std::vector<float>& out) {
+  out.assign(rows * N, 0.0f);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t x0 = first + r * stride;
+    for (std::uint32_t c = 0; c < N; ++c) {
+      if (q.act_type == DType::Int8) {
+        std::uint32_t acc = 0;  // wraps like the int32 accumulator
+        for (std::uint32_t k = 0; k < K; ++k)
+          acc +=
+              static_cast<std::uint32_t>(std::int32_t{in.i8[x0 + k]} * w8[std::size_t{k} * N + c]);
+        out[r * N + c] = numerics::scale_int(static_cast<std::int32_t>(acc),
+                                             bias_i32 ? (*bias_i32)[c] : 0, scale[c]);
+        continue;
+      }
+      float acc = 0.0f;
+      for (std::uint32_t k0 = 0; k0 < K; k0 += q.tile_rows) {
+        float psum = 0.0f;
+        for (std::uint32_t k = k0; k < std::min<std::uint32_t>(K, k0 + q.tile_rows); ++k) {
+          const float xv = value_at(in, x0 + k);
+          if (xv == 0.0f) continue;  // adds +-0 to a partial sum that is never -0
+          psum += xv * to_float(Bf16{wbf[std::size_t{k} * N + c]});
+        }
+        acc = k0 == 0 ? psum : acc + psum;
+      }
+      out[r * N + c] = numerics::scale_float(acc, bias_f32 ? (*bias_f32)[c] : 0.0f, scale[c]);
+    }
+  }
+}
+
+// The LSTM as the chip steps it (docs/compiler.md, "LSTM"): per step t, zx = x_t W + b and
+// (from the second step) zh = h U on the MXU, each activated to fp32; z = zx + zh; the gates
+// i, f, o = rec(z), g = act(z) by map; c = i * g at the first step, else c = f * c + i * g (the
+// product i * g first); h = o * act(c); h quantized to the chip's type by map, the next step's
+// MXU input and the output.
+void run_lstm(const ChipArgs& a) {
+  const Op& l = a.l;
+  const QuantizedLayer& ql = a.ql;
+  const ChipTensor& x = *a.in[0];
+  const std::uint32_t T = l.in.w, F = l.in.c, U = l.filters, G = 4 * U;
+  const std::size_t n = a.n;
+  a.out.type = ql.out_type;
+  resize(a.out, n * l.out.size());
+  ChipTensor h;  // the quantized h of the previous step, n x U
+  h.type = ql.out_type;
+  resize(h, n * U);
+  std::vector<float> zx, zh, c(n * U, 0.0f);
+  auto map = [&](Act f, float alpha, float v) {
+    return activate(f, alpha, numerics::affine(v, 1.0f, 0.0f));
+  };
+  for (std::uint32_t t = 0; t < T; ++t) {
+    matmul_to_fp32(a.q, x, std::size_t{t} * F, std::size_t{T} * F, n, F, G, ql.kernel_i8,
+                   ql.kernel_bf16, &ql.bias_i32, &ql.bias_f32, ql.scale_f32, zx);
+    if (t > 0) {
+      matmul_to_fp32(a.q, h, 0, U, n, U, G, ql.recurrent_i8, ql.recurrent_bf16, nullptr, nullptr,
+                     ql.recurrent_scale_f32, zh);
+      for (std::size_t e = 0; e < zx.size(); ++e) zx[e] = zx[e] + zh[e];
+    }
+    for (std::size_t b = 0; b < n; ++b)
+      for (std::uint32_t u = 0; u < U; ++u) {
+        const float* z = &zx[b * G];
+        const float ig = map(l.recurrent_activation, 0.0f, z[u]);
+        const float fg = map(l.recurrent_activation, 0.0f, z[U + u]);
+        const float gg = map(l.activation, l.alpha, z[2 * U + u]);
+        const float og = map(l.recurrent_activation, 0.0f, z[3 * U + u]);
+        float& cell = c[b * U + u];
+        const float prod = ig * gg;
+        cell = t == 0 ? prod : fg * cell + prod;
+        const float hv = og * map(l.activation, l.alpha, cell);
+        const float hm = numerics::affine(hv, 1.0f, 0.0f);
+        const std::size_t at = b * U + u;
+        if (h.type == DType::Int8)
+          h.i8[at] = numerics::quantize_int8(hm, ql.out_scale);
+        else
+          h.bf[at] = to_bf16(hm).bits;
+      }
+    if (l.return_sequences || t + 1 == T) {
+      const std::size_t steps = l.out.w;  // T or 1
+      const std::size_t slot = l.return_sequences ? t : 0;
+      for (std::size_t b = 0; b < n; ++b)
+        for (std::uint32_t u = 0; u < U; ++u) {
+          const std::size_t dst = (b * steps + slot) * U + u;
+          if (h.type == DType::Int8)
+            a.out.i8[dst] = h.i8[b * U + u];
+          else
+            a.out.bf[dst] = h.bf[b * U + u];
+        }
+    }
+  }
+}
+
 void not_computed(const ChipArgs& a) {
   throw std::logic_error(
       fmt::format("{} ({}) reached the quantized reference; the rewrites fold "
@@ -706,34 +1015,42 @@ void not_computed(const ChipArgs& a) {
 
 }  // namespace
 
-// Kinds the importers read and the float reference computes, whose lowering is not written yet.
-constexpr const char* kNotYet = "tpusim does not lower this layer to the chips yet";
+ScaleRule own(const Op&) { return ScaleRule::Own; }
+ScaleRule input(const Op&) { return ScaleRule::Input; }
+ScaleRule joined(const Op&) { return ScaleRule::Joined; }
+ScaleRule values(const Op&) { return ScaleRule::Values; }
+// A ReLU keeps its input's scale (max(q, 0)); any other function moves the range.
+ScaleRule activation_scale(const Op& l) {
+  return l.activation == Act::Relu || l.activation == Act::Linear ? ScaleRule::Input
+                                                                  : ScaleRule::Own;
+}
 
 const std::vector<ChipSemantics>& chip_semantics() {
   static const std::vector<ChipSemantics> table = {
-      {OpKind::Conv2D, run_conv, ScaleRule::Own},
-      {OpKind::Dense, run_dense, ScaleRule::Own},
-      {OpKind::MaxPooling2D, run_pool, ScaleRule::Input},
-      {OpKind::AveragePooling2D, run_pool, ScaleRule::Input},
-      {OpKind::GlobalAveragePooling2D, run_global_pool, ScaleRule::Input},
-      {OpKind::GlobalMaxPooling2D, run_global_pool, ScaleRule::Input},
-      {OpKind::Activation, run_relu, ScaleRule::Input},
+      {OpKind::Conv2D, run_conv, own, weighted_params},
+      {OpKind::Dense, run_dense, own, weighted_params},
+      {OpKind::MaxPooling2D, run_pool, input},
+      {OpKind::AveragePooling2D, run_pool, input},
+      {OpKind::GlobalAveragePooling2D, run_global_pool, input},
+      {OpKind::GlobalMaxPooling2D, run_global_pool, input},
+      {OpKind::Activation, run_activation, activation_scale, activation_params},
       // Views pass their input's tensor on (QuantizedModel::tensor): nothing runs.
-      {OpKind::Flatten, nullptr, ScaleRule::Input},
-      {OpKind::Reshape, nullptr, ScaleRule::Input},
-      {OpKind::BatchNormalization, not_computed, ScaleRule::Input},
-      {OpKind::ZeroPadding2D, run_zero_padding, ScaleRule::Input},
-      {OpKind::Add, run_add, ScaleRule::Joined},
-      {OpKind::Dropout, not_computed, ScaleRule::Input},
-      {OpKind::Constant, run_constant, ScaleRule::Values},
-      {OpKind::DepthwiseConv2D, run_depthwise, ScaleRule::Own},
-      {OpKind::SeparableConv2D, not_computed, ScaleRule::Own},
-      {OpKind::Concatenate, nullptr, ScaleRule::Joined, kNotYet},
-      {OpKind::Multiply, nullptr, ScaleRule::Own, kNotYet},
-      {OpKind::Subtract, nullptr, ScaleRule::Joined, kNotYet},
-      {OpKind::PReLU, nullptr, ScaleRule::Own, kNotYet},
-      {OpKind::Embedding, run_embedding, ScaleRule::Values},
-      {OpKind::LSTM, nullptr, ScaleRule::Own, kNotYet},
+      {OpKind::Flatten, nullptr, input},
+      {OpKind::Reshape, nullptr, input},
+      // Folded into the layer before when it can be (rewrite.h); otherwise a per-channel map.
+      {OpKind::BatchNormalization, run_map, own, map_params},
+      {OpKind::ZeroPadding2D, run_zero_padding, input},
+      {OpKind::Add, run_add, joined},
+      {OpKind::Dropout, not_computed, input},
+      {OpKind::Constant, run_constant, values, constant_params},
+      {OpKind::DepthwiseConv2D, run_depthwise, own, weighted_params},
+      {OpKind::SeparableConv2D, not_computed, own},
+      {OpKind::Concatenate, run_concatenate, joined},
+      {OpKind::Multiply, run_multiply, own, multiply_params},
+      {OpKind::Subtract, run_subtract, joined},
+      {OpKind::PReLU, run_map, own, map_params},
+      {OpKind::Embedding, run_embedding, values, embedding_params},
+      {OpKind::LSTM, run_lstm, own, lstm_params},
   };
   return table;
 }

@@ -39,11 +39,20 @@ struct QuantizedLayer {
   std::vector<float> weight_scale;  // int8: per output channel
   // Per output channel parameter record for Activate: {bias, scale, shift} as 32-bit words.
   std::vector<std::int32_t> bias_i32;
-  std::vector<std::int32_t> multiplier;  // int8 out: Q31; fp32 out from int acc: unused
+  // int8 out: Q31 per output channel (Multiply: per step); fp32 out from int acc: unused.
+  std::vector<std::int32_t> multiplier;
   std::vector<std::int32_t> shift;
   std::vector<float> bias_f32;   // bf16 chips
   std::vector<float> scale_f32;  // fp32 out: dequantization scale (int) or 1.0 (float)
+  // LSTM: kernel_* and weight_scale are its input kernel W [features][4 units] with bias_i32 /
+  // bias_f32 and scale_f32 (the fp32 zx = x W + b per column); these its recurrent kernel U
+  // [units][4 units] (zh = h U, scale recurrent_scale_f32 per column, no bias).
+  std::vector<std::int8_t> recurrent_i8;
+  std::vector<std::uint16_t> recurrent_bf16;
+  std::vector<float> recurrent_weight_scale, recurrent_scale_f32;
   // Embedding: its table in kernel_i8 / kernel_bf16 ([input_dim][output_dim]).
+  // Map (a standalone BatchNormalization, PReLU or activation): per channel {a, b, alpha}.
+  std::vector<float> map_a, map_b, map_alpha;
   // Constant: one image's values in the chip's encoding (int8 or bf16 little-endian bytes).
   std::vector<std::uint8_t> constant;
 };
@@ -82,6 +91,10 @@ struct QuantizedModel {
     return p == ir::kGraphInput ? ir::kGraphInput : tensor[p];
   }
   [[nodiscard]] ConvInput conv_input(std::size_t op) const;
+  // Tensor t's int8 scale (an operation index or ir::kGraphInput).
+  [[nodiscard]] float scale_of(std::size_t t) const {
+    return t == ir::kGraphInput ? input_scale : layers[tensor[t]].out_scale;
+  }
   // The input's element type: int32 token ids when an Embedding reads it, else act_type.
   [[nodiscard]] DType input_type() const {
     return ir::input_is_token_ids(graph) ? DType::Int32 : act_type;
@@ -113,14 +126,15 @@ enum class ScaleRule { Own, Joined, Input, Values };
 
 struct ChipTensor;
 struct ChipArgs;
+struct ParamArgs;
 // The chip-numerics semantics of each operation kind: what the chip computes for it, as the
 // quantized reference computes it (run: nullptr for a view, which passes its input's tensor on),
 // and how its int8 scale is chosen.
 struct ChipSemantics {
   ir::OpKind kind;
   void (*run)(const ChipArgs&);
-  ScaleRule scale;
-  const char* unsupported = nullptr;  // why the chips cannot run it, when they cannot
+  ScaleRule (*scale)(const ir::Op&);
+  void (*params)(const ParamArgs&) = nullptr;  // its parameters for the chip, if it has any
 };
 const std::vector<ChipSemantics>& chip_semantics();
 

@@ -90,9 +90,10 @@ ordered_json graph_report(const RunOptions& opt, const ChipConfig* cfg,
     }
     return ops;
   };
-  compiler::rewrite(model, weights, [&](std::string_view pass, const compiler::Module& m) {
-    record(pass, rewritten(m.graph));
-  });
+  const DType mxu_type = cfg ? cfg->mxu.input_type : DType::Bf16;
+  compiler::rewrite(
+      model, weights, mxu_type,
+      [&](std::string_view pass, const compiler::Module& m) { record(pass, rewritten(m.graph)); });
   ordered_json report;
   report["schema"] = "tpusim.graph/1";
   report["model"] = {{"name", model.name},

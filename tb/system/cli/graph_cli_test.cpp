@@ -26,7 +26,7 @@ TEST(GraphCli, ShowsTheGraphAfterEveryPassInTheCompilersOrder) {
   for (const auto& p : j["passes"]) passes.push_back(p["pass"]);
   std::vector<std::string> want = {"import", "remove-identities"};
   for (const auto& p : compiler::rewrite_passes()) want.emplace_back(p.name);
-  want.insert(want.end(), {"quantize", "tiling", "lifetimes"});
+  want.insert(want.end(), {"split-int8-activations", "quantize", "tiling", "lifetimes"});
   EXPECT_EQ(passes, want);
   // The block's normalisations fold and its ReLUs fuse: 4 convolutions, the Add and its ReLU.
   const auto& last = j["passes"].back()["operations"];

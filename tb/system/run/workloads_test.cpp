@@ -240,6 +240,33 @@ TEST(DilationRun, DilatedConvolutionsAreBitExactOnBf16) { run_exact("dilated_mix
 TEST(EmbeddingRun, GatheredRowsAreBitExactOnInt8) { run_exact("embedding_mix.json", 20, "v1"); }
 TEST(EmbeddingRun, GatheredRowsAreBitExactOnBf16) { run_exact("embedding_mix.json", 20, "v3"); }
 
+// The vector unit's other layers: Concatenate (strided copies), LeakyReLU, ELU, PReLU and a
+// sigmoid standalone (map), a BatchNormalization after pooling (a per-channel map), "same" max
+// and average pooling, Multiply and Subtract (eltwise), and on int8 chips the sigmoid and tanh
+// of weighted layers before the last split into maps.
+TEST(VectorRun, MapsCopiesAndElementwiseLayersAreBitExactOnInt8) {
+  run_exact("vector_mix.json", 16, "v1");
+}
+TEST(VectorRun, MapsCopiesAndElementwiseLayersAreBitExactOnBf16) {
+  run_exact("vector_mix.json", 16, "v3");
+}
+
+// configs/models/lstm.json: token ids through an Embedding and two stacked LSTMs, each step's
+// gates on the MXU and the vector unit.
+void run_lstm(const std::string& chip) {
+  const sim::RunOptions o = options("configs/models/lstm.json", 4);
+  expect_exact_with_rows(sim::run_workload(shipped(chip), o), importers::load_model(o.model));
+}
+TEST(LstmRun, EmbeddingAndStackedLstmsAreBitExactOnInt8) { run_lstm("v1"); }
+TEST(LstmRun, EmbeddingAndStackedLstmsAreBitExactOnBf16) { run_lstm("v3"); }
+
+// What Keras 3's to_json() writes for a Sequential CNN with Dropout and BatchNormalization (one
+// folds into a convolution, one follows a ReLU, one follows pooling), on every shipped chip.
+class Keras3Sequential : public ::testing::TestWithParam<std::string> {};
+TEST_P(Keras3Sequential, RunsBitExact) { run_exact("keras3_sequential.json", 64, GetParam()); }
+INSTANTIATE_TEST_SUITE_P(EveryChip, Keras3Sequential,
+                         ::testing::Values("v1", "v2", "v3", "v4", "edge"));
+
 // MobileNetV2 as keras.applications builds it (configs/models/mobilenet_v2.py): 17 inverted
 // residual blocks of depthwise convolutions, ReLU6 and linear bottlenecks.
 void run_mobilenet(const std::string& chip) {
@@ -254,12 +281,13 @@ TEST(MobileNetV2, RunsBitExactOnBf16) { run_mobilenet("v3"); }
 
 TEST(Refusals, ALayerTheChipCannotRunStopsTheRunWithItsName) {
   sim::RunOptions o = options("tb/system/run/data/keras_functional.json", 2);
-  const std::string path = std::string(TPUSIM_BINARY_DIR) + "/sigmoid_mid_network.json";
+  const std::string path = std::string(TPUSIM_BINARY_DIR) + "/softmax_mid_network.json";
   {
+    // A softmax that no weighted layer at the end of the network can take.
     nlohmann::json doc = nlohmann::json::parse(R"({"name": "s", "input": [4, 4, 1], "layers": [
         {"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 1}},
-        {"class_name": "BatchNormalization", "config": {"name": "bn"}},
-        {"class_name": "Activation", "config": {"name": "squash", "activation": "sigmoid"}},
+        {"class_name": "MaxPooling2D", "config": {"name": "p"}},
+        {"class_name": "Activation", "config": {"name": "squash", "activation": "softmax"}},
         {"class_name": "Flatten", "config": {"name": "f"}},
         {"class_name": "Dense", "config": {"name": "d", "units": 2}}]})");
     std::FILE* f = std::fopen(path.c_str(), "w");
@@ -273,8 +301,8 @@ TEST(Refusals, ALayerTheChipCannotRunStopsTheRunWithItsName) {
     sim::run_workload(shipped("v1"), o);
     FAIL() << "no InputError";
   } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("layer c"));
-    EXPECT_THAT(e.what(), HasSubstr("sigmoid"));
+    EXPECT_THAT(e.what(), HasSubstr("layer squash"));
+    EXPECT_THAT(e.what(), HasSubstr("softmax"));
   }
 }
 

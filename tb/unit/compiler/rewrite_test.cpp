@@ -175,7 +175,7 @@ TEST(ReshapeArguments, TargetShapesAreOneToThreeDimensionsWithAtMostOneWildcard)
 // The rewrite passes, each on the smallest graph that shows its rule.
 
 Module rewritten(const Graph& g, std::uint64_t seed = 7) {
-  return rewrite(g, nn::random_weights(g, seed));
+  return rewrite(g, nn::random_weights(g, seed), DType::Bf16);
 }
 
 json conv(const std::string& name, const std::string& input, json extra = json::object()) {
@@ -209,17 +209,30 @@ TEST(FoldBatchNorm, FoldsBatchNormIntoPrecedingConv) {
   }
 }
 
-TEST(FoldBatchNorm, RefusesBatchNormAfterPoolingByName) {
+TEST(FoldBatchNorm, KeepsBatchNormAfterPooling) {
   const Graph g =
       functional(json::array({layer("MaxPooling2D", {{"name", "p"}}, {"in"}),
                               layer("BatchNormalization", {{"name", "lonely_bn"}}, {"p"})}));
   Module m = start(g, nn::random_weights(g, 1));
-  try {
-    fold_batch_norm(m);
-    FAIL() << "no InputError";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("layer lonely_bn (BatchNormalization)"));
-  }
+  fold_batch_norm(m);
+  EXPECT_EQ(names(m.graph), (std::vector<std::string>{"p", "lonely_bn"}))
+      << "it runs as a per-channel scale and shift";
+}
+
+TEST(SplitInt8Activations, ASigmoidBeforeTheLastLayerMovesToItsOwnMapOnInt8Chips) {
+  const Graph g = functional(json::array(
+      {conv("c", "in", {{"activation", "sigmoid"}}), layer("Flatten", {{"name", "f"}}, {"c"}),
+       layer("Dense", {{"name", "d"}, {"units", 3}, {"activation", "softmax"}}, {"f"})}));
+  const Module m = rewrite(g, nn::random_weights(g, 2), DType::Int8);
+  EXPECT_EQ(names(m.graph), (std::vector<std::string>{"c", "c/activation", "f", "d"}));
+  EXPECT_EQ(m.graph.ops[0].activation, Act::Linear);
+  EXPECT_EQ(m.graph.ops[0].value_of, ir::kNoOp) << "the linear value was never observed";
+  EXPECT_EQ(m.graph.ops[1].activation, Act::Sigmoid);
+  EXPECT_EQ(m.graph.ops[1].value_of, 0u) << "the activated value is the imported layer's";
+  EXPECT_EQ(m.graph.ops[3].activation, Act::Softmax) << "the last layer keeps its fp32 softmax";
+  EXPECT_EQ(names(rewrite(g, nn::random_weights(g, 2), DType::Bf16).graph),
+            (std::vector<std::string>{"c", "f", "d"}))
+      << "bf16 chips apply it in Activate";
 }
 
 TEST(FuseActivations, FusesReluIntoConvThroughMaxPoolAndFlatten) {
@@ -298,7 +311,7 @@ TEST(SplitSeparable, BecomesADepthwiseThenAPointwiseConvolutionUnderItsOwnName) 
                                                  {"activation", "relu"}},
                                                 {"in"})}));
   const nn::Weights w = nn::random_weights(g, 4);
-  const Module m = rewrite(g, w);
+  const Module m = rewrite(g, w, DType::Bf16);
   ASSERT_EQ(names(m.graph), (std::vector<std::string>{"sep/depthwise", "sep"}));
   const Op& dw = m.graph.ops[0];
   const Op& pw = m.graph.ops[1];
@@ -331,7 +344,7 @@ TEST(FoldZeroPadding, DepthwiseConvolutionsTakeThePaddingToo) {
 TEST(Rewrite, RunsThePassesInTheirDocumentedOrderAndShowsEach) {
   const Graph g = functional(json::array({conv("c", "in")}));
   std::vector<std::string> seen;
-  rewrite(g, nn::random_weights(g, 1),
+  rewrite(g, nn::random_weights(g, 1), DType::Bf16,
           [&](std::string_view pass, const Module&) { seen.emplace_back(pass); });
   EXPECT_EQ(seen,
             (std::vector<std::string>{"split-separable", "fold-batch-norm", "fuse-activations",

@@ -361,19 +361,25 @@ TEST(QuantizedReference, BatchNormalizationFoldsIntoTheConvolutionBeforeIt) {
   for (std::size_t c = 0; c < 4; ++c) EXPECT_NEAR(fq[c], ff[c], 0.02 * (std::fabs(ff[c]) + 0.05));
 }
 
-TEST(QuantizedReference, BatchNormalizationWithoutAConvolutionIsRefusedByName) {
+TEST(QuantizedReference, BatchNormalizationWithoutAConvolutionIsAPerChannelScaleAndShift) {
   const Graph m =
       parse_model(json{{"name", "b"},
                        {"input", {2, 2, 3}},
                        {"layers", {layer("BatchNormalization", {{"name", "lonely_bn"}})}}},
                   "t");
-  const auto x = ramp(m.input.size(), 1.0f);
-  try {
-    compiler::prepare(m, random_weights(m, 1), DType::Int8, 256, x.data(), 1);
-    FAIL() << "no InputError";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr("lonely_bn"), HasSubstr("folded")));
+  Weights w = random_weights(m, 1);
+  for (std::uint32_t c = 0; c < 3; ++c) {
+    w.layers[0].gamma[c] = 1.5f + static_cast<float>(c);
+    w.layers[0].beta[c] = 0.25f * static_cast<float>(c);
+    w.layers[0].moving_mean[c] = -0.5f;
+    w.layers[0].moving_variance[c] = 2.0f;
   }
+  const auto x = ramp(m.input.size(), 1.0f);
+  const QuantizedModel q = compiler::prepare(m, w, DType::Bf16, 128, x.data(), 1);
+  const auto fq = forward_quantized(q, x.data(), 1);
+  const auto ff = forward_float(m, w, x.data(), 1);
+  for (std::size_t k = 0; k < ff.size(); ++k)
+    EXPECT_NEAR(fq[k], ff[k], 0.01 * (1 + std::fabs(ff[k])));
 }
 
 TEST(QuantizedReference, Int8AddOperandsShareOneScaleThatCoversTheSum) {
@@ -419,7 +425,7 @@ TEST(QuantizedReference, KerasFixtureTracksTheFloatModelInBf16) {
 // float reference (which the double-precision tests pin) for dilated, depthwise and separable
 // windows and for Embedding lookups.
 TEST(QuantizedReference, DilatedDepthwiseAndEmbeddingModelsTrackTheFloatModelInBf16) {
-  for (const char* file : {"dilated_mix.json", "depthwise_mix.json"}) {
+  for (const char* file : {"dilated_mix.json", "depthwise_mix.json", "vector_mix.json"}) {
     const Graph m = load_model(kSource + "/tb/system/run/data/" + file);
     const Weights w = random_weights(m, 9);
     const auto x = ramp(3 * m.input.size(), 1.0f);
@@ -437,6 +443,29 @@ TEST(QuantizedReference, DilatedDepthwiseAndEmbeddingModelsTrackTheFloatModelInB
   const auto fq = forward_quantized(q, ids.data(), 2);
   const auto ff = forward_float(e, w, ids.data(), 2);
   for (std::size_t k = 0; k < ff.size(); ++k) EXPECT_NEAR(fq[k], ff[k], 0.01);
+}
+
+// An LSTM as the chip steps it (gates on fp32, h quantized between steps) tracks Keras's cell.
+TEST(QuantizedReference, StackedLstmsTrackTheFloatModel) {
+  const Graph m =
+      parse_model(json{{"name", "l"},
+                       {"input", {5, 3}},
+                       {"layers",
+                        {layer("LSTM", {{"name", "a"}, {"units", 6}, {"return_sequences", true}}),
+                         layer("LSTM", {{"name", "b"}, {"units", 4}}),
+                         layer("Dense", {{"name", "d"}, {"units", 3}})}}},
+                  "t");
+  const Weights w = random_weights(m, 4);
+  const auto x = ramp(8 * m.input.size(), 1.0f);
+  const auto ff = forward_float(m, w, x.data(), 8);
+  for (const auto& [type, tolerance] :
+       {std::pair{DType::Bf16, 0.03}, std::pair{DType::Int8, 0.1}}) {
+    const QuantizedModel q = compiler::prepare(m, w, type, 128, x.data(), 8);
+    const auto fq = forward_quantized(q, x.data(), 8);
+    ASSERT_EQ(fq.size(), ff.size());
+    for (std::size_t k = 0; k < ff.size(); ++k)
+      EXPECT_NEAR(fq[k], ff[k], tolerance) << name_of(type) << " output " << k;
+  }
 }
 
 TEST(Calibration, LargeModelsCalibrateOnFewerImagesWithinTheMacBudget) {
