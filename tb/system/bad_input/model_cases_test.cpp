@@ -91,7 +91,7 @@ std::vector<Case> cases() {
           "/layers/0/config/name"),
       set("duplicate_layer_names", "/layers/2/config/name", "conv2d", "must be unique"),
       set("model_name_empty", "/name", "", "/name"),
-      set("input_two_axes", "/input", json::array({28, 28}), "/input"),
+      set("input_four_axes", "/input", json::array({1, 28, 28, 1}), "/input"),
       set("input_zero", "/input", json::array({28, 0, 1}), "/input/1"),
       set("input_negative", "/input", json::array({28, -28, 1}), "/input/1"),
       set("input_past_the_limit", "/input", json::array({28, 65537, 1}), "/input/1"),
