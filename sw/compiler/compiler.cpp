@@ -575,6 +575,31 @@ class Compiler {
     g.rows = l.input_dim;
     out.push_back(g);
   }
+  // The next MXU in turn and the accumulator slot it fills (slots alternate per MXU, so the
+  // vector unit drains one while the array fills the other).
+  std::pair<std::uint32_t, std::uint32_t> next_mxu_and_slot() {
+    const std::uint32_t m = next_mxu_;
+    next_mxu_ = (next_mxu_ + 1) % cfg_.mxu.count;
+    const std::uint32_t acc = (2 * m + parity_[m]) * part_.acc_slot;
+    parity_[m] ^= 1;
+    return {m, acc};
+  }
+
+  // Makes tile `t` (kr x nc, at `off` in the weights blob) MXU m's next weights unless it already
+  // is; returns whether the MatMul must swap them in.
+  bool load_tile(std::vector<isa::Instruction>& out, std::uint32_t m, const TileId& t,
+                 std::uint64_t off, std::uint32_t kr, std::uint32_t nc) {
+    if (resident_[m] == t) return false;
+    isa::ReadWeights rw;
+    rw.mxu = static_cast<std::uint8_t>(m);
+    rw.source = p_.weights_in_ub ? isa::WeightSource::UnifiedBuffer : isa::WeightSource::OffChip;
+    rw.addr = (p_.weights_in_ub ? weights_ub_ : tiling_.weights_addr) + off;
+    rw.rows = static_cast<std::uint16_t>(kr), rw.cols = static_cast<std::uint16_t>(nc);
+    out.push_back(rw);
+    resident_[m] = t;
+    return true;
+  }
+
   // An LSTM's scratch for n sequences (docs/compiler.md, "LSTM"), fp32 unless said: zx and zh
   // (4 units each, gate-major: gate g's n x units block at g * n * units), the cell state c, a
   // temporary, and the quantized h of the step (the chip's type).
@@ -606,28 +631,14 @@ class Compiler {
                    const std::uint64_t* tiles, std::uint32_t k_tiles, std::uint32_t j_id,
                    std::uint32_t nc, std::uint64_t src, std::uint64_t src_stride,
                    std::uint64_t rows_total, std::uint64_t dst, std::uint64_t params) {
-    const std::uint32_t R = cfg_.mxu.rows, M = cfg_.mxu.count, U = m_.ops[i].filters;
+    const std::uint32_t R = cfg_.mxu.rows, U = m_.ops[i].filters;
     for (std::uint64_t r0 = 0; r0 < rows_total; r0 += part_.acc_slot) {
       const auto rows =
           static_cast<std::uint32_t>(std::min<std::uint64_t>(part_.acc_slot, rows_total - r0));
-      const std::uint32_t m = next_mxu_;
-      next_mxu_ = (next_mxu_ + 1) % M;
-      const std::uint32_t acc = (2 * m + parity_[m]) * part_.acc_slot;
-      parity_[m] ^= 1;
+      const auto [m, acc] = next_mxu_and_slot();
       for (std::uint32_t kt = 0; kt < k_tiles; ++kt) {
-        const TileId t{i, j_id, kt};
-        const bool swap = !(resident_[m] == t);
-        if (swap) {
-          isa::ReadWeights rw;
-          rw.mxu = static_cast<std::uint8_t>(m);
-          rw.source =
-              p_.weights_in_ub ? isa::WeightSource::UnifiedBuffer : isa::WeightSource::OffChip;
-          rw.addr = (p_.weights_in_ub ? weights_ub_ : tiling_.weights_addr) + tiles[kt];
-          rw.rows = static_cast<std::uint16_t>(std::min(R, K - kt * R));
-          rw.cols = static_cast<std::uint16_t>(nc);
-          out.push_back(rw);
-          resident_[m] = t;
-        }
+        const bool swap =
+            load_tile(out, m, TileId{i, j_id, kt}, tiles[kt], std::min(R, K - kt * R), nc);
         isa::MatMul mm;
         mm.mxu = static_cast<std::uint8_t>(m);
         mm.accumulate = kt > 0;
@@ -882,27 +893,13 @@ class Compiler {
       const std::uint32_t nc = std::min(C, p.N - j * C);
       for (std::uint64_t r0 = 0; r0 < rows_total; r0 += chunk) {
         const auto rows = static_cast<std::uint32_t>(std::min(chunk, rows_total - r0));
-        const std::uint32_t m = next_mxu_;
-        next_mxu_ = (next_mxu_ + 1) % M;
-        const std::uint32_t acc = (2 * m + parity_[m]) * part_.acc_slot;
-        parity_[m] ^= 1;
+        const auto [m, acc] = next_mxu_and_slot();
         bool first = true;  // the first tile multiplied overwrites the accumulators
         for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
           const std::uint64_t off = p.tile_off[std::size_t{j} * p.k_tiles + kt];
           if (off == kNoTile) continue;
           const std::uint32_t kr = std::min(R, p.K - kt * R);
-          const TileId t{i, j, kt};
-          const bool swap = !(resident_[m] == t);
-          if (swap) {
-            isa::ReadWeights rw;
-            rw.mxu = static_cast<std::uint8_t>(m);
-            rw.source =
-                p_.weights_in_ub ? isa::WeightSource::UnifiedBuffer : isa::WeightSource::OffChip;
-            rw.addr = (p_.weights_in_ub ? weights_ub_ : tiling_.weights_addr) + off;
-            rw.rows = static_cast<std::uint16_t>(kr), rw.cols = static_cast<std::uint16_t>(nc);
-            out.push_back(rw);
-            resident_[m] = t;
-          }
+          const bool swap = load_tile(out, m, TileId{i, j, kt}, off, kr, nc);
           isa::MatMul mm;
           mm.mxu = static_cast<std::uint8_t>(m);
           mm.accumulate = !first;
