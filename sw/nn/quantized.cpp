@@ -918,30 +918,38 @@ void matmul_to_fp32(const QuantizedModel& q, const ChipTensor& in, std::size_t f
                     const std::vector<std::int32_t>* bias_i32, const std::vector<float>* bias_f32,
                     const std::vector<float>& scale, std::vector<float>& out) {
   out.assign(rows * N, 0.0f);
+  // Row-major kernels, columns independent: the loops run over a row of the kernel at a time, so
+  // each column keeps its own order of sums.
+  std::vector<std::uint32_t> acc_u(N);
+  std::vector<float> acc_f(N), psum(N);
   for (std::size_t r = 0; r < rows; ++r) {
     const std::size_t x0 = first + r * stride;
-    for (std::uint32_t c = 0; c < N; ++c) {
-      if (q.act_type == DType::Int8) {
-        std::uint32_t acc = 0;  // wraps like the int32 accumulator
-        for (std::uint32_t k = 0; k < K; ++k)
-          acc +=
-              static_cast<std::uint32_t>(std::int32_t{in.i8[x0 + k]} * w8[std::size_t{k} * N + c]);
-        out[r * N + c] = numerics::scale_int(static_cast<std::int32_t>(acc),
-                                             bias_i32 ? (*bias_i32)[c] : 0, scale[c]);
-        continue;
+    float* o = &out[r * N];
+    if (q.act_type == DType::Int8) {
+      std::fill(acc_u.begin(), acc_u.end(), 0u);  // wraps like the int32 accumulator
+      for (std::uint32_t k = 0; k < K; ++k) {
+        const std::int32_t xk = in.i8[x0 + k];
+        if (xk == 0) continue;
+        const std::int8_t* wk = &w8[std::size_t{k} * N];
+        for (std::uint32_t c = 0; c < N; ++c) acc_u[c] += static_cast<std::uint32_t>(xk * wk[c]);
       }
-      float acc = 0.0f;
-      for (std::uint32_t k0 = 0; k0 < K; k0 += q.tile_rows) {
-        float psum = 0.0f;
-        for (std::uint32_t k = k0; k < std::min<std::uint32_t>(K, k0 + q.tile_rows); ++k) {
-          const float xv = value_at(in, x0 + k);
-          if (xv == 0.0f) continue;  // adds +-0 to a partial sum that is never -0
-          psum += xv * to_float(Bf16{wbf[std::size_t{k} * N + c]});
-        }
-        acc = k0 == 0 ? psum : acc + psum;
-      }
-      out[r * N + c] = numerics::scale_float(acc, bias_f32 ? (*bias_f32)[c] : 0.0f, scale[c]);
+      for (std::uint32_t c = 0; c < N; ++c)
+        o[c] = numerics::scale_int(static_cast<std::int32_t>(acc_u[c]),
+                                   bias_i32 ? (*bias_i32)[c] : 0, scale[c]);
+      continue;
     }
+    for (std::uint32_t k0 = 0; k0 < K; k0 += q.tile_rows) {
+      std::fill(psum.begin(), psum.end(), 0.0f);
+      for (std::uint32_t k = k0; k < std::min<std::uint32_t>(K, k0 + q.tile_rows); ++k) {
+        const float xv = value_at(in, x0 + k);
+        if (xv == 0.0f) continue;  // adds +-0 to a partial sum that is never -0
+        const std::uint16_t* wk = &wbf[std::size_t{k} * N];
+        for (std::uint32_t c = 0; c < N; ++c) psum[c] += xv * to_float(Bf16{wk[c]});
+      }
+      for (std::uint32_t c = 0; c < N; ++c) acc_f[c] = k0 == 0 ? psum[c] : acc_f[c] + psum[c];
+    }
+    for (std::uint32_t c = 0; c < N; ++c)
+      o[c] = numerics::scale_float(acc_f[c], bias_f32 ? (*bias_f32)[c] : 0.0f, scale[c]);
   }
 }
 
