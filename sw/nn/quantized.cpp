@@ -40,10 +40,6 @@ namespace {
 // int8 symmetric range: -127..127 (no -128), so negation never overflows.
 constexpr float kInt8Max = 127.0f;
 
-std::int8_t quantize_value(float x, float scale) {
-  const long q = std::lround(x / scale);
-  return static_cast<std::int8_t>(std::clamp<long>(q, -127, 127));
-}
 
 // An elementwise activation on fp32, as the numerics library defines it; Softmax is a row
 // function (numerics::softmax_row).
@@ -153,7 +149,7 @@ namespace {
 void constant_params(const ParamArgs& a) {
   for (float x : constant_values(a.l)) {
     if (a.input_type == DType::Int8) {
-      a.ql.constant.push_back(static_cast<std::uint8_t>(quantize_value(x, a.ql.out_scale)));
+      a.ql.constant.push_back(static_cast<std::uint8_t>(numerics::quantize_int8(x, a.ql.out_scale)));
     } else {
       const std::uint16_t b = to_bf16(x).bits;
       a.ql.constant.push_back(static_cast<std::uint8_t>(b & 0xff));
@@ -166,7 +162,7 @@ void constant_params(const ParamArgs& a) {
 void embedding_params(const ParamArgs& a) {
   for (float x : a.w.kernel) {
     if (a.input_type == DType::Int8)
-      a.ql.kernel_i8.push_back(quantize_value(x, a.ql.out_scale));
+      a.ql.kernel_i8.push_back(numerics::quantize_int8(x, a.ql.out_scale));
     else
       a.ql.kernel_bf16.push_back(to_bf16(x).bits);
   }
@@ -241,7 +237,7 @@ void quantize_kernel(DType type, const std::vector<float>& kernel, std::uint32_t
   i8.resize(kernel.size());
   for (std::size_t k = 0; k < rows; ++k)
     for (std::uint32_t c = 0; c < cols; ++c)
-      i8[k * cols + c] = quantize_value(kernel[k * cols + c], scale[c]);
+      i8[k * cols + c] = numerics::quantize_int8(kernel[k * cols + c], scale[c]);
 }
 
 // An LSTM's two kernels (input W and recurrent U, 4 units columns each, gates i, f, c, o) and the
@@ -320,7 +316,7 @@ void weighted_params(const ParamArgs& a) {
   ql.kernel_i8.resize(kernel.size());
   for (std::size_t k = 0; k < k_total; ++k)
     for (std::uint32_t c = 0; c < cout; ++c)
-      ql.kernel_i8[k * cout + c] = quantize_value(kernel[k * cout + c], ql.weight_scale[c]);
+      ql.kernel_i8[k * cout + c] = numerics::quantize_int8(kernel[k * cout + c], ql.weight_scale[c]);
   ql.bias_i32.assign(cout, 0);
   for (std::uint32_t c = 0; c < cout; ++c) {
     const double b = std::round(double{bias[c]} / (double{in_scale} * ql.weight_scale[c]));
@@ -483,7 +479,7 @@ std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* ima
       const auto id = static_cast<std::uint32_t>(images[i]);
       for (int k = 0; k < 4; ++k) out[4 * i + k] = static_cast<std::uint8_t>(id >> (8 * k));
     } else if (q.act_type == DType::Int8) {
-      out[i] = static_cast<std::uint8_t>(quantize_value(images[i], q.input_scale));
+      out[i] = static_cast<std::uint8_t>(numerics::quantize_int8(images[i], q.input_scale));
     } else {
       const std::uint16_t b = to_bf16(images[i]).bits;
       out[2 * i] = static_cast<std::uint8_t>(b & 0xff);
