@@ -27,6 +27,7 @@ namespace {
 int run_cli(int argc, char** argv) {
   CLI::App app{"tpusim: a SystemC TLM-2.0 model of Google's TPU chips"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tpusim ") + TPUSIM_VERSION);
 
   std::string chip_file;
   bool as_json = false;
@@ -125,7 +126,24 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1e-6, 1.0));
 
-  CLI11_PARSE(app, argc, argv);
+  // Help and --version print and succeed; any other command-line error is one `tpusim:` line and
+  // status 2, as every other bad input (docs/robustness.md), not CLI11's own exit codes.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // The failing subcommand's help is one `--help` away; the message names the option.
+    std::cerr << "tpusim: " << e.what() << " (tpusim --help lists the commands and options)\n";
+    return 2;
+  }
 
   if (info->parsed()) {
     const tpu::ChipConfig cfg = tpu::load_chip_config(chip_file);

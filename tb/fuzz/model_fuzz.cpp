@@ -2,7 +2,7 @@
 // raise InputError; anything else is a finding. A loaded model's figures must be computable.
 #include "fuzz_file.h"
 #include "hw/common/error.h"
-#include "sw/ir/graph.h"
+#include "sw/import/import.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string path = tpu::fuzz::write_input("model.json", data, size);
