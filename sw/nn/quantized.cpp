@@ -40,7 +40,6 @@ namespace {
 // int8 symmetric range: -127..127 (no -128), so negation never overflows.
 constexpr float kInt8Max = 127.0f;
 
-
 // An elementwise activation on fp32, as the numerics library defines it; Softmax is a row
 // function (numerics::softmax_row).
 float activate(Act a, float alpha, float x) {
@@ -149,7 +148,8 @@ namespace {
 void constant_params(const ParamArgs& a) {
   for (float x : constant_values(a.l)) {
     if (a.input_type == DType::Int8) {
-      a.ql.constant.push_back(static_cast<std::uint8_t>(numerics::quantize_int8(x, a.ql.out_scale)));
+      a.ql.constant.push_back(
+          static_cast<std::uint8_t>(numerics::quantize_int8(x, a.ql.out_scale)));
     } else {
       const std::uint16_t b = to_bf16(x).bits;
       a.ql.constant.push_back(static_cast<std::uint8_t>(b & 0xff));
@@ -316,7 +316,8 @@ void weighted_params(const ParamArgs& a) {
   ql.kernel_i8.resize(kernel.size());
   for (std::size_t k = 0; k < k_total; ++k)
     for (std::uint32_t c = 0; c < cout; ++c)
-      ql.kernel_i8[k * cout + c] = numerics::quantize_int8(kernel[k * cout + c], ql.weight_scale[c]);
+      ql.kernel_i8[k * cout + c] =
+          numerics::quantize_int8(kernel[k * cout + c], ql.weight_scale[c]);
   ql.bias_i32.assign(cout, 0);
   for (std::uint32_t c = 0; c < cout; ++c) {
     const double b = std::round(double{bias[c]} / (double{in_scale} * ql.weight_scale[c]));
