@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "hw/common/error.h"
+#include "sw/ir/autodiff.h"
 
 namespace tpu::ir {
 namespace {
@@ -103,7 +104,58 @@ std::vector<ParamSpec> with_bias(const Op& l, std::vector<ParamSpec> v, std::uin
   return v;
 }
 
-const std::vector<OpInfo> kOpInfos = {
+// Gradient rules (autodiff.h, docs/training.md "Gradient rules"): each carries the gradient at
+// operation i's output to its inputs and parameters.
+TensorId value_of(std::size_t t) { return {Role::Value, t}; }
+TensorId gradient_of(std::size_t i) { return {Role::Gradient, i}; }
+
+void grad_pass(Backward& b, std::size_t i) {
+  for (std::size_t t : b.graph().ops[i].inputs)
+    b.to_input(t, {GradKind::Pass, i, {gradient_of(i)}, {}});
+}
+
+// A rule that cannot differentiate still passes a gradient on, so that differentiate() reaches
+// and names every layer that cannot be trained, not only the last one.
+void no_grad(Backward& b, std::size_t i) {
+  b.cannot(i, "fit has no gradient rule for this kind of layer yet");
+  grad_pass(b, i);
+}
+
+void grad_dropout(Backward& b, std::size_t i) {
+  b.cannot(i, "fit does not apply Dropout's random mask yet (remove the layer to train)");
+  grad_pass(b, i);
+}
+
+void grad_pool(Backward& b, std::size_t i) {
+  const Op& l = b.graph().ops[i];
+  b.to_input(l.inputs[0], {GradKind::Pool, i, {value_of(l.inputs[0]), gradient_of(i)}, {}});
+}
+
+void grad_activation(Backward& b, std::size_t i) {
+  const Op& l = b.graph().ops[i];
+  if (l.activation == Act::Linear) return grad_pass(b, i);
+  if (auto op = b.activation_gradient(i))
+    b.to_input(l.inputs[0], std::move(*op));
+  else
+    grad_pass(b, i);
+}
+
+// Conv2D and Dense: the bias, the kernel, then the input.
+void grad_weighted(Backward& b, std::size_t i, GradKind input, GradKind kernel) {
+  const Op& l = b.graph().ops[i];
+  const TensorId dz = b.pre_activation_gradient(i);
+  if (l.use_bias) b.to_parameter(i, Param::Bias, {GradKind::Bias, i, {dz}, {}});
+  b.to_parameter(i, Param::Kernel, {kernel, i, {value_of(l.inputs[0]), dz}, {}});
+  b.to_input(l.inputs[0], {input, i, {dz, {Role::Parameter, i, Param::Kernel}}, {}});
+}
+void grad_conv2d(Backward& b, std::size_t i) {
+  grad_weighted(b, i, GradKind::ConvInput, GradKind::ConvKernel);
+}
+void grad_dense(Backward& b, std::size_t i) {
+  grad_weighted(b, i, GradKind::DenseInput, GradKind::DenseKernel);
+}
+
+const std::vector<OpInfo> kOpInfos{
     {OpKind::Conv2D, "Conv2D", 1, 1, true, true, false,
      [](const Op& l, const std::vector<Shape>& in) {
        return window(l, in[0], l.filters, "kernel_size");
@@ -118,29 +170,32 @@ const std::vector<OpInfo> kOpInfos = {
                           receptive(l) * l.in.c,
                           receptive(l) * l.out.c}},
                         l.out.c);
-     }},
+     },
+     grad_conv2d},
     {OpKind::MaxPooling2D, "MaxPooling2D", 1, 1, false, false, false,
      [](const Op& l, const std::vector<Shape>& in) {
        return window(l, in[0], in[0].c, "pool_size");
      },
-     no_macs, no_params},
+     no_macs, no_params, grad_pool},
     {OpKind::AveragePooling2D, "AveragePooling2D", 1, 1, false, false, false,
      [](const Op& l, const std::vector<Shape>& in) {
        return window(l, in[0], in[0].c, "pool_size");
      },
-     no_macs, no_params},
-    {OpKind::Activation, "Activation", 1, 1, false, false, false, same_shape, no_macs, no_params},
+     no_macs, no_params, grad_pool},
+    {OpKind::Activation, "Activation", 1, 1, false, false, false, same_shape, no_macs, no_params,
+     grad_activation},
     {OpKind::Flatten, "Flatten", 1, 1, false, false, true,
      [](const Op&, const std::vector<Shape>& in) -> InferredShape {
        // Every resolved shape holds at most kMaxTensorElements, which fits 32 bits.
        return Shape{1, 1, static_cast<std::uint32_t>(in[0].size())};
      },
-     no_macs, no_params},
-    {OpKind::Reshape, "Reshape", 1, 1, false, false, true, reshape, no_macs, no_params},
+     no_macs, no_params, grad_pass},
+    {OpKind::Reshape, "Reshape", 1, 1, false, false, true, reshape, no_macs, no_params, grad_pass},
     {OpKind::Dense, "Dense", 1, 1, true, true, false,
      [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        // Keras applies Dense to the last axis of a 3-D input; tpusim's chips and references
-       // treat Dense as a matrix product over the whole flat input, so the two would disagree.
+       // treat Dense as a matrix product over the whole flat input, so the two would
+       // disagree.
        if (in[0].h != 1 || in[0].w != 1)
          return ShapeProblem{std::string(kClassArgument),
                              fmt::format("Dense needs a flat input (h = w = 1) but gets {}; "
@@ -155,7 +210,8 @@ const std::vector<OpInfo> kOpInfos = {
        return with_bias(
            l, {{Param::Kernel, "kernel", {in, l.out.c}, Init::Glorot, double(in), double(l.out.c)}},
            l.out.c);
-     }},
+     },
+     grad_dense},
     {OpKind::BatchNormalization, "BatchNormalization", 1, 1, false, true, false, same_shape,
      no_macs,
      [](const Op& l) {
@@ -166,7 +222,8 @@ const std::vector<OpInfo> kOpInfos = {
        v.push_back({Param::MovingMean, "moving_mean", {l.out.c}, Init::Zeros});
        v.push_back({Param::MovingVariance, "moving_variance", {l.out.c}, Init::Ones});
        return v;
-     }},
+     },
+     no_grad},
     {OpKind::ZeroPadding2D, "ZeroPadding2D", 1, 1, false, false, false,
      [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        const Shape out{in[0].h + l.pad_top + l.pad_bottom, in[0].w + l.pad_left + l.pad_right,
@@ -177,23 +234,24 @@ const std::vector<OpInfo> kOpInfos = {
                                                     kMaxDim)};
        return out;
      },
-     no_macs, no_params},
+     no_macs, no_params, no_grad},
     {OpKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", 1, 1, false, false, false,
      [](const Op&, const std::vector<Shape>& in) -> InferredShape {
        return Shape{1, 1, in[0].c};
      },
-     no_macs, no_params},
+     no_macs, no_params, grad_pool},
     {OpKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", 1, 1, false, false, false,
      [](const Op&, const std::vector<Shape>& in) -> InferredShape {
        return Shape{1, 1, in[0].c};
      },
-     no_macs, no_params},
-    {OpKind::Add, "Add", 2, kAny, false, false, false, elementwise, no_macs, no_params},
-    {OpKind::Dropout, "Dropout", 1, 1, false, false, false, same_shape, no_macs, no_params},
+     no_macs, no_params, grad_pool},
+    {OpKind::Add, "Add", 2, kAny, false, false, false, elementwise, no_macs, no_params, grad_pass},
+    {OpKind::Dropout, "Dropout", 1, 1, false, false, false, same_shape, no_macs, no_params,
+     grad_dropout},
     // A tensor the chip holds in off-chip memory: its shape is its own argument.
     {OpKind::Constant, "Constant", 0, 0, false, false, false,
      [](const Op& l, const std::vector<Shape>&) -> InferredShape { return l.out; }, no_macs,
-     no_params},
+     no_params, no_grad},
     {OpKind::DepthwiseConv2D, "DepthwiseConv2D", 1, 1, true, true, false,
      [](const Op& l, const std::vector<Shape>& in) {
        return window(l, in[0], in[0].c * l.depth_multiplier, "kernel_size");
@@ -209,7 +267,8 @@ const std::vector<OpInfo> kOpInfos = {
                           receptive(l) * l.in.c,
                           receptive(l) * l.depth_multiplier}},
                         l.out.c);
-     }},
+     },
+     no_grad},
     {OpKind::SeparableConv2D, "SeparableConv2D", 1, 1, true, true, false,
      [](const Op& l, const std::vector<Shape>& in) {
        return window(l, in[0], l.filters, "kernel_size");
@@ -234,7 +293,8 @@ const std::vector<OpInfo> kOpInfos = {
                           double(mid),
                           double(l.out.c)}},
                         l.out.c);
-     }},
+     },
+     no_grad},
     {OpKind::Concatenate, "Concatenate", 2, kAny, false, false, false,
      [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        Shape out = in[0];
@@ -252,17 +312,20 @@ const std::vector<OpInfo> kOpInfos = {
                                          out.c, kMaxDim)};
        return out;
      },
-     no_macs, no_params},
-    {OpKind::Multiply, "Multiply", 2, kAny, false, false, false, elementwise, no_macs, no_params},
-    {OpKind::Subtract, "Subtract", 2, 2, false, false, false, elementwise, no_macs, no_params},
+     no_macs, no_params, no_grad},
+    {OpKind::Multiply, "Multiply", 2, kAny, false, false, false, elementwise, no_macs, no_params,
+     no_grad},
+    {OpKind::Subtract, "Subtract", 2, 2, false, false, false, elementwise, no_macs, no_params,
+     no_grad},
     {OpKind::PReLU, "PReLU", 1, 1, false, true, false, same_shape, no_macs,
      [](const Op& l) {
-       // One alpha per channel (shared over the image's rows and columns): [1, 1, c], or [c]
-       // on a flat input.
+       // One alpha per channel (shared over the image's rows and columns): [1, 1, c], or
+       // [c] on a flat input.
        std::vector<std::uint32_t> dims = {l.out.c};
        if (l.out.h != 1 || l.out.w != 1) dims = {1, 1, l.out.c};
        return std::vector<ParamSpec>{{Param::Alpha, "alpha", dims, Init::Zeros}};
-     }},
+     },
+     no_grad},
     {OpKind::Embedding, "Embedding", 1, 1, false, true, false,
      [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        if (in[0].h != 1 || in[0].w != 1)
@@ -276,7 +339,8 @@ const std::vector<OpInfo> kOpInfos = {
      [](const Op& l) {
        return std::vector<ParamSpec>{
            {Param::Kernel, "embeddings", {l.input_dim, l.filters}, Init::Embedding}};
-     }},
+     },
+     no_grad},
     {OpKind::LSTM, "LSTM", 1, 1, false, true, false,
      [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        if (auto problem = not_a_sequence(l, in[0])) return *problem;
@@ -298,7 +362,8 @@ const std::vector<OpInfo> kOpInfos = {
             double(g)}};
        if (l.use_bias) v.push_back({Param::Bias, "bias", {g}, Init::LstmBias});
        return v;
-     }},
+     },
+     no_grad},
 };
 
 }  // namespace

@@ -70,6 +70,8 @@ struct ParamSpec {
   }
 };
 
+class Backward;  // autodiff.h
+
 struct OpInfo {
   OpKind kind;
   std::string_view name;  // Keras's class name
@@ -86,6 +88,9 @@ struct OpInfo {
   std::uint64_t (*macs)(const Op& l);
   // Its parameter tensors, in the weights file's order, shapes resolved.
   std::vector<ParamSpec> (*params)(const Op& l);
+  // Its gradient rule (autodiff.h): given the gradient at operation i's output, adds the
+  // backward operations that carry it to i's inputs and parameters, or says why it cannot.
+  void (*grad)(Backward& b, std::size_t i);
 };
 
 const OpInfo& op_info(OpKind k);

@@ -54,23 +54,6 @@ std::vector<std::pair<std::string, Expected>> expected_tensors(const Graph& m) {
   return out;
 }
 
-// LW is LayerWeights or const LayerWeights.
-template <class LW>
-auto& tensor_of(LW& w, ir::Param p) {
-  switch (p) {
-    case ir::Param::Kernel: return w.kernel;
-    case ir::Param::Bias: return w.bias;
-    case ir::Param::Gamma: return w.gamma;
-    case ir::Param::Beta: return w.beta;
-    case ir::Param::MovingMean: return w.moving_mean;
-    case ir::Param::MovingVariance: return w.moving_variance;
-    case ir::Param::PointwiseKernel: return w.pointwise;
-    case ir::Param::RecurrentKernel: return w.recurrent;
-    case ir::Param::Alpha: return w.alpha;
-  }
-  return w.kernel;
-}
-
 std::string_view param_name(ir::Param p) {
   switch (p) {
     case ir::Param::Kernel: return "kernel";
@@ -181,7 +164,27 @@ class Reader {
   std::uint64_t size_ = 0, pos_ = 0;
 };
 
+// LW is LayerWeights or const LayerWeights.
+template <class LW>
+auto& field_of(LW& w, ir::Param p) {
+  switch (p) {
+    case ir::Param::Kernel: return w.kernel;
+    case ir::Param::Bias: return w.bias;
+    case ir::Param::Gamma: return w.gamma;
+    case ir::Param::Beta: return w.beta;
+    case ir::Param::MovingMean: return w.moving_mean;
+    case ir::Param::MovingVariance: return w.moving_variance;
+    case ir::Param::PointwiseKernel: return w.pointwise;
+    case ir::Param::RecurrentKernel: return w.recurrent;
+    case ir::Param::Alpha: return w.alpha;
+  }
+  return w.kernel;
+}
+
 }  // namespace
+
+std::vector<float>& tensor_of(LayerWeights& w, ir::Param p) { return field_of(w, p); }
+const std::vector<float>& tensor_of(const LayerWeights& w, ir::Param p) { return field_of(w, p); }
 
 void check_weights(const Graph& m, const Weights& w) {
   if (w.layers.size() != m.ops.size())

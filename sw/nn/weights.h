@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sw/ir/graph.h"
+#include "sw/ir/ops.h"
 
 namespace tpu::nn {
 
@@ -24,6 +25,10 @@ struct LayerWeights {
   std::vector<float> recurrent;  // LSTM [units][4 units]
   std::vector<float> alpha;      // PReLU, per channel
 };
+
+// The field of `w` that holds parameter p.
+std::vector<float>& tensor_of(LayerWeights& w, ir::Param p);
+const std::vector<float>& tensor_of(const LayerWeights& w, ir::Param p);
 
 // One entry per model layer (empty for layers without weights).
 struct Weights {
