@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sw/ir/ops.h"
+#include "sw/nn/taps.h"
 
 namespace tpu::nn {
 namespace {
@@ -21,35 +22,6 @@ using ir::Role;
 using ir::Shape;
 using ir::TensorId;
 using Tensor = std::vector<double>;  // n images, NHWC each, or a parameter
-
-// The window of a convolution or pooling on its input: input row of output row oy, tap ky.
-struct Geometry {
-  std::uint32_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
-  std::int64_t top = 0, left = 0;
-};
-Geometry geometry(const Op& l) {
-  if (l.kind == OpKind::GlobalAveragePooling2D || l.kind == OpKind::GlobalMaxPooling2D)
-    return {l.in.h, l.in.w, 1, 1, 1, 1, 0, 0};
-  const ir::Pads p = ir::window_pads(l);
-  return {l.kernel_h,   l.kernel_w,   l.stride_h, l.stride_w,
-          l.dilation_h, l.dilation_w, p.top,      p.left};
-}
-// Calls f(input pixel, output pixel, tap) for every tap of every output pixel of one image
-// that lies inside the input, taps in (ky, kx) order.
-template <class F>
-void for_taps(const Op& l, F f) {
-  const Geometry g = geometry(l);
-  for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
-    for (std::uint32_t ox = 0; ox < l.out.w; ++ox)
-      for (std::uint32_t ky = 0; ky < g.kh; ++ky)
-        for (std::uint32_t kx = 0; kx < g.kw; ++kx) {
-          const std::int64_t y = std::int64_t{oy} * g.sh + std::int64_t{ky} * g.dh - g.top;
-          const std::int64_t x = std::int64_t{ox} * g.sw + std::int64_t{kx} * g.dw - g.left;
-          if (y < 0 || x < 0 || y >= l.in.h || x >= l.in.w) continue;
-          f(static_cast<std::size_t>(y * l.in.w + x), std::size_t{oy} * l.out.w + ox,
-            std::size_t{ky} * g.kw + kx);
-        }
-}
 
 bool is_max_pool(const Op& l) {
   return l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D;

@@ -1,0 +1,482 @@
+#include "sw/nn/training_reference.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "numerics/activation.h"
+#include "numerics/bf16.h"
+#include "numerics/elementwise.h"
+#include "sw/ir/ops.h"
+#include "sw/nn/taps.h"
+
+namespace tpu::nn {
+namespace {
+
+using ir::Act;
+using ir::GradKind;
+using ir::Graph;
+using ir::kGraphInput;
+using ir::Op;
+using ir::OpKind;
+using ir::Role;
+using ir::TensorId;
+using Tensor = std::vector<float>;
+
+float bf(float x) { return round_bf16(x); }
+Tensor bf(const Tensor& t) {
+  Tensor r(t.size());
+  std::transform(t.begin(), t.end(), r.begin(), [](float x) { return bf(x); });
+  return r;
+}
+
+// The MXU's order for one output (docs/training.md): the contraction k < K in chunks of R rows,
+// each summed from +0 in k order, each added into the accumulator, which starts at +0. Products
+// of two bf16 values are exact in fp32.
+template <class Product>
+float mxu_sum(std::size_t K, std::size_t R, Product product) {
+  float acc = 0.0f;
+  for (std::size_t k0 = 0; k0 < K; k0 += R) {
+    float psum = 0.0f;
+    const std::size_t k1 = std::min(K, k0 + R);
+    for (std::size_t k = k0; k < k1; ++k) psum += product(k);
+    acc += psum;
+  }
+  return acc;
+}
+
+float activate(Act a, float x) {
+  switch (a) {
+    case Act::Linear: return x;
+    case Act::Relu: return numerics::relu(x);
+    case Act::Relu6: return numerics::relu6(x);
+    case Act::Sigmoid: return numerics::sigmoid(x);
+    case Act::Tanh: return numerics::tanh_act(x);
+    default: break;
+  }
+  throw std::logic_error("training reference: activation without a gradient rule");
+}
+
+// dy · f'(x), written with the activation's output y (the eltwise *_grad operations).
+float activation_grad(Act a, float y, float dy) {
+  switch (a) {
+    case Act::Relu: return y > 0.0f ? dy : 0.0f;
+    case Act::Relu6: return y > 0.0f && y < 6.0f ? dy : 0.0f;
+    case Act::Sigmoid: return dy * (y * (1.0f - y));
+    case Act::Tanh: return dy * (1.0f - y * y);
+    default: break;
+  }
+  throw std::logic_error("training reference: activation without a gradient rule");
+}
+
+bool is_max_pool(const Op& l) {
+  return l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D;
+}
+
+// One forward and backward pass over `n` images of one replica.
+struct Pass {
+  const Graph& g;
+  const TrainPlan& plan;
+  const Weights& w;
+  std::size_t n;
+  std::map<TensorId, Tensor> t;
+
+  Tensor& value(std::size_t op) { return t[{Role::Value, op}]; }
+  [[nodiscard]] const Op& op(std::size_t i) const { return g.ops[i]; }
+
+  // Conv2D or Dense: the accumulators plus the bias (activate's (acc + bias) * 1).
+  Tensor weighted(std::size_t i) {
+    const Op& l = op(i);
+    const Tensor xb = bf(value(l.inputs[0]));
+    const Tensor wb = bf(w.layers[i].kernel);
+    const Tensor& bias = w.layers[i].bias;
+    const std::size_t in = l.in.size(), out = l.out.size(), co = l.out.c, ci = l.in.c;
+    Tensor z(n * out);
+    if (l.kind == OpKind::Dense) {
+      for (std::size_t b = 0; b < n; ++b)
+        for (std::size_t c = 0; c < co; ++c)
+          z[b * out + c] = mxu_sum(in, plan.tile_rows,
+                                   [&](std::size_t k) { return xb[b * in + k] * wb[k * co + c]; }) +
+                           bias[c];
+      return z;
+    }
+    const Taps tp = taps_of(l);
+    const std::size_t K = std::size_t{tp.kh} * tp.kw * ci;
+    for (std::size_t b = 0; b < n; ++b)
+      for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
+        for (std::uint32_t ox = 0; ox < l.out.w; ++ox)
+          for (std::size_t c = 0; c < co; ++c) {
+            const auto product = [&](std::size_t k) {
+              const std::size_t tap = k / ci;
+              const std::int64_t p =
+                  tap_pixel(l, tp, oy, ox, static_cast<std::uint32_t>(tap / tp.kw),
+                            static_cast<std::uint32_t>(tap % tp.kw));
+              const float x = p < 0 ? 0.0f : xb[b * in + static_cast<std::size_t>(p) * ci + k % ci];
+              return x * wb[k * co + c];
+            };
+            z[b * out + (std::size_t{oy} * l.out.w + ox) * co + c] =
+                mxu_sum(K, plan.tile_rows, product) + bias[c];
+          }
+    return z;
+  }
+
+  Tensor pool(const Op& l, const Tensor& x) {
+    const std::size_t in = l.in.size(), out = l.out.size(), c = l.in.c;
+    const bool max = is_max_pool(l);
+    Tensor y(n * out, 0.0f);
+    std::vector<bool> seen(out, false);
+    std::vector<float> count(out / c, 0.0f);
+    for_taps(l, [&](std::size_t, std::size_t op, std::size_t) { count[op] += 1.0f; });
+    for (std::size_t b = 0; b < n; ++b) {
+      std::fill(seen.begin(), seen.end(), false);
+      for_taps(l, [&](std::size_t ip, std::size_t op, std::size_t) {
+        for (std::size_t ch = 0; ch < c; ++ch) {
+          float& o = y[b * out + op * c + ch];
+          const float v = x[b * in + ip * c + ch];
+          if (max)
+            o = seen[op * c + ch] ? numerics::max_float(o, v) : v;
+          else
+            o += v;
+          seen[op * c + ch] = true;
+        }
+      });
+      if (!max)
+        for (std::size_t o = 0; o < out; ++o) y[b * out + o] /= count[o / c];
+    }
+    return y;
+  }
+
+  void forward(std::size_t loss_op) {
+    for (std::size_t i = 0; i < g.ops.size(); ++i) {
+      const Op& l = op(i);
+      Tensor out;
+      switch (l.kind) {
+        case OpKind::Conv2D:
+        case OpKind::Dense: {
+          Tensor z = weighted(i);
+          if (i == loss_op && l.activation == Act::Softmax) {
+            t[{Role::PreActivation, i}] = std::move(z);
+            continue;  // the loss reads the logits; nothing reads the softmax
+          }
+          out = std::move(z);
+          for (float& v : out) v = activate(l.activation, v);
+          break;
+        }
+        case OpKind::Activation:
+          if (i == loss_op) continue;
+          out = value(l.inputs[0]);
+          for (float& v : out) v = activate(l.activation, v);
+          break;
+        case OpKind::Flatten:
+        case OpKind::Reshape: out = value(l.inputs[0]); break;
+        case OpKind::Add:
+          out = value(l.inputs[0]);
+          for (std::size_t k = 1; k < l.inputs.size(); ++k) {
+            const Tensor& b = value(l.inputs[k]);
+            for (std::size_t e = 0; e < out.size(); ++e) out[e] += b[e];
+          }
+          break;
+        case OpKind::MaxPooling2D:
+        case OpKind::AveragePooling2D:
+        case OpKind::GlobalAveragePooling2D:
+        case OpKind::GlobalMaxPooling2D: out = pool(l, value(l.inputs[0])); break;
+        default:
+          throw std::logic_error("training reference: " + std::string(ir::name_of(l.kind)) +
+                                 " has no gradient rule");
+      }
+      value(i) = std::move(out);
+    }
+  }
+
+  // SparseSoftmaxCrossEntropyWithLogits on each row (the xent instruction), the gradient scaled
+  // by `scale`.
+  Tensor xent(const Tensor& z, std::size_t k, const std::int32_t* labels, float scale, float* loss,
+              float* correct) const {
+    Tensor d(z.size());
+    for (std::size_t r = 0; r < n; ++r) {
+      const float* zr = &z[r * k];
+      std::size_t arg = 0;
+      for (std::size_t c = 1; c < k; ++c)
+        if (zr[c] > zr[arg]) arg = c;
+      const float m = zr[arg];
+      Tensor e(k);
+      float s = 0.0f;
+      for (std::size_t c = 0; c < k; ++c) s += (e[c] = std::exp(zr[c] - m));
+      const auto label = static_cast<std::size_t>(labels[r]);
+      for (std::size_t c = 0; c < k; ++c)
+        d[r * k + c] = (e[c] / s - (c == label ? 1.0f : 0.0f)) * scale;
+      loss[r] = std::log(s) - (zr[label] - m);
+      correct[r] = arg == label ? 1.0f : 0.0f;
+    }
+    return d;
+  }
+
+  Tensor pool_grad(const Op& l, const Tensor& x, const Tensor& dy) const {
+    const std::size_t in = l.in.size(), out = l.out.size(), c = l.in.c;
+    Tensor dx(n * in, 0.0f);
+    std::vector<float> count(out / c, 0.0f);
+    for_taps(l, [&](std::size_t, std::size_t op, std::size_t) { count[op] += 1.0f; });
+    // Per output pixel, its taps in order; the first maximum (or each tap) takes dy.
+    std::vector<std::vector<std::size_t>> window(out / c);
+    for_taps(l, [&](std::size_t ip, std::size_t op, std::size_t) { window[op].push_back(ip); });
+    for (std::size_t b = 0; b < n; ++b)
+      for (std::size_t op = 0; op < out / c; ++op)
+        for (std::size_t ch = 0; ch < c; ++ch) {
+          const float d = dy[b * out + op * c + ch];
+          const auto at = [&](std::size_t ip) -> float& { return dx[b * in + ip * c + ch]; };
+          if (is_max_pool(l)) {
+            std::size_t best = window[op][0];
+            for (std::size_t ip : window[op])
+              if (x[b * in + ip * c + ch] > x[b * in + best * c + ch]) best = ip;
+            at(best) += d;
+          } else {
+            const float share = d / count[op];
+            for (std::size_t ip : window[op]) at(ip) += share;
+          }
+        }
+    return dx;
+  }
+
+  Tensor dense_input_grad(const Op& l, const Tensor& dz, const Tensor& kernel) const {
+    const Tensor dzb = bf(dz), wb = bf(kernel);
+    const std::size_t in = l.in.size(), co = l.out.c;
+    Tensor dx(n * in);
+    for (std::size_t b = 0; b < n; ++b)
+      for (std::size_t k = 0; k < in; ++k)
+        dx[b * in + k] = mxu_sum(co, plan.tile_rows,
+                                 [&](std::size_t c) { return dzb[b * co + c] * wb[k * co + c]; });
+    return dx;
+  }
+
+  Tensor dense_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz) const {
+    const Tensor xb = bf(x), dzb = bf(dz);
+    const std::size_t in = l.in.size(), co = l.out.c;
+    Tensor dw(in * co);
+    for (std::size_t k = 0; k < in; ++k)
+      for (std::size_t c = 0; c < co; ++c)
+        dw[k * co + c] = mxu_sum(n, plan.tile_rows,
+                                 [&](std::size_t b) { return xb[b * in + k] * dzb[b * co + c]; });
+    return dw;
+  }
+
+  // The contraction runs over the pass's output pixels, image after image.
+  Tensor conv_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz) const {
+    const Tensor xb = bf(x), dzb = bf(dz);
+    const Taps tp = taps_of(l);
+    const std::size_t in = l.in.size(), ci = l.in.c, co = l.out.c;
+    const std::size_t pixels = std::size_t{l.out.h} * l.out.w, K = std::size_t{tp.kh} * tp.kw * ci;
+    Tensor dw(K * co);
+    for (std::size_t k = 0; k < K; ++k) {
+      const std::size_t tap = k / ci;
+      const auto ky = static_cast<std::uint32_t>(tap / tp.kw);
+      const auto kx = static_cast<std::uint32_t>(tap % tp.kw);
+      for (std::size_t c = 0; c < co; ++c)
+        dw[k * co + c] = mxu_sum(n * pixels, plan.tile_rows, [&](std::size_t j) {
+          const std::size_t b = j / pixels, op = j % pixels;
+          const std::int64_t p = tap_pixel(l, tp, static_cast<std::uint32_t>(op / l.out.w),
+                                           static_cast<std::uint32_t>(op % l.out.w), ky, kx);
+          const float xv = p < 0 ? 0.0f : xb[b * in + static_cast<std::size_t>(p) * ci + k % ci];
+          return xv * dzb[(b * pixels + op) * co + c];
+        });
+    }
+    return dw;
+  }
+
+  // For each input pixel and channel: the flipped kernel's positions in order, each position's
+  // output channels in chunks of tile_rows (one weight tile per position and chunk).
+  Tensor conv_input_grad(const Op& l, const Tensor& dz, const Tensor& kernel) const {
+    const Tensor dzb = bf(dz), wb = bf(kernel);
+    const Taps tp = taps_of(l);
+    const std::size_t in = l.in.size(), ci = l.in.c, co = l.out.c, out = l.out.size();
+    Tensor dx(n * in);
+    for (std::size_t b = 0; b < n; ++b)
+      for (std::uint32_t iy = 0; iy < l.in.h; ++iy)
+        for (std::uint32_t ix = 0; ix < l.in.w; ++ix)
+          for (std::size_t c = 0; c < ci; ++c) {
+            float acc = 0.0f;
+            for (std::uint32_t fy = 0; fy < tp.kh; ++fy)
+              for (std::uint32_t fx = 0; fx < tp.kw; ++fx) {
+                const std::uint32_t ky = tp.kh - 1 - fy, kx = tp.kw - 1 - fx;
+                // The output pixel whose tap (ky, kx) reads (iy, ix), if one does.
+                const std::int64_t ny = std::int64_t{iy} + tp.top - std::int64_t{ky} * tp.dh;
+                const std::int64_t nx = std::int64_t{ix} + tp.left - std::int64_t{kx} * tp.dw;
+                const bool hit = ny >= 0 && nx >= 0 && ny % tp.sh == 0 && nx % tp.sw == 0 &&
+                                 ny / tp.sh < l.out.h && nx / tp.sw < l.out.w;
+                const std::size_t o =
+                    hit ? static_cast<std::size_t>((ny / tp.sh) * l.out.w + nx / tp.sw) : 0;
+                const std::size_t wrow = ((std::size_t{ky} * tp.kw + kx) * ci + c) * co;
+                acc += mxu_sum(co, plan.tile_rows, [&](std::size_t d) {
+                  const float dzv = hit ? dzb[b * out + o * co + d] : 0.0f;
+                  return dzv * wb[wrow + d];
+                });
+              }
+            dx[b * in + (std::size_t{iy} * l.in.w + ix) * ci + c] = acc;
+          }
+    return dx;
+  }
+
+  // Runs the backward pass; parameter gradients are added into `grads` (kernel: this pass's
+  // sum, then one add; bias: row after row, continuing the sum).
+  void backward(const ir::TrainingGraph& tg, const std::int32_t* labels, float scale,
+                std::map<TensorId, Tensor>& grads, float* loss, float* correct) {
+    for (const ir::GradOp& o : tg.ops) {
+      const Op& l = op(o.op);
+      const auto in = [&](std::size_t k) -> const Tensor& { return t.at(o.inputs[k]); };
+      Tensor r;
+      switch (o.kind) {
+        case GradKind::SoftmaxCrossEntropy:
+          r = xent(in(0), g.output().size(), labels, scale, loss, correct);
+          break;
+        case GradKind::Activation:
+          r = in(1);
+          for (std::size_t e = 0; e < r.size(); ++e) r[e] = activation_grad(o.act, in(0)[e], r[e]);
+          break;
+        case GradKind::Pass: r = in(0); break;
+        case GradKind::Pool: r = pool_grad(l, in(0), in(1)); break;
+        case GradKind::DenseInput: r = dense_input_grad(l, in(0), in(1)); break;
+        case GradKind::ConvInput: r = conv_input_grad(l, in(0), in(1)); break;
+        case GradKind::DenseKernel: r = dense_kernel_grad(l, in(0), in(1)); break;
+        case GradKind::ConvKernel: r = conv_kernel_grad(l, in(0), in(1)); break;
+        case GradKind::Bias: {
+          Tensor& acc = grads.at(o.output);
+          const Tensor& dz = in(0);
+          for (std::size_t e = 0; e < dz.size(); ++e) acc[e % l.out.c] += dz[e];
+          continue;
+        }
+      }
+      if (o.output.role == Role::ParameterGradient) {
+        Tensor& acc = grads.at(o.output);
+        for (std::size_t e = 0; e < r.size(); ++e) acc[e] += r[e];
+      } else if (o.accumulate) {
+        Tensor& dst = t.at(o.output);
+        for (std::size_t e = 0; e < r.size(); ++e) dst[e] += r[e];
+      } else {
+        t[o.output] = std::move(r);
+      }
+    }
+  }
+};
+
+Pass make_pass(const Graph& g, const TrainPlan& plan, const Weights& w, const float* images,
+               std::size_t n, std::size_t loss_op) {
+  Pass p{g, plan, w, n, {}};
+  // The chip receives the images as bf16.
+  Tensor x(images, images + n * g.input.size());
+  p.value(kGraphInput) = bf(x);
+  p.forward(loss_op);
+  for (std::size_t i = 0; i < g.ops.size(); ++i)
+    for (const ir::ParamSpec& s : ir::op_info(g.ops[i].kind).params(g.ops[i]))
+      p.t[{Role::Parameter, i, s.param}] = tensor_of(w.layers[i], s.param);
+  return p;
+}
+
+std::size_t micro_batch_of(const TrainPlan& plan, std::size_t share) {
+  return plan.micro_batch == 0 ? share : std::min<std::size_t>(plan.micro_batch, share);
+}
+
+void update(const Optimizer& opt, std::uint64_t t, Tensor& w, const Tensor& g, Tensor& m,
+            Tensor& v) {
+  const float lr = opt.learning_rate;
+  switch (opt.kind) {
+    case OptimizerKind::Sgd:
+      for (std::size_t e = 0; e < w.size(); ++e) w[e] = w[e] - lr * g[e];
+      return;
+    case OptimizerKind::Momentum:
+      for (std::size_t e = 0; e < w.size(); ++e) {
+        m[e] = opt.momentum * m[e] - lr * g[e];
+        w[e] = w[e] + m[e];
+      }
+      return;
+    case OptimizerKind::Adam: {
+      const auto power = [&](float beta) {
+        return static_cast<float>(std::pow(static_cast<double>(beta), static_cast<double>(t)));
+      };
+      const float b1p = power(opt.beta1), b2p = power(opt.beta2);
+      const float alpha = (lr * std::sqrt(1.0f - b2p)) / (1.0f - b1p);
+      for (std::size_t e = 0; e < w.size(); ++e) {
+        m[e] = m[e] + (g[e] - m[e]) * (1.0f - opt.beta1);
+        v[e] = v[e] + (g[e] * g[e] - v[e]) * (1.0f - opt.beta2);
+        w[e] = w[e] - (m[e] * alpha) / (std::sqrt(v[e]) + opt.epsilon);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+TrainState initial_state(const Graph&, const ir::TrainingGraph& t, Weights w,
+                         const Optimizer& opt) {
+  TrainState s;
+  for (const TensorId& p : t.parameters) {
+    const std::size_t size = tensor_of(w.layers[p.op], p.param).size();
+    s.m.emplace_back(opt.kind == OptimizerKind::Sgd ? 0 : size, 0.0f);
+    s.v.emplace_back(opt.kind == OptimizerKind::Adam ? size : 0, 0.0f);
+  }
+  s.weights = std::move(w);
+  return s;
+}
+
+StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const TrainPlan& plan,
+                           const Optimizer& opt, TrainState& s, const float* images,
+                           const std::int32_t* labels, std::size_t global_batch,
+                           std::vector<std::vector<float>>* gradients) {
+  if (plan.replicas == 0 || plan.tile_rows == 0 || global_batch % plan.replicas != 0)
+    throw std::invalid_argument(
+        fmt::format("training reference: a global batch of {} does not split over {} replicas",
+                    global_batch, plan.replicas));
+  const std::size_t share = global_batch / plan.replicas, size = g.input.size();
+  const std::size_t micro = micro_batch_of(plan, share);
+  const float scale = 1.0f / static_cast<float>(global_batch);
+  StepRecords rec;
+  rec.loss.resize(global_batch);
+  rec.correct.resize(global_batch);
+  std::vector<std::map<TensorId, Tensor>> replica(plan.replicas);
+  for (std::uint32_t r = 0; r < plan.replicas; ++r) {
+    for (const TensorId& p : t.parameters)
+      replica[r][{Role::ParameterGradient, p.op, p.param}] =
+          Tensor(tensor_of(s.weights.layers[p.op], p.param).size(), 0.0f);
+    for (std::size_t first = r * share; first < (r + 1) * share; first += micro) {
+      const std::size_t n = std::min(micro, (r + 1) * share - first);
+      Pass pass = make_pass(g, plan, s.weights, images + first * size, n, t.loss_op);
+      pass.backward(t, labels + first, scale, replica[r], rec.loss.data() + first,
+                    rec.correct.data() + first);
+    }
+  }
+  // Replicas add their gradients in replica order; every replica applies the same update.
+  ++s.iterations;
+  for (std::size_t k = 0; k < t.parameters.size(); ++k) {
+    const TensorId id{Role::ParameterGradient, t.parameters[k].op, t.parameters[k].param};
+    Tensor sum = replica[0].at(id);
+    for (std::uint32_t r = 1; r < plan.replicas; ++r) {
+      const Tensor& more = replica[r].at(id);
+      for (std::size_t e = 0; e < sum.size(); ++e) sum[e] += more[e];
+    }
+    update(opt, s.iterations, tensor_of(s.weights.layers[id.op], id.param), sum, s.m[k], s.v[k]);
+    if (gradients) gradients->push_back(std::move(sum));
+  }
+  return rec;
+}
+
+StepRecords reference_evaluate(const Graph& g, const ir::TrainingGraph& t, const TrainPlan& plan,
+                               const Weights& w, const float* images, const std::int32_t* labels,
+                               std::size_t n) {
+  StepRecords rec;
+  rec.loss.resize(n);
+  rec.correct.resize(n);
+  const std::size_t micro = micro_batch_of(plan, n), size = g.input.size();
+  for (std::size_t first = 0; first < n; first += micro) {
+    const std::size_t m = std::min(micro, n - first);
+    Pass pass = make_pass(g, plan, w, images + first * size, m, t.loss_op);
+    const ir::GradOp& loss = t.ops.front();
+    (void)pass.xent(pass.t.at(loss.inputs[0]), g.output().size(), labels + first, 1.0f,
+                    rec.loss.data() + first, rec.correct.data() + first);
+  }
+  return rec;
+}
+
+}  // namespace tpu::nn

@@ -1,0 +1,65 @@
+// The training step as the chip computes it (docs/training.md, "The arithmetic of a step"):
+// bf16 MXU operands with fp32 products summed in the MXU's order, fp32 elementwise work, fp32
+// master weights and optimizer state, replicas that each take a share of the global batch and
+// add their gradients in replica order. It follows the documented order, not the chip model's
+// code, so that the chip's weights can be checked against it bit for bit after every step; the
+// scalar functions it shares with the chip (rounding, activations, the loss, the optimizer) live
+// in numerics/.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sw/ir/autodiff.h"
+#include "sw/ir/graph.h"
+#include "sw/nn/weights.h"
+
+namespace tpu::nn {
+
+// How the step is cut up; every choice changes the order of sums, so the reference takes the
+// compiler's.
+struct TrainPlan {
+  std::uint32_t tile_rows = 128;  // mxu.rows: a matmul's contraction runs in chunks of this
+  std::uint32_t replicas = 1;     // TensorCores, each taking global batch / replicas images
+  std::uint32_t micro_batch = 0;  // images of one forward and backward pass; 0: a whole share
+};
+
+enum class OptimizerKind { Sgd, Momentum, Adam };
+struct Optimizer {
+  OptimizerKind kind = OptimizerKind::Adam;
+  // Keras's defaults (keras.optimizers.Adam; SGD's momentum 0.9 when asked for).
+  float learning_rate = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;
+  float momentum = 0.9f;
+};
+
+struct TrainState {
+  Weights weights;                       // fp32 master weights
+  std::vector<std::vector<float>> m, v;  // per TrainingGraph::parameters entry; empty if unused
+  std::uint64_t iterations = 0;          // steps taken (Keras's optimizer.iterations)
+};
+TrainState initial_state(const ir::Graph& g, const ir::TrainingGraph& t, Weights w,
+                         const Optimizer& opt);
+
+// Per image of the global batch, in batch order: the cross-entropy and 1 when the first argmax
+// of the logits is the label (else 0), as the chip's loss records hold them.
+struct StepRecords {
+  std::vector<float> loss, correct;
+};
+
+// One step on `global_batch` images (float pixels, which the chip receives as bf16) and their
+// labels: updates `s` in place. `gradients`, when given, receives each parameter's summed
+// gradient (TrainingGraph::parameters order) before the update. Throws std::invalid_argument when
+// the batch does not split into the plan's replicas and micro-batches.
+StepRecords reference_step(const ir::Graph& g, const ir::TrainingGraph& t, const TrainPlan& plan,
+                           const Optimizer& opt, TrainState& s, const float* images,
+                           const std::int32_t* labels, std::size_t global_batch,
+                           std::vector<std::vector<float>>* gradients = nullptr);
+
+// Forward only, for validation: the loss records of `n` images with the state's weights, in
+// micro-batches of the plan's size on one replica (the order of sums the chip's forward uses).
+StepRecords reference_evaluate(const ir::Graph& g, const ir::TrainingGraph& t,
+                               const TrainPlan& plan, const Weights& w, const float* images,
+                               const std::int32_t* labels, std::size_t n);
+
+}  // namespace tpu::nn
