@@ -34,19 +34,48 @@ Tensor bf(const Tensor& t) {
   return r;
 }
 
-// The MXU's order for one output (docs/training.md): the contraction k < K in chunks of R rows,
-// each summed from +0 in k order, each added into the accumulator, which starts at +0. Products
-// of two bf16 values are exact in fp32.
-template <class Product>
-float mxu_sum(std::size_t K, std::size_t R, Product product) {
-  float acc = 0.0f;
+// The MXU's order (docs/training.md): each output element sums its contraction k < K in chunks
+// of R consecutive terms, each chunk from +0 in k order, each chunk's sum added to an accumulator
+// that starts at +0. Products of two bf16 values are exact in fp32. Outputs are independent, so
+// the loops below run over many outputs at once (vectorised) while each keeps that order.
+//
+// acc[o] for o < outputs, where term(k, psum) adds the products of term k into psum[0..outputs).
+// With `start` false the chunks add into acc as it is: a contraction that runs over several
+// weight tiles of a different shape (conv_input_grad's kernel positions).
+template <class Term>
+void mxu_accumulate(std::size_t K, std::size_t R, std::size_t outputs, float* acc, Term term,
+                    bool start = true) {
+  std::vector<float> psum(outputs);
+  if (start) std::fill(acc, acc + outputs, 0.0f);
   for (std::size_t k0 = 0; k0 < K; k0 += R) {
-    float psum = 0.0f;
-    const std::size_t k1 = std::min(K, k0 + R);
-    for (std::size_t k = k0; k < k1; ++k) psum += product(k);
-    acc += psum;
+    std::fill(psum.begin(), psum.end(), 0.0f);
+    for (std::size_t k = k0; k < std::min(K, k0 + R); ++k) term(k, psum.data());
+    for (std::size_t o = 0; o < outputs; ++o) acc[o] += psum[o];
   }
-  return acc;
+}
+// psum[o] += a * row[o] for o < n: one term of a contraction over many outputs.
+inline void axpy(std::size_t n, float a, const float* row, float* psum) {
+  for (std::size_t o = 0; o < n; ++o) psum[o] += a * row[o];
+}
+
+// The window of every output pixel of one image, as the MXU's rows see it: K = kh·kw·ci values
+// per pixel in (ky, kx, ci) order, +0 in the padding.
+Tensor im2col(const Op& l, const float* image) {
+  const Taps tp = taps_of(l);
+  const std::size_t ci = l.in.c, K = std::size_t{tp.kh} * tp.kw * ci;
+  Tensor cols(std::size_t{l.out.h} * l.out.w * K, 0.0f);
+  for_taps(l, [&](std::size_t ip, std::size_t op, std::size_t tap) {
+    std::copy_n(image + ip * ci, ci, &cols[op * K + tap * ci]);
+  });
+  return cols;
+}
+
+// [rows][cols] -> [cols][rows].
+Tensor transposed(const Tensor& m, std::size_t rows, std::size_t cols) {
+  Tensor t(m.size());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
+  return t;
 }
 
 float activate(Act a, float x) {
@@ -94,33 +123,21 @@ struct Pass {
     const Tensor xb = bf(value(l.inputs[0]));
     const Tensor wb = bf(w.layers[i].kernel);
     const Tensor& bias = w.layers[i].bias;
-    const std::size_t in = l.in.size(), out = l.out.size(), co = l.out.c, ci = l.in.c;
+    const std::size_t in = l.in.size(), out = l.out.size(), co = l.out.c;
+    const std::size_t K = wb.size() / co;  // rows of the kernel: the contraction
     Tensor z(n * out);
-    if (l.kind == OpKind::Dense) {
-      for (std::size_t b = 0; b < n; ++b)
-        for (std::size_t c = 0; c < co; ++c)
-          z[b * out + c] = mxu_sum(in, plan.tile_rows,
-                                   [&](std::size_t k) { return xb[b * in + k] * wb[k * co + c]; }) +
-                           bias[c];
-      return z;
+    for (std::size_t b = 0; b < n; ++b) {
+      // The MXU's input rows of this image: one per output pixel.
+      const Tensor cols =
+          l.kind == OpKind::Dense ? Tensor(&xb[b * in], &xb[b * in] + in) : im2col(l, &xb[b * in]);
+      for (std::size_t p = 0; p < out / co; ++p) {
+        float* zp = &z[b * out + p * co];
+        mxu_accumulate(K, plan.tile_rows, co, zp, [&](std::size_t k, float* psum) {
+          axpy(co, cols[p * K + k], &wb[k * co], psum);
+        });
+        for (std::size_t c = 0; c < co; ++c) zp[c] += bias[c];
+      }
     }
-    const Taps tp = taps_of(l);
-    const std::size_t K = std::size_t{tp.kh} * tp.kw * ci;
-    for (std::size_t b = 0; b < n; ++b)
-      for (std::uint32_t oy = 0; oy < l.out.h; ++oy)
-        for (std::uint32_t ox = 0; ox < l.out.w; ++ox)
-          for (std::size_t c = 0; c < co; ++c) {
-            const auto product = [&](std::size_t k) {
-              const std::size_t tap = k / ci;
-              const std::int64_t p =
-                  tap_pixel(l, tp, oy, ox, static_cast<std::uint32_t>(tap / tp.kw),
-                            static_cast<std::uint32_t>(tap % tp.kw));
-              const float x = p < 0 ? 0.0f : xb[b * in + static_cast<std::size_t>(p) * ci + k % ci];
-              return x * wb[k * co + c];
-            };
-            z[b * out + (std::size_t{oy} * l.out.w + ox) * co + c] =
-                mxu_sum(K, plan.tile_rows, product) + bias[c];
-          }
     return z;
   }
 
@@ -241,48 +258,42 @@ struct Pass {
     return dx;
   }
 
+  // dx[b][k] = sum over the output features c of dz[b][c] * W[k][c].
   Tensor dense_input_grad(const Op& l, const Tensor& dz, const Tensor& kernel) const {
-    const Tensor dzb = bf(dz), wb = bf(kernel);
+    const Tensor dzb = bf(dz), wt = transposed(bf(kernel), l.in.size(), l.out.c);
     const std::size_t in = l.in.size(), co = l.out.c;
     Tensor dx(n * in);
     for (std::size_t b = 0; b < n; ++b)
-      for (std::size_t k = 0; k < in; ++k)
-        dx[b * in + k] = mxu_sum(co, plan.tile_rows,
-                                 [&](std::size_t c) { return dzb[b * co + c] * wb[k * co + c]; });
+      mxu_accumulate(co, plan.tile_rows, in, &dx[b * in], [&](std::size_t c, float* psum) {
+        axpy(in, dzb[b * co + c], &wt[c * in], psum);
+      });
     return dx;
   }
 
+  // dW[k][c] = sum over the pass's images b of x[b][k] * dz[b][c].
   Tensor dense_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz) const {
     const Tensor xb = bf(x), dzb = bf(dz);
     const std::size_t in = l.in.size(), co = l.out.c;
     Tensor dw(in * co);
-    for (std::size_t k = 0; k < in; ++k)
-      for (std::size_t c = 0; c < co; ++c)
-        dw[k * co + c] = mxu_sum(n, plan.tile_rows,
-                                 [&](std::size_t b) { return xb[b * in + k] * dzb[b * co + c]; });
+    mxu_accumulate(n, plan.tile_rows, in * co, dw.data(), [&](std::size_t b, float* psum) {
+      for (std::size_t k = 0; k < in; ++k) axpy(co, xb[b * in + k], &dzb[b * co], &psum[k * co]);
+    });
     return dw;
   }
 
   // The contraction runs over the pass's output pixels, image after image.
   Tensor conv_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz) const {
     const Tensor xb = bf(x), dzb = bf(dz);
-    const Taps tp = taps_of(l);
-    const std::size_t in = l.in.size(), ci = l.in.c, co = l.out.c;
-    const std::size_t pixels = std::size_t{l.out.h} * l.out.w, K = std::size_t{tp.kh} * tp.kw * ci;
+    const std::size_t in = l.in.size(), co = l.out.c, pixels = std::size_t{l.out.h} * l.out.w;
+    const std::size_t K = std::size_t{l.kernel_h} * l.kernel_w * l.in.c;
+    std::vector<Tensor> cols(n);
+    for (std::size_t b = 0; b < n; ++b) cols[b] = im2col(l, &xb[b * in]);
     Tensor dw(K * co);
-    for (std::size_t k = 0; k < K; ++k) {
-      const std::size_t tap = k / ci;
-      const auto ky = static_cast<std::uint32_t>(tap / tp.kw);
-      const auto kx = static_cast<std::uint32_t>(tap % tp.kw);
-      for (std::size_t c = 0; c < co; ++c)
-        dw[k * co + c] = mxu_sum(n * pixels, plan.tile_rows, [&](std::size_t j) {
-          const std::size_t b = j / pixels, op = j % pixels;
-          const std::int64_t p = tap_pixel(l, tp, static_cast<std::uint32_t>(op / l.out.w),
-                                           static_cast<std::uint32_t>(op % l.out.w), ky, kx);
-          const float xv = p < 0 ? 0.0f : xb[b * in + static_cast<std::size_t>(p) * ci + k % ci];
-          return xv * dzb[(b * pixels + op) * co + c];
-        });
-    }
+    mxu_accumulate(n * pixels, plan.tile_rows, K * co, dw.data(), [&](std::size_t j, float* psum) {
+      const float* xj = &cols[j / pixels][(j % pixels) * K];
+      const float* dzj = &dzb[j * co];
+      for (std::size_t k = 0; k < K; ++k) axpy(co, xj[k], dzj, &psum[k * co]);
+    });
     return dw;
   }
 
@@ -292,30 +303,36 @@ struct Pass {
     const Tensor dzb = bf(dz), wb = bf(kernel);
     const Taps tp = taps_of(l);
     const std::size_t in = l.in.size(), ci = l.in.c, co = l.out.c, out = l.out.size();
-    Tensor dx(n * in);
+    // Per kernel position, its [ci][co] block transposed to [co][ci].
+    std::vector<Tensor> wt;
+    for (std::size_t pos = 0; pos < std::size_t{tp.kh} * tp.kw; ++pos)
+      wt.push_back(transposed(Tensor(&wb[pos * ci * co], &wb[(pos + 1) * ci * co]), ci, co));
+    const Tensor zeros(co, 0.0f);
+    Tensor dx(n * in), acc(ci);
     for (std::size_t b = 0; b < n; ++b)
       for (std::uint32_t iy = 0; iy < l.in.h; ++iy)
-        for (std::uint32_t ix = 0; ix < l.in.w; ++ix)
-          for (std::size_t c = 0; c < ci; ++c) {
-            float acc = 0.0f;
-            for (std::uint32_t fy = 0; fy < tp.kh; ++fy)
-              for (std::uint32_t fx = 0; fx < tp.kw; ++fx) {
-                const std::uint32_t ky = tp.kh - 1 - fy, kx = tp.kw - 1 - fx;
-                // The output pixel whose tap (ky, kx) reads (iy, ix), if one does.
-                const std::int64_t ny = std::int64_t{iy} + tp.top - std::int64_t{ky} * tp.dh;
-                const std::int64_t nx = std::int64_t{ix} + tp.left - std::int64_t{kx} * tp.dw;
-                const bool hit = ny >= 0 && nx >= 0 && ny % tp.sh == 0 && nx % tp.sw == 0 &&
-                                 ny / tp.sh < l.out.h && nx / tp.sw < l.out.w;
-                const std::size_t o =
-                    hit ? static_cast<std::size_t>((ny / tp.sh) * l.out.w + nx / tp.sw) : 0;
-                const std::size_t wrow = ((std::size_t{ky} * tp.kw + kx) * ci + c) * co;
-                acc += mxu_sum(co, plan.tile_rows, [&](std::size_t d) {
-                  const float dzv = hit ? dzb[b * out + o * co + d] : 0.0f;
-                  return dzv * wb[wrow + d];
-                });
-              }
-            dx[b * in + (std::size_t{iy} * l.in.w + ix) * ci + c] = acc;
-          }
+        for (std::uint32_t ix = 0; ix < l.in.w; ++ix) {
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (std::uint32_t fy = 0; fy < tp.kh; ++fy)
+            for (std::uint32_t fx = 0; fx < tp.kw; ++fx) {
+              const std::uint32_t ky = tp.kh - 1 - fy, kx = tp.kw - 1 - fx;
+              // The output pixel whose tap (ky, kx) reads (iy, ix), if one does.
+              const std::int64_t ny = std::int64_t{iy} + tp.top - std::int64_t{ky} * tp.dh;
+              const std::int64_t nx = std::int64_t{ix} + tp.left - std::int64_t{kx} * tp.dw;
+              const bool hit = ny >= 0 && nx >= 0 && ny % tp.sh == 0 && nx % tp.sw == 0 &&
+                               ny / tp.sh < l.out.h && nx / tp.sw < l.out.w;
+              const float* grad =
+                  hit ? &dzb[b * out +
+                             static_cast<std::size_t>((ny / tp.sh) * l.out.w + nx / tp.sw) * co]
+                      : zeros.data();
+              const Tensor& wpos = wt[std::size_t{ky} * tp.kw + kx];
+              mxu_accumulate(
+                  co, plan.tile_rows, ci, acc.data(),
+                  [&](std::size_t d, float* psum) { axpy(ci, grad[d], &wpos[d * ci], psum); },
+                  false);
+            }
+          std::copy(acc.begin(), acc.end(), &dx[b * in + (std::size_t{iy} * l.in.w + ix) * ci]);
+        }
     return dx;
   }
 
