@@ -23,9 +23,9 @@ namespace {
 
 // docs/isa.md §2, in opcode order.
 const std::vector<std::string> kMnemonics = {
-    "nop",        "read_host", "write_host", "read_mem", "write_mem", "read_weights",
-    "set_window", "matmul",    "activate",   "pool",     "eltwise",   "sync",
-    "tag",        "softmax",   "halt",       "gather",   "copy",      "map"};
+    "nop",    "read_host", "write_host", "read_mem", "write_mem", "read_weights", "set_window",
+    "matmul", "activate",  "pool",       "eltwise",  "sync",      "tag",          "softmax",
+    "halt",   "gather",    "copy",       "map",      "xent",      "update"};
 
 // docs/isa.md §3.1 enum names in code order, and the subsets pool and eltwise accept (§4.8, §4.9).
 const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};
@@ -37,6 +37,7 @@ const std::vector<std::string> kOpNames = {"add", "mul", "max", "min", "sub"};
 const std::vector<std::string> kMapFuncNames = {"identity", "relu",    "relu6", "leaky_relu",
                                                 "elu",      "sigmoid", "tanh",  "prelu"};
 const std::vector<std::string> kSourceNames = {"mem", "ub"};
+const std::vector<std::string> kUpdateKindNames = {"sgd", "momentum", "adam"};
 
 // The names a field accepts and, by position, their codes; empty for non-enum fields.
 std::vector<std::string> enum_names(std::string_view op_name, std::string_view field) {
@@ -49,6 +50,7 @@ std::vector<std::string> enum_names(std::string_view op_name, std::string_view f
   if (op_name == "eltwise" && field == "type") return kElementTypeNames;
   if (op_name == "map" && field == "func") return kMapFuncNames;
   if (op_name == "map" && (field == "in" || field == "out")) return kElementTypeNames;
+  if (op_name == "update" && field == "kind") return kUpdateKindNames;
   return {};
 }
 
@@ -163,8 +165,8 @@ TEST(Assembler, EveryOpcodeFieldEnumValueAndFlagRoundTrips) {
   const std::string text = disassemble(program);
   for (const auto& m : kMnemonics)
     EXPECT_NE(text.find(m), std::string::npos) << m << " missing from:\n" << text;
-  for (const auto* names :
-       {&kTypeNames, &kFuncNames, &kKindNames, &kOpNames, &kSourceNames, &kMapFuncNames})
+  for (const auto* names : {&kTypeNames, &kFuncNames, &kKindNames, &kOpNames, &kSourceNames,
+                            &kMapFuncNames, &kUpdateKindNames})
     for (const auto& n : *names)
       EXPECT_TRUE(text.find("=" + n + " ") != std::string::npos ||
                   text.find("=" + n + "\n") != std::string::npos)
