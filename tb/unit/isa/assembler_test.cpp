@@ -246,6 +246,27 @@ TEST(Assembler, ReadsTheDocumentedGatherLine) {
   EXPECT_EQ(to_string(g), line);
 }
 
+// docs/isa.md §4.17's and §4.18's example lines: the fp32 scale prints as the shortest decimal
+// that reads back, and update's kind by name.
+TEST(Assembler, ReadsTheDocumentedXentAndUpdateLines) {
+  Xent x;
+  x.src = UbAddr(0x0), x.labels = UbAddr(0x1400), x.dst = UbAddr(0x0), x.out = UbAddr(0x1600);
+  x.rows = 125, x.cols = 10, x.scale = 0.001f;
+  const std::string xent_line =
+      "xent src=0x0 labels=0x1400 dst=0x0 out=0x1600 rows=125 cols=10 scale=0.001";
+  EXPECT_EQ(to_binary(assemble(xent_line, "xent.s")), to_binary({x}));
+  EXPECT_EQ(to_string(x), xent_line);
+  Update u;
+  u.w = UbAddr(0x0), u.g = UbAddr(0x10000), u.m = UbAddr(0x20000), u.v = UbAddr(0x30000);
+  u.params = UbAddr(0x40000), u.count = 16384, u.kind = UpdateKind::Adam;
+  const std::string update_line =
+      "update w=0x0 g=0x10000 m=0x20000 v=0x30000 params=0x40000 count=16384 kind=adam";
+  EXPECT_EQ(to_binary(assemble(update_line, "update.s")), to_binary({u}));
+  EXPECT_EQ(to_string(u), update_line);
+  // Left out, kind is sgd.
+  EXPECT_EQ(std::get<Update>(assemble("update count=4", "sgd.s").front()).kind, UpdateKind::Sgd);
+}
+
 TEST(Assembler, EmptyAndCommentOnlyTextIsAnEmptyProgram) {
   EXPECT_TRUE(assemble("", "empty.s").empty());
   EXPECT_TRUE(assemble("\n\n  \t\r\n# halt\n; halt\n", "comments.s").empty());
