@@ -171,6 +171,26 @@ void visit_fields(Map& i, F&& f) {
   f("in", i.in_type);
   f("out", i.out_type);
 }
+template <class F>
+void visit_fields(Xent& i, F&& f) {
+  f("src", i.src);
+  f("labels", i.labels);
+  f("dst", i.dst);
+  f("out", i.out);
+  f("rows", i.rows);
+  f("cols", i.cols);
+  f("scale", i.scale);
+}
+template <class F>
+void visit_fields(Update& i, F&& f) {
+  f("w", i.w);
+  f("g", i.g);
+  f("m", i.m);
+  f("v", i.v);
+  f("params", i.params);
+  f("count", i.count);
+  f("kind", i.kind);
+}
 
 // Names of enum values in the text form.
 std::string_view name_of(WeightSource v);
@@ -178,5 +198,6 @@ std::string_view name_of(ActFunc v);
 std::string_view name_of(PoolKind v);
 std::string_view name_of(EltOp v);
 std::string_view name_of(MapFunc v);
+std::string_view name_of(UpdateKind v);
 
 }  // namespace tpu::isa

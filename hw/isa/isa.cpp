@@ -85,6 +85,14 @@ template <>
 struct OpcodeOf<Map> {
   static constexpr Opcode value = Opcode::Map;
 };
+template <>
+struct OpcodeOf<Xent> {
+  static constexpr Opcode value = Opcode::Xent;
+};
+template <>
+struct OpcodeOf<Update> {
+  static constexpr Opcode value = Opcode::Update;
+};
 
 // Little-endian field access into a 32-byte word.
 class Bytes32 {
@@ -273,6 +281,24 @@ struct Codec {
     field(20, i.src_stride);
     field(24, i.dst_stride);
   }
+  void operands(Xent& i) {
+    field(4, i.src);
+    field(8, i.labels);
+    field(12, i.dst);
+    field(16, i.out);
+    field(20, i.rows);
+    field(24, i.cols);
+    field(26, i.scale);
+  }
+  void operands(Update& i) {
+    enum_field(2, i.kind);
+    field(4, i.w);
+    field(8, i.g);
+    field(12, i.m);
+    field(16, i.v);
+    field(20, i.params);
+    field(24, i.count);
+  }
 };
 
 template <class T>
@@ -307,6 +333,7 @@ bool enums_valid(const Instruction& inst) {
   if (auto* m = std::get_if<Map>(&inst))
     return static_cast<std::uint8_t>(m->func) <= 7 && element_type(m->in_type) &&
            element_type(m->out_type);
+  if (auto* u = std::get_if<Update>(&inst)) return static_cast<std::uint8_t>(u->kind) <= 2;
   return true;
 }
 
@@ -336,6 +363,8 @@ std::string mnemonic(Opcode op) {
     case Opcode::Gather: return "gather";
     case Opcode::Copy: return "copy";
     case Opcode::Map: return "map";
+    case Opcode::Xent: return "xent";
+    case Opcode::Update: return "update";
   }
   return fmt::format("op_{:#04x}", static_cast<unsigned>(op));
 }
@@ -374,6 +403,8 @@ Instruction decode(const Word& word) {
     case Opcode::Gather: inst = decode_as<Gather>(word); break;
     case Opcode::Copy: inst = decode_as<Copy>(word); break;
     case Opcode::Map: inst = decode_as<Map>(word); break;
+    case Opcode::Xent: inst = decode_as<Xent>(word); break;
+    case Opcode::Update: inst = decode_as<Update>(word); break;
     default: throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
   }
   if (!enums_valid(inst))
@@ -450,6 +481,14 @@ std::string_view name_of(MapFunc v) {
     case MapFunc::Sigmoid: return "sigmoid";
     case MapFunc::Tanh: return "tanh";
     case MapFunc::Prelu: return "prelu";
+  }
+  return "?";
+}
+std::string_view name_of(UpdateKind v) {
+  switch (v) {
+    case UpdateKind::Sgd: return "sgd";
+    case UpdateKind::Momentum: return "momentum";
+    case UpdateKind::Adam: return "adam";
   }
   return "?";
 }

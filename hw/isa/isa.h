@@ -37,6 +37,8 @@ enum class Opcode : std::uint8_t {
   Copy = 0x10,         // unified buffer rows -> strided 2-D copy -> unified buffer
   Map = 0x11,          // unified buffer -> x*a+b per channel, function, type -> unified buffer
   Gather = 0x20,       // off-chip table rows picked by unified-buffer indices -> unified buffer
+  Xent = 0x14,         // fp32 logits + int32 labels -> softmax cross-entropy, gradient, loss
+  Update = 0x15,       // fp32 weights, gradients, slots -> one optimizer step, in place
 };
 
 enum class WeightSource : std::uint8_t { OffChip = 0, UnifiedBuffer = 1 };
@@ -63,6 +65,21 @@ enum class MapFunc : std::uint8_t {
   Tanh = 6,
   Prelu = 7
 };
+// Update's optimizers and the fp32 record each reads at `params`.
+enum class UpdateKind : std::uint8_t {
+  Sgd = 0,       // {lr}
+  Momentum = 1,  // {lr, momentum}
+  Adam = 2       // {lr, beta1, beta2, epsilon, beta1_power, beta2_power}
+};
+// The fp32 values of update's record for `kind` (0 for a code that is no kind).
+constexpr std::uint32_t update_params(UpdateKind kind) {
+  switch (kind) {
+    case UpdateKind::Sgd: return 1;
+    case UpdateKind::Momentum: return 2;
+    case UpdateKind::Adam: return 6;
+  }
+  return 0;
+}
 
 struct Nop {};
 struct ReadHost {
@@ -228,9 +245,36 @@ struct Gather {
   std::uint32_t rows = 0;
 };
 
-using Instruction =
-    std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul,
-                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map>;
+// Sparse softmax cross-entropy with its gradient (TF's SparseSoftmaxCrossEntropyWithLogits), one
+// example per row: for r < rows, the cols fp32 logits at src + 4*cols*r and the int32 label at
+// labels + 4*r give (numerics::softmax_xent_row) the gradient row at dst + 4*cols*r, scaled by
+// `scale` (1 / the global batch), and the record {loss, correct} of two fp32 at out + 8*r. dst may
+// equal src.
+struct Xent {
+  UbAddr src;
+  UbAddr labels;
+  UbAddr dst;
+  UbAddr out;
+  std::uint32_t rows = 0;
+  std::uint16_t cols = 0;
+  float scale = 0.0f;
+};
+// One optimizer step over `count` fp32 elements, in place (numerics/optimizer.h): w from g, and
+// the slots m (momentum, adam) and v (adam); the fp32 record at `params` by `kind`. The fields a
+// kind does not use must be 0.
+struct Update {
+  UbAddr w;
+  UbAddr g;
+  UbAddr m;
+  UbAddr v;
+  UbAddr params;
+  std::uint32_t count = 0;
+  UpdateKind kind = UpdateKind::Sgd;
+};
+
+using Instruction = std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights,
+                                 SetWindow, MatMul, Activate, Pool, Eltwise, Softmax, Sync, Tag,
+                                 Halt, Gather, Copy, Map, Xent, Update>;
 
 Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);

@@ -31,7 +31,7 @@ Unit unit_of(const Instruction& inst) {
           return Unit{UnitKind::MxuWeights, i.mxu, false};
         else if constexpr (std::is_same_v<T, MatMul>)
           return Unit{UnitKind::MxuArray, i.mxu, false};
-        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax, Copy, Map>)
+        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax, Copy, Map, Xent, Update>)
           return Unit{UnitKind::Vector, 0, false};
         else
           return Unit{};
@@ -118,6 +118,24 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
           read(Space::OffChip, "table", i.table.value(), std::uint64_t{i.rows} * i.row_bytes);
           read(Space::UnifiedBuffer, "indices", i.indices.value(), 4ull * i.count);
           write(Space::UnifiedBuffer, "dst", i.dst.value(), std::uint64_t{i.count} * i.row_bytes);
+        } else if constexpr (std::is_same_v<T, Xent>) {
+          const std::uint64_t logits = std::uint64_t{i.rows} * i.cols * 4;
+          read(Space::UnifiedBuffer, "src", i.src.value(), logits);
+          read(Space::UnifiedBuffer, "labels", i.labels.value(), 4ull * i.rows);
+          write(Space::UnifiedBuffer, "dst", i.dst.value(), logits);
+          write(Space::UnifiedBuffer, "out", i.out.value(), 8ull * i.rows);
+        } else if constexpr (std::is_same_v<T, Update>) {
+          // Only the arrays the kind uses: sgd's m and v, momentum's v are 0 and name nothing.
+          const std::uint64_t n = 4ull * i.count;
+          const bool slot_m = i.kind != UpdateKind::Sgd, slot_v = i.kind == UpdateKind::Adam;
+          read(Space::UnifiedBuffer, "w", i.w.value(), n);
+          write(Space::UnifiedBuffer, "w", i.w.value(), n);
+          read(Space::UnifiedBuffer, "g", i.g.value(), n);
+          if (slot_m) read(Space::UnifiedBuffer, "m", i.m.value(), n);
+          if (slot_m) write(Space::UnifiedBuffer, "m", i.m.value(), n);
+          if (slot_v) read(Space::UnifiedBuffer, "v", i.v.value(), n);
+          if (slot_v) write(Space::UnifiedBuffer, "v", i.v.value(), n);
+          read(Space::UnifiedBuffer, "params", i.params.value(), 4ull * update_params(i.kind));
         }
       },
       inst);

@@ -22,6 +22,10 @@
 //   copy      none: the bytes only pass through the unit's port.
 //   map       one per element: count (conversion in, x*a+b, the function and conversion out are
 //             one lane pipeline pass, as activate's).
+//   xent      4 per value (softmax's 3, and the one-hot subtraction and scale as one pass) and 1
+//             per row (the loss): 4*rows*cols + rows.
+//   update    per element one per fp32 operation, a multiply and the add of its product counting
+//             once: sgd 1, momentum 3, adam 9 (cost(isa::Update) lists them).
 // Bytes:
 //   activate  acc read rows*cols*size(acc_type); UB read 12*cols (the parameter records);
 //             UB written rows*cols*size(out).
@@ -32,6 +36,10 @@
 //   copy      UB read rows*row_bytes (a repeated row, src_stride 0, is read again each time); UB
 //             written rows*row_bytes.
 //   map       UB read count*size(in) + 12*channels (the records); UB written count*size(out).
+//   xent      UB read 4*rows*cols + 4*rows (logits, labels); UB written 4*rows*cols + 8*rows
+//             (gradient, {loss, correct} records).
+//   update    UB read 4*count per array the kind uses (w, g, m, v) + 4 per record value; UB
+//             written 4*count per array it steps (w, m, v).
 //
 // Overlap rules (checked before anything is written, so a rejected instruction changes nothing):
 //   activate  dst's extent [dst, dst + (rows-1)*stride + cols*size(out)) must not overlap the
@@ -44,6 +52,10 @@
 //             and dst_stride >= row_bytes (written rows must not overlap each other).
 //   map       dst must not overlap the records, and either not overlap src or start at src with
 //             in and out of one size (in place: element i depends only on element i).
+//   xent      dst equals src (in place: row r's gradient depends only on row r, read first) or
+//             does not overlap it; out overlaps neither. Labels are all read first, so writes
+//             may overlap them.
+//   update    the arrays the kind uses pairwise apart; the record is read before any write.
 #include "hw/vector_unit/vector_ops.h"
 
 #include <fmt/format.h>
@@ -55,6 +67,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -70,12 +83,15 @@
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
+#include "numerics/loss.h"
+#include "numerics/optimizer.h"
 #include "numerics/quantize.h"
 
 namespace tpu {
 namespace {
 
 constexpr std::uint64_t kParamRecordBytes = 12;  // {bias, scale, shift}, 32-bit little-endian
+constexpr std::uint64_t kXentRecordBytes = 8;    // xent's {loss, correct}, two fp32
 
 std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) {
   std::uint64_t r = 0;
@@ -1122,6 +1138,145 @@ void VectorOps::map(const isa::Map& m, UbView ub) const {
   }
 }
 
+void VectorOps::xent(const isa::Xent& x, UbView ub) const {
+  constexpr std::string_view op = "xent";
+  check_at_least_1(op, "rows", x.rows);
+  check_at_least_1(op, "cols", x.cols);
+  if (!std::isfinite(x.scale))
+    throw ProgramError(fmt::format("{}: scale = {} (must be finite)", op, x.scale));
+  const std::uint64_t src = x.src.value(), labels = x.labels.value(), dst = x.dst.value();
+  const std::uint64_t out = x.out.value();
+  const std::uint64_t row_bytes = 4ull * x.cols, logits = row_bytes * x.rows;
+  const std::uint64_t labels_len = 4ull * x.rows, out_len = kXentRecordBytes * x.rows;
+  const std::string rows_what = fmt::format("rows {} x cols {} x fp32", x.rows, x.cols);
+  check_ub(op, "src", src, logits, rows_what, ub);
+  check_ub(op, "labels", labels, labels_len, fmt::format("rows {} x int32", x.rows), ub);
+  check_ub(op, "dst", dst, logits, rows_what, ub);
+  check_ub(op, "out", out, out_len, fmt::format("rows {} x 8-byte records", x.rows), ub);
+  // In place, row r's gradient replaces only row r's logits, read first. Every label is read
+  // before anything is written, so dst and out may overlap the labels.
+  if (dst != src && overlaps(dst, logits, src, logits))
+    throw ProgramError(fmt::format(
+        "{}: dst = {:#x} + {} bytes overlaps src = {:#x} (dst must equal src or not overlap it)",
+        op, dst, logits, src));
+  for (const auto& [name, at] : {std::pair{"src", src}, std::pair{"dst", dst}})
+    if (overlaps(out, out_len, at, logits))
+      throw ProgramError(fmt::format("{}: out = {:#x} + {} bytes overlaps {} = {:#x} + {} bytes",
+                                     op, out, out_len, name, at, logits));
+  std::vector<std::uint32_t> label(x.rows);
+  for (std::uint32_t r = 0; r < x.rows; ++r) {
+    const auto l = static_cast<std::int32_t>(load_u32(ub.data + labels + 4ull * r));
+    if (l < 0 || l >= x.cols)
+      throw ProgramError(
+          fmt::format("{}: labels[{}] = {} at {:#x} (row {}'s label must be in [0, cols = {}))", op,
+                      r, l, labels + 4ull * r, r, x.cols));
+    label[r] = static_cast<std::uint32_t>(l);
+  }
+
+  std::vector<float> row(x.cols);
+  for (std::uint64_t r = 0; r < x.rows; ++r) {
+    const std::uint8_t* in = ub.data + src + r * row_bytes;
+    for (std::uint32_t c = 0; c < x.cols; ++c) row[c] = bits_to_float(load_u32(in + 4 * c));
+    const numerics::XentRow rec =
+        numerics::softmax_xent_row(row.data(), row.data(), x.cols, label[r], x.scale);
+    std::uint8_t* g = ub.data + dst + r * row_bytes;
+    for (std::uint32_t c = 0; c < x.cols; ++c) store_u32(g + 4 * c, float_to_bits(row[c]));
+    std::uint8_t* o = ub.data + out + kXentRecordBytes * r;
+    store_u32(o, float_to_bits(rec.loss));
+    store_u32(o + 4, float_to_bits(rec.correct));
+  }
+}
+
+namespace {
+
+// An update hyperparameter: finite and `ok`, else a message saying what is `allowed`.
+void check_update_param(std::string_view field, float v, bool ok, std::string_view allowed) {
+  if (!std::isfinite(v) || !ok)
+    throw ProgramError(fmt::format("update: {} = {} (must be {})", field, v, allowed));
+}
+
+}  // namespace
+
+void VectorOps::update(const isa::Update& u, UbView ub) const {
+  constexpr std::string_view op = "update";
+  const std::uint32_t n_params = isa::update_params(u.kind);
+  if (n_params == 0)
+    throw ProgramError(
+        fmt::format("{}: kind = {} is not an optimizer (allowed: sgd, momentum, adam)", op,
+                    static_cast<unsigned>(u.kind)));
+  check_at_least_1(op, "count", u.count);
+  const bool slot_m = u.kind != isa::UpdateKind::Sgd, slot_v = u.kind == isa::UpdateKind::Adam;
+  for (const auto& [name, used, at] :
+       {std::tuple{"m", slot_m, u.m.value()}, std::tuple{"v", slot_v, u.v.value()}})
+    if (!used && at != 0)
+      throw ProgramError(fmt::format("{}: {} = {:#x} with kind {} ({} uses no {}; must be 0)", op,
+                                     name, at, isa::name_of(u.kind), isa::name_of(u.kind), name));
+
+  // 1. Every array and the record inside the unified buffer, the arrays apart.
+  const std::uint64_t len = 4ull * u.count, params = u.params.value();
+  std::vector<std::pair<const char*, std::uint64_t>> arrays = {{"w", u.w.value()},
+                                                               {"g", u.g.value()}};
+  if (slot_m) arrays.emplace_back("m", u.m.value());
+  if (slot_v) arrays.emplace_back("v", u.v.value());
+  const std::string what = fmt::format("count {} x fp32", u.count);
+  for (const auto& [name, at] : arrays) check_ub(op, name, at, len, what, ub);
+  check_ub(op, "params", params, 4ull * n_params,
+           fmt::format("{} fp32 values of {}", n_params, isa::name_of(u.kind)), ub);
+  for (std::size_t a = 0; a < arrays.size(); ++a)
+    for (std::size_t b = a + 1; b < arrays.size(); ++b)
+      if (overlaps(arrays[a].second, len, arrays[b].second, len))
+        throw ProgramError(fmt::format("{}: {} = {:#x} overlaps {} = {:#x} ({} bytes each)", op,
+                                       arrays[b].first, arrays[b].second, arrays[a].first,
+                                       arrays[a].second, len));
+
+  // 2. The record, read once before any element is written, and its values' ranges.
+  float p[6] = {};
+  for (std::uint32_t k = 0; k < n_params; ++k)
+    p[k] = bits_to_float(load_u32(ub.data + params + 4 * k));
+  const float lr = p[0];
+  check_update_param("lr", lr, lr >= 0.0f, "finite and >= 0");
+  if (u.kind == isa::UpdateKind::Momentum)
+    check_update_param("momentum", p[1], p[1] >= 0.0f && p[1] <= 1.0f, "in [0, 1], as Keras's SGD");
+  if (u.kind == isa::UpdateKind::Adam) {
+    const char* names[] = {"beta1", "beta2", "epsilon", "beta1_power", "beta2_power"};
+    for (int k = 1; k < 6; ++k) {
+      const float v = p[k];
+      if (k == 3)
+        check_update_param(names[k - 1], v, v > 0.0f, "finite and > 0");
+      else
+        check_update_param(names[k - 1], v, v >= 0.0f && v < 1.0f, "in [0, 1)");
+    }
+  }
+
+  // 3. The step, element by element (numerics/optimizer.h).
+  std::uint8_t* const w = ub.data + u.w.value();
+  const std::uint8_t* const g = ub.data + u.g.value();
+  std::uint8_t* const m = ub.data + u.m.value();
+  std::uint8_t* const v = ub.data + u.v.value();
+  const float alpha = u.kind == isa::UpdateKind::Adam ? numerics::adam_alpha(lr, p[4], p[5]) : 0.0f;
+  for (std::uint64_t i = 0; i < 4ull * u.count; i += 4) {
+    float wi = bits_to_float(load_u32(w + i));
+    const float gi = bits_to_float(load_u32(g + i));
+    switch (u.kind) {
+      case isa::UpdateKind::Sgd: wi = numerics::sgd_step(wi, gi, lr); break;
+      case isa::UpdateKind::Momentum: {
+        float mi = bits_to_float(load_u32(m + i));
+        numerics::momentum_step(wi, mi, gi, lr, p[1]);
+        store_u32(m + i, float_to_bits(mi));
+        break;
+      }
+      case isa::UpdateKind::Adam: {
+        float mi = bits_to_float(load_u32(m + i)), vi = bits_to_float(load_u32(v + i));
+        numerics::adam_step(wi, mi, vi, gi, alpha, p[1], p[2], p[3]);
+        store_u32(m + i, float_to_bits(mi));
+        store_u32(v + i, float_to_bits(vi));
+        break;
+      }
+    }
+    store_u32(w + i, float_to_bits(wi));
+  }
+}
+
 namespace {
 
 void finish(VectorCost& c, const ChipConfig& cfg) {
@@ -1196,6 +1351,42 @@ VectorCost VectorOps::cost(const isa::Eltwise& e) const {
   c.element_ops = e.count;
   c.ub_bytes_read = 2 * len;
   c.ub_bytes_written = len;
+  finish(c, cfg_);
+  return c;
+}
+
+// Softmax's 3 element operations per value (the row maximum, the exponentials and their sum, the
+// division), one more for subtracting the one-hot label and scaling (one lane pass, as
+// activate's bias and scale are), and one per row for the loss log(s) - (z_label - m); the
+// correct flag is the maximum pass's index and costs nothing.
+VectorCost VectorOps::cost(const isa::Xent& x) const {
+  VectorCost c;
+  const std::uint64_t elems = std::uint64_t{x.rows} * x.cols;
+  c.element_ops = 4 * elems + x.rows;
+  c.ub_bytes_read = 4 * elems + 4ull * x.rows;
+  c.ub_bytes_written = 4 * elems + kXentRecordBytes * x.rows;
+  finish(c, cfg_);
+  return c;
+}
+
+// One element operation per fp32 operation of the step, a multiply and the add or subtract of its
+// product counting once (the multiply-add vector_op_pj is taken to be, as map's x * a + b):
+//   sgd       w - lr*g                                                    1
+//   momentum  lr*g; momentum*m - that; w + m                              3
+//   adam      g - m; m + d*(1-beta1); g*g - v; v + e*(1-beta2); sqrt;
+//             + epsilon; m*alpha; the division; w - q                     9
+// (1 - beta1), (1 - beta2) and alpha are computed once per instruction. Each array the kind uses
+// is read once and each it changes written once; the record is read once.
+VectorCost VectorOps::cost(const isa::Update& u) const {
+  VectorCost c;
+  const std::uint64_t slots = u.kind == isa::UpdateKind::Adam       ? 2
+                              : u.kind == isa::UpdateKind::Momentum ? 1
+                                                                    : 0;
+  const std::uint64_t ops_per_element[] = {1, 3, 9};
+  const std::uint64_t n = u.count;
+  c.element_ops = n * ops_per_element[slots];
+  c.ub_bytes_read = 4 * n * (2 + slots) + 4ull * isa::update_params(u.kind);
+  c.ub_bytes_written = 4 * n * (1 + slots);
   finish(c, cfg_);
   return c;
 }

@@ -43,6 +43,8 @@ class VectorOps {
   void softmax(const isa::Softmax& s, UbView ub) const;
   void copy(const isa::Copy& c, UbView ub) const;
   void map(const isa::Map& m, UbView ub) const;
+  void xent(const isa::Xent& x, UbView ub) const;
+  void update(const isa::Update& u, UbView ub) const;
 
   [[nodiscard]] VectorCost cost(const isa::Activate& a) const;
   [[nodiscard]] VectorCost cost(const isa::Pool& p) const;
@@ -50,6 +52,8 @@ class VectorOps {
   [[nodiscard]] VectorCost cost(const isa::Softmax& s) const;
   [[nodiscard]] VectorCost cost(const isa::Copy& c) const;
   [[nodiscard]] VectorCost cost(const isa::Map& m) const;
+  [[nodiscard]] VectorCost cost(const isa::Xent& x) const;
+  [[nodiscard]] VectorCost cost(const isa::Update& u) const;
 
  private:
   const ChipConfig& cfg_;

@@ -50,6 +50,12 @@ void VectorUnit::run() {
             } else if constexpr (std::is_same_v<T, isa::Map>) {
               ops_.map(i, ub);
               cost = ops_.cost(i);
+            } else if constexpr (std::is_same_v<T, isa::Xent>) {
+              ops_.xent(i, ub);
+              cost = ops_.cost(i);
+            } else if constexpr (std::is_same_v<T, isa::Update>) {
+              ops_.update(i, ub);
+              cost = ops_.cost(i);
             } else {
               throw ProgramError("not a vector-unit instruction");
             }

@@ -126,6 +126,22 @@ std::vector<Case> cases() {
   copy.rows = 4;
   copy.row_bytes = copy.src_stride = copy.dst_stride = 16;
   const auto copied = edited(copy);
+  Xent xent;
+  xent.rows = 4;
+  xent.cols = 10;
+  xent.labels = UbAddr(0x1000);
+  xent.out = UbAddr(0x2000);
+  xent.scale = 0.25f;
+  const auto xented = edited(xent);
+  Update update;
+  update.w = UbAddr(0x1000);
+  update.g = UbAddr(0x2000);
+  update.m = UbAddr(0x3000);
+  update.v = UbAddr(0x4000);
+  update.params = UbAddr(0x5000);
+  update.count = 64;
+  update.kind = UpdateKind::Adam;
+  const auto updated = edited(update);
 
   const Case illegal_opcode = [] {
     std::vector<std::uint8_t> b = to_binary({Nop{}, Nop{}, Nop{}, Halt{}});
@@ -252,6 +268,14 @@ std::vector<Case> cases() {
            e.multiplier = -1;
          })},
          0, {"multiplier = -1"}),
+      on(kOnV1, "xent_records_onto_its_logits",
+         {xented([](Xent& x) { x.out = UbAddr(x.src.value() + 16); })}, 0, {"out", "overlaps src"}),
+      // The unified buffer starts zeroed: Adam's record reads epsilon = 0.
+      on(kOnV1, "update_adam_with_an_empty_record", {updated([](Update&) {})}, 0,
+         {"update: epsilon = 0"}),
+      on(kOnV1, "update_sgd_with_a_slot",
+         {updated([](Update& u) { u.kind = UpdateKind::Sgd, u.v = UbAddr(0); })}, 0,
+         {"m = 0x3000", "must be 0"}),
       on(kOnV3, "matmul_on_a_third_mxu", {matmul([&](MatMul& m) { m.mxu = v3_mxus; })}, 0,
          {fmt::format("mxu {}", v3_mxus)}),
       // Gather: its indices and rows in the unified buffer, each index in the table, each row in

@@ -53,6 +53,8 @@ std::vector<Case> asm_cases() {
       text("map_scale_past_fp32", "map out_scale=1e39\n", "out of range"),
       text("map_scale_bits_past_32", "map out_scale=0x100000000\n", "out_scale"),
       text("map_unknown_function", "map func=gelu\n", "func"),
+      text("update_unknown_kind", "update kind=rmsprop\n", "kind"),
+      text("xent_scale_not_a_number", "xent scale=1/125\n", "scale"),
       text("weights_from_nowhere", "read_weights from=disk\n", "from"),
       text("megabyte_line", "tag id=" + std::string(1 << 20, '9') + "\n", "id"),
       text("bad_line_after_many_good", std::string(10000, '\n') + "nop\nhalt now\n", ":10002:"),
@@ -76,6 +78,8 @@ std::vector<Case> binary_cases() {
   illegal[64] = 0x7e;
   std::string bad_map = words({isa::Map{}});
   bad_map[2] = 8;
+  std::string bad_update = words({isa::Update{}});
+  bad_update[2] = 3;
   return {
       binary("empty_file", "", "no instructions"),
       binary("one_byte", "\x0f", "not a whole number"),
@@ -89,6 +93,7 @@ std::vector<Case> binary_cases() {
       binary("pool_of_int32", pool_int32, "out of range"),
       binary("eltwise_op_7", bad_op, "instruction 2"),
       binary("map_function_8", bad_map, "out of range"),
+      binary("update_kind_3", bad_update, "out of range"),
       binary("binary_garbage", garbage(32 * 64, 7), "instruction 0"),
       // 32 bytes of text: one word whose opcode is 'r' (0x72).
       binary("assembly_text_instead", "read_host src=0 dst=0 bytes=64\n\n",

@@ -17,11 +17,15 @@
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
+#include "numerics/loss.h"
+#include "numerics/optimizer.h"
 #include "numerics/quantize.h"
+#include "tb/unit/numerics/exact_rules.h"
 
 namespace tpu {
 namespace {
 
+using exact::bits_of;
 using isa::Instruction;
 
 ChipConfig shipped(const std::string& name) {
@@ -257,7 +261,8 @@ void expect_vector_costs(const Simulation& sim, const std::vector<isa::Instructi
         [&](const auto& i) {
           using T = std::decay_t<decltype(i)>;
           if constexpr (std::is_same_v<T, isa::Pool> || std::is_same_v<T, isa::Map> ||
-                        std::is_same_v<T, isa::Eltwise> || std::is_same_v<T, isa::Copy>) {
+                        std::is_same_v<T, isa::Eltwise> || std::is_same_v<T, isa::Copy> ||
+                        std::is_same_v<T, isa::Xent> || std::is_same_v<T, isa::Update>) {
             const VectorCost c = ops.cost(i);
             sum.cycles += c.cycles;
             sum.element_ops += c.element_ops;
@@ -412,6 +417,75 @@ TEST(VectorProgram, Bf16AndFp32ChainOnV3MatchesTheNumericsDefinitions) {
     const float product = state * s[i];
     const Bf16 back = to_bf16(numerics::affine(product, 1.0f, 0.0f));
     ASSERT_EQ(bf16_at(0x3000 + 2 * i).bits, back.bits) << i;
+  }
+  expect_vector_costs(sim, program, 1);
+}
+
+// One replica's training step on v3 (the tutorial's per-core share: 125 images of 10 classes,
+// each replica's loss scaled by 1 / the global batch of 1000): the loss and its gradient in place,
+// then an Adam step at t = 3 over 300 weights, against the numerics library's definitions. The
+// logits arrive last, so both vector instructions run back to back once they are in.
+TEST(VectorProgram, XentAndAdamUpdateOnV3MatchTheNumericsDefinitions) {
+  constexpr std::uint32_t kRows = 125, kCols = 10, kN = 300;
+  constexpr float kScale = 0.001f;
+  Simulation sim(shipped("v3"), 1 << 16);
+  std::vector<std::uint8_t>& mem = sim.host.memory;
+  std::mt19937 rng(33);
+  std::uniform_real_distribution<float> v(-5.0f, 5.0f);
+  std::vector<float> z(kRows * kCols);
+  std::vector<std::int32_t> label(kRows);
+  for (std::uint32_t i = 0; i < z.size(); ++i) put(mem, 4 * i, z[i] = v(rng));
+  for (std::uint32_t r = 0; r < kRows; ++r)
+    put(mem, 0x1400 + 4 * r, label[r] = static_cast<std::int32_t>(rng() % kCols));
+  const numerics::AdamPowers powers = numerics::adam_powers(0.9f, 0.999f, 3);
+  const float record[] = {1e-3f, 0.9f, 0.999f, 1e-7f, powers.beta1_power, powers.beta2_power};
+  for (std::uint32_t k = 0; k < 6; ++k) put(mem, 0x1800 + 4 * k, record[k]);
+  std::vector<float> w(kN), g(kN), m(kN), s(kN);
+  for (std::uint32_t i = 0; i < kN; ++i) {
+    put(mem, 0x2000 + 4 * i, w[i] = v(rng));
+    put(mem, 0x2800 + 4 * i, g[i] = 0.01f * v(rng));
+    put(mem, 0x3000 + 4 * i, m[i] = 0.001f * v(rng));
+    put(mem, 0x3800 + 4 * i, s[i] = 1e-5f * std::fabs(v(rng)));
+  }
+  const std::string text = fmt::format(
+      "read_host src=0x1800 dst=0x1c00 bytes=24\n"
+      "read_host src=0x2000 dst=0x2000 bytes={nb4}\n"
+      "read_host src=0x1400 dst=0x1400 bytes={lb}\n"
+      "read_host src=0x0 dst=0x0 bytes={zb}\n"
+      "tag id=1\n"
+      "xent src=0x0 labels=0x1400 dst=0x0 out=0x1800 rows={R} cols={C} scale={scale}\n"
+      "update w=0x2000 g=0x2800 m=0x3000 v=0x3800 params=0x1c00 count={N} kind=adam\n"
+      "tag id=2\n"
+      "write_host src=0x0 dst=0x4000 bytes={zb}\n"
+      "write_host src=0x1800 dst=0x5400 bytes={ob}\n"
+      "write_host src=0x2000 dst=0x6000 bytes={nb}\n"
+      "write_host src=0x3000 dst=0x6800 bytes={nb}\n"
+      "write_host src=0x3800 dst=0x7000 bytes={nb}\n"
+      "halt\n",
+      fmt::arg("zb", 4 * kRows * kCols), fmt::arg("lb", 4 * kRows), fmt::arg("nb4", 0x2000),
+      fmt::arg("R", kRows), fmt::arg("C", kCols), fmt::arg("scale", kScale), fmt::arg("N", kN),
+      fmt::arg("ob", 8 * kRows), fmt::arg("nb", 4 * kN));
+  const std::vector<isa::Instruction> program = isa::assemble(text, "train.s");
+  sim.host.programs[0] = program;
+  sim.host.programs[1] = {isa::Halt{}};
+  sim.run();
+
+  for (std::uint32_t r = 0; r < kRows; ++r) {
+    std::vector<float> grad(kCols);
+    const numerics::XentRow rec = numerics::softmax_xent_row(
+        z.data() + r * kCols, grad.data(), kCols, static_cast<std::size_t>(label[r]), kScale);
+    for (std::uint32_t c = 0; c < kCols; ++c)
+      ASSERT_EQ(get<std::uint32_t>(mem, 0x4000 + 4 * (r * kCols + c)), bits_of(grad[c]))
+          << r << " " << c;
+    EXPECT_EQ(get<std::uint32_t>(mem, 0x5400 + 8 * r), bits_of(rec.loss)) << r;
+    EXPECT_EQ(get<std::uint32_t>(mem, 0x5400 + 8 * r + 4), bits_of(rec.correct)) << r;
+  }
+  const float alpha = numerics::adam_alpha(record[0], record[4], record[5]);
+  for (std::uint32_t i = 0; i < kN; ++i) {
+    numerics::adam_step(w[i], m[i], s[i], g[i], alpha, record[1], record[2], record[3]);
+    ASSERT_EQ(get<std::uint32_t>(mem, 0x6000 + 4 * i), bits_of(w[i])) << i;
+    ASSERT_EQ(get<std::uint32_t>(mem, 0x6800 + 4 * i), bits_of(m[i])) << i;
+    ASSERT_EQ(get<std::uint32_t>(mem, 0x7000 + 4 * i), bits_of(s[i])) << i;
   }
   expect_vector_costs(sim, program, 1);
 }

@@ -23,9 +23,9 @@ namespace {
 
 // docs/isa.md §2, in opcode order.
 const std::vector<std::string> kMnemonics = {
-    "nop",        "read_host", "write_host", "read_mem", "write_mem", "read_weights",
-    "set_window", "matmul",    "activate",   "pool",     "eltwise",   "sync",
-    "tag",        "softmax",   "halt",       "gather",   "copy",      "map"};
+    "nop",    "read_host", "write_host", "read_mem", "write_mem", "read_weights", "set_window",
+    "matmul", "activate",  "pool",       "eltwise",  "sync",      "tag",          "softmax",
+    "halt",   "gather",    "copy",       "map",      "xent",      "update"};
 
 // docs/isa.md §3.1 enum names in code order, and the subsets pool and eltwise accept (§4.8, §4.9).
 const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};
@@ -37,6 +37,7 @@ const std::vector<std::string> kOpNames = {"add", "mul", "max", "min", "sub"};
 const std::vector<std::string> kMapFuncNames = {"identity", "relu",    "relu6", "leaky_relu",
                                                 "elu",      "sigmoid", "tanh",  "prelu"};
 const std::vector<std::string> kSourceNames = {"mem", "ub"};
+const std::vector<std::string> kUpdateKindNames = {"sgd", "momentum", "adam"};
 
 // The names a field accepts and, by position, their codes; empty for non-enum fields.
 std::vector<std::string> enum_names(std::string_view op_name, std::string_view field) {
@@ -49,6 +50,7 @@ std::vector<std::string> enum_names(std::string_view op_name, std::string_view f
   if (op_name == "eltwise" && field == "type") return kElementTypeNames;
   if (op_name == "map" && field == "func") return kMapFuncNames;
   if (op_name == "map" && (field == "in" || field == "out")) return kElementTypeNames;
+  if (op_name == "update" && field == "kind") return kUpdateKindNames;
   return {};
 }
 
@@ -163,8 +165,8 @@ TEST(Assembler, EveryOpcodeFieldEnumValueAndFlagRoundTrips) {
   const std::string text = disassemble(program);
   for (const auto& m : kMnemonics)
     EXPECT_NE(text.find(m), std::string::npos) << m << " missing from:\n" << text;
-  for (const auto* names :
-       {&kTypeNames, &kFuncNames, &kKindNames, &kOpNames, &kSourceNames, &kMapFuncNames})
+  for (const auto* names : {&kTypeNames, &kFuncNames, &kKindNames, &kOpNames, &kSourceNames,
+                            &kMapFuncNames, &kUpdateKindNames})
     for (const auto& n : *names)
       EXPECT_TRUE(text.find("=" + n + " ") != std::string::npos ||
                   text.find("=" + n + "\n") != std::string::npos)
@@ -242,6 +244,27 @@ TEST(Assembler, ReadsTheDocumentedGatherLine) {
       "gather table=0x10000000 indices=0x0 dst=0x1000 count=256 row_bytes=128 rows=30000";
   EXPECT_EQ(to_binary(assemble(line, "gather.s")), to_binary({g}));
   EXPECT_EQ(to_string(g), line);
+}
+
+// docs/isa.md §4.17's and §4.18's example lines: the fp32 scale prints as the shortest decimal
+// that reads back, and update's kind by name.
+TEST(Assembler, ReadsTheDocumentedXentAndUpdateLines) {
+  Xent x;
+  x.src = UbAddr(0x0), x.labels = UbAddr(0x1400), x.dst = UbAddr(0x0), x.out = UbAddr(0x1600);
+  x.rows = 125, x.cols = 10, x.scale = 0.001f;
+  const std::string xent_line =
+      "xent src=0x0 labels=0x1400 dst=0x0 out=0x1600 rows=125 cols=10 scale=0.001";
+  EXPECT_EQ(to_binary(assemble(xent_line, "xent.s")), to_binary({x}));
+  EXPECT_EQ(to_string(x), xent_line);
+  Update u;
+  u.w = UbAddr(0x0), u.g = UbAddr(0x10000), u.m = UbAddr(0x20000), u.v = UbAddr(0x30000);
+  u.params = UbAddr(0x40000), u.count = 16384, u.kind = UpdateKind::Adam;
+  const std::string update_line =
+      "update w=0x0 g=0x10000 m=0x20000 v=0x30000 params=0x40000 count=16384 kind=adam";
+  EXPECT_EQ(to_binary(assemble(update_line, "update.s")), to_binary({u}));
+  EXPECT_EQ(to_string(u), update_line);
+  // Left out, kind is sgd.
+  EXPECT_EQ(std::get<Update>(assemble("update count=4", "sgd.s").front()).kind, UpdateKind::Sgd);
 }
 
 TEST(Assembler, EmptyAndCommentOnlyTextIsAnEmptyProgram) {

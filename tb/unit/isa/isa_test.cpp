@@ -136,6 +136,17 @@ const std::vector<DocLayout>& doc_layouts() {
        Copy{},
        {integer("src", 4, 4), integer("dst", 8, 4), integer("rows", 12, 4),
         integer("row_bytes", 16, 4), integer("src_stride", 20, 4), integer("dst_stride", 24, 4)}},
+      {0x14,
+       "xent",
+       Xent{},
+       {integer("src", 4, 4), integer("labels", 8, 4), integer("dst", 12, 4), integer("out", 16, 4),
+        integer("rows", 20, 4), integer("cols", 24, 2), integer("scale", 26, 4)}},
+      {0x15,
+       "update",
+       Update{},
+       {enumeration("kind", 2, {0, 1, 2}), integer("w", 4, 4), integer("g", 8, 4),
+        integer("m", 12, 4), integer("v", 16, 4), integer("params", 20, 4),
+        integer("count", 24, 4)}},
   };
   return layouts;
 }

@@ -56,13 +56,13 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
   std::vector<UnitKind> kinds;
   for (const Instruction& i : every_kind()) kinds.push_back(unit_of(i).kind);
   // Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul, Activate, Pool,
-  // Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map.
-  const std::vector<UnitKind> doc = {UnitKind::Sequencer, UnitKind::Dma,       UnitKind::Dma,
-                                     UnitKind::Dma,       UnitKind::Dma,       UnitKind::MxuWeights,
-                                     UnitKind::Sequencer, UnitKind::MxuArray,  UnitKind::Vector,
-                                     UnitKind::Vector,    UnitKind::Vector,    UnitKind::Vector,
-                                     UnitKind::Sequencer, UnitKind::Sequencer, UnitKind::Sequencer,
-                                     UnitKind::Dma,       UnitKind::Vector,    UnitKind::Vector};
+  // Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map, Xent, Update.
+  const std::vector<UnitKind> doc = {
+      UnitKind::Sequencer, UnitKind::Dma,        UnitKind::Dma,       UnitKind::Dma,
+      UnitKind::Dma,       UnitKind::MxuWeights, UnitKind::Sequencer, UnitKind::MxuArray,
+      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
+      UnitKind::Sequencer, UnitKind::Sequencer,  UnitKind::Sequencer, UnitKind::Dma,
+      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector};
   EXPECT_EQ(kinds, doc);
   EXPECT_TRUE(unit_of(ReadHost{}).host_link);
   EXPECT_FALSE(unit_of(ReadMem{}).host_link);
@@ -235,6 +235,43 @@ TEST(Semantics, MapReadsItsInputAndChannelRecordsAndWritesItsOutput) {
                            {Space::UnifiedBuffer, 0x100, 0x100 + 1000, false, "src"},
                            {Space::UnifiedBuffer, 0x4000, 0x4000 + 4 * 1000, true, "dst"},
                            {Space::UnifiedBuffer, 0x8000, 0x8000 + 12 * 10, false, "params"}}));
+}
+
+TEST(Semantics, XentReadsLogitsAndLabelsAndWritesGradientsAndRecords) {
+  Xent x;
+  x.src = UbAddr(0x100), x.labels = UbAddr(0x2000), x.dst = UbAddr(0x100), x.out = UbAddr(0x3000);
+  x.rows = 125, x.cols = 10;
+  EXPECT_EQ(ranges(x),
+            (std::vector<Range>{{Space::UnifiedBuffer, 0x100, 0x100 + 125 * 10 * 4, false, "src"},
+                                {Space::UnifiedBuffer, 0x2000, 0x2000 + 125 * 4, false, "labels"},
+                                {Space::UnifiedBuffer, 0x100, 0x100 + 125 * 10 * 4, true, "dst"},
+                                {Space::UnifiedBuffer, 0x3000, 0x3000 + 125 * 8, true, "out"}}));
+}
+
+// Each array the kind uses is read, the ones it steps written too; the record is 4 bytes per
+// value: sgd 1, momentum 2, adam 6.
+TEST(Semantics, UpdateReadsAndWritesTheArraysItsKindUsesAndReadsItsRecord) {
+  Update u;
+  u.w = UbAddr(0x1000), u.g = UbAddr(0x2000), u.m = UbAddr(0x3000), u.v = UbAddr(0x4000);
+  u.params = UbAddr(0x5000), u.count = 100;
+  const auto ub = [](std::uint64_t lo, std::uint64_t bytes, bool write, const char* field) {
+    return Range{Space::UnifiedBuffer, lo, lo + bytes, write, field};
+  };
+  u.kind = UpdateKind::Adam;
+  EXPECT_EQ(ranges(u),
+            (std::vector<Range>{ub(0x1000, 400, false, "w"), ub(0x1000, 400, true, "w"),
+                                ub(0x2000, 400, false, "g"), ub(0x3000, 400, false, "m"),
+                                ub(0x3000, 400, true, "m"), ub(0x4000, 400, false, "v"),
+                                ub(0x4000, 400, true, "v"), ub(0x5000, 24, false, "params")}));
+  u.kind = UpdateKind::Momentum, u.v = UbAddr(0);
+  EXPECT_EQ(ranges(u),
+            (std::vector<Range>{ub(0x1000, 400, false, "w"), ub(0x1000, 400, true, "w"),
+                                ub(0x2000, 400, false, "g"), ub(0x3000, 400, false, "m"),
+                                ub(0x3000, 400, true, "m"), ub(0x5000, 8, false, "params")}));
+  u.kind = UpdateKind::Sgd, u.m = UbAddr(0);
+  EXPECT_EQ(ranges(u),
+            (std::vector<Range>{ub(0x1000, 400, false, "w"), ub(0x1000, 400, true, "w"),
+                                ub(0x2000, 400, false, "g"), ub(0x5000, 4, false, "params")}));
 }
 
 TEST(Semantics, AbsurdAddressesSaturateInsteadOfWrappingIntoRange) {

@@ -1703,6 +1703,255 @@ TEST(VectorMap, RejectsBadFieldsNamingThemBeforeWritingAnything) {
       });
 }
 
+// ---- xent ----
+
+// The rows of an xent between regions of a Core: logits at 0x100, labels, gradients and records
+// after them.
+isa::Xent xent_case(std::uint32_t rows, std::uint16_t cols) {
+  isa::Xent x;
+  x.rows = rows, x.cols = cols;
+  x.src = UbAddr(0x100);
+  x.labels = UbAddr(0x100 + 4 * rows * cols + 64);
+  x.dst = UbAddr(x.labels.value() + 4 * rows + 64);
+  x.out = UbAddr(x.dst.value() + 4 * rows * cols + 64);
+  x.scale = 1.0f / 125.0f;
+  return x;
+}
+
+struct XentExpect {
+  std::vector<float> grad;
+  float loss = 0.0f, correct = 0.0f;
+};
+
+// docs/isa.md's xent, as a plain loop in fp32: softmax's probabilities (ref_softmax), minus the
+// one-hot label, times scale; the loss log(s) - (z_label - m) with s summed in order; correct
+// when the label is the first index of the maximum.
+XentExpect naive_xent(const std::vector<float>& z, std::size_t label, float scale) {
+  const auto first = static_cast<std::size_t>(std::max_element(z.begin(), z.end()) - z.begin());
+  const float m = z[first];
+  XentExpect x;
+  const std::vector<float> p = ref_softmax(z);
+  for (std::size_t c = 0; c < z.size(); ++c)
+    x.grad.push_back((p[c] - (c == label ? 1.0f : 0.0f)) * scale);
+  float s = 0.0f;
+  for (float v : z) s += std::exp(v - m);
+  x.loss = std::log(s) - (z[label] - m);
+  x.correct = label == first ? 1.0f : 0.0f;
+  return x;
+}
+
+TEST(VectorXent, GivesEachRowsScaledGradientLossAndCorrectFlagInPlaceOrNot) {
+  Core core;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> v(-10.0f, 10.0f);
+  isa::Xent x = xent_case(7, 10);
+  std::vector<std::vector<float>> z(x.rows, std::vector<float>(x.cols));
+  std::vector<std::int32_t> label(x.rows);
+  for (std::uint32_t r = 0; r < x.rows; ++r) {
+    for (float& f : z[r]) f = v(rng);
+    label[r] = static_cast<std::int32_t>(rng() % x.cols);
+  }
+  z[0][3] = z[0][5] = 40.0f, label[0] = 3;  // tied maximum: the first index is the prediction
+  z[1][3] = z[1][5] = 40.0f, label[1] = 5;
+  for (const bool in_place : {false, true}) {
+    for (std::uint32_t r = 0; r < x.rows; ++r) {
+      for (std::uint32_t c = 0; c < x.cols; ++c)
+        core.put32(x.src.value() + 4 * (r * x.cols + c), bits_of(z[r][c]));
+      core.put32(x.labels.value() + 4 * r, static_cast<std::uint32_t>(label[r]));
+    }
+    isa::Xent run = x;
+    if (in_place) run.dst = run.src;
+    ops.xent(run, core.ub_view());
+    for (std::uint32_t r = 0; r < x.rows; ++r) {
+      const XentExpect e = naive_xent(z[r], static_cast<std::size_t>(label[r]), x.scale);
+      for (std::uint32_t c = 0; c < x.cols; ++c)
+        ASSERT_EQ(core.get32(run.dst.value() + 4 * (r * x.cols + c)), bits_of(e.grad[c]))
+            << "row " << r << " col " << c;
+      EXPECT_EQ(core.get32(x.out.value() + 8 * r), bits_of(e.loss)) << r;
+      EXPECT_EQ(core.get32(x.out.value() + 8 * r + 4), bits_of(e.correct)) << r;
+    }
+  }
+  EXPECT_EQ(float_of(core.get32(x.out.value() + 4)), 1.0f);
+  EXPECT_EQ(float_of(core.get32(x.out.value() + 12)), 0.0f);
+}
+
+TEST(VectorXent, RejectsBadFieldsLabelsAndOverlapsBeforeWritingAnything) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const isa::Xent ok = xent_case(4, 10);
+  for (std::uint32_t r = 0; r < ok.rows; ++r)
+    core.put32(ok.labels.value() + 4 * r, r == 2 ? 9u : r);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::uint64_t logits = 4 * 4 * 10;
+  expect_refusals<isa::Xent>(
+      core, ok, [&](const isa::Xent& x) { ops.xent(x, core.ub_view()); },
+      {
+          {[](isa::Xent& x) { x.rows = 0; }, {"xent: rows = 0"}},
+          {[](isa::Xent& x) { x.cols = 0; }, {"xent: cols = 0"}},
+          {[&](isa::Xent& x) { x.scale = inf; }, {"xent: scale = inf", "finite"}},
+          {[](isa::Xent& x) { x.cols = 9; }, {"labels[2] = 9", "row 2", "[0, cols = 9)"}},
+          {[&](isa::Xent& x) {
+             x.src = UbAddr(static_cast<std::uint32_t>(core.ub.size() - logits + 4));
+           },
+           {"xent: src = 0x", "rows 4 x cols 10 x fp32"}},
+          {[&](isa::Xent& x) { x.out = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 8)); },
+           {"xent: out = 0x", "8-byte records"}},
+          {[](isa::Xent& x) { x.dst = UbAddr(x.src.value() + 4); }, {"dst", "overlaps src"}},
+          {[](isa::Xent& x) { x.out = UbAddr(x.src.value() + 40); }, {"out", "overlaps src"}},
+          {[](isa::Xent& x) { x.out = UbAddr(x.dst.value()); }, {"out", "overlaps dst"}},
+      });
+  core.put32(ok.labels.value() + 4, 0xffffffffu);
+  expect_program_error([&] { ops.xent(ok, core.ub_view()); }, {"labels[1] = -1", "row 1"});
+}
+
+// ---- update ----
+
+// count elements of w, g, m, v apart, and the record after them.
+isa::Update update_case(isa::UpdateKind kind, std::uint32_t count) {
+  isa::Update u;
+  u.kind = kind, u.count = count;
+  const std::uint32_t n = 4 * count + 32;
+  u.w = UbAddr(0x100), u.g = UbAddr(0x100 + n);
+  u.m = UbAddr(kind == isa::UpdateKind::Sgd ? 0 : 0x100 + 2 * n);
+  u.v = UbAddr(kind == isa::UpdateKind::Adam ? 0x100 + 3 * n : 0);
+  u.params = UbAddr(0x100 + 4 * n);
+  return u;
+}
+
+void put_floats(Core& core, std::uint64_t at, const std::vector<float>& v) {
+  for (std::size_t i = 0; i < v.size(); ++i) core.put32(at + 4 * i, bits_of(v[i]));
+}
+std::vector<float> get_floats(const Core& core, std::uint64_t at, std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = float_of(core.get32(at + 4 * i));
+  return v;
+}
+
+// Each kind against docs/isa.md's formulas written out as plain fp32 loops, every operation
+// rounded on its own in the order written.
+TEST(VectorUpdate, SgdMomentumAndAdamStepEveryElementAsDocumented) {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> v(-1.0f, 1.0f);
+  constexpr std::uint32_t kCount = 301;
+  const float lr = 1e-3f, mom = 0.9f, b1 = 0.9f, b2 = 0.999f, eps = 1e-7f;
+  const float b1p = 0.729f, b2p = 0.997002999f;  // t = 3
+  for (const isa::UpdateKind kind :
+       {isa::UpdateKind::Sgd, isa::UpdateKind::Momentum, isa::UpdateKind::Adam}) {
+    Core core;
+    const isa::Update u = update_case(kind, kCount);
+    std::vector<float> w(kCount), g(kCount), m(kCount), s(kCount);
+    for (std::uint32_t i = 0; i < kCount; ++i)
+      w[i] = v(rng), g[i] = v(rng), m[i] = 0.1f * v(rng), s[i] = 0.01f * std::fabs(v(rng));
+    put_floats(core, u.w.value(), w);
+    put_floats(core, u.g.value(), g);
+    if (kind != isa::UpdateKind::Sgd) put_floats(core, u.m.value(), m);
+    if (kind == isa::UpdateKind::Adam) put_floats(core, u.v.value(), s);
+    if (kind == isa::UpdateKind::Sgd) put_floats(core, u.params.value(), {lr});
+    if (kind == isa::UpdateKind::Momentum) put_floats(core, u.params.value(), {lr, mom});
+    if (kind == isa::UpdateKind::Adam)
+      put_floats(core, u.params.value(), {lr, b1, b2, eps, b1p, b2p});
+    const std::vector<std::uint8_t> before = core.ub;
+    VectorOps(core.cfg).update(u, core.ub_view());
+
+    const float one = 1.0f, sq = std::sqrt(one - b2p);
+    const float alpha = (lr * sq) / (one - b1p);
+    for (std::uint32_t i = 0; i < kCount; ++i) {
+      if (kind == isa::UpdateKind::Sgd) {
+        const float lg = lr * g[i];
+        w[i] = w[i] - lg;
+      } else if (kind == isa::UpdateKind::Momentum) {
+        const float a = mom * m[i], lg = lr * g[i];
+        m[i] = a - lg;
+        w[i] = w[i] + m[i];
+      } else {
+        const float d = g[i] - m[i], c1 = one - b1;
+        const float dm = d * c1;
+        m[i] = m[i] + dm;
+        const float gg = g[i] * g[i], c2 = one - b2;
+        const float e = gg - s[i];
+        const float dv = e * c2;
+        s[i] = s[i] + dv;
+        const float root = std::sqrt(s[i]);
+        const float den = root + eps, num = m[i] * alpha;
+        const float q = num / den;
+        w[i] = w[i] - q;
+      }
+    }
+    const auto got_w = get_floats(core, u.w.value(), kCount);
+    for (std::uint32_t i = 0; i < kCount; ++i) ASSERT_EQ(bits_of(got_w[i]), bits_of(w[i])) << i;
+    if (kind != isa::UpdateKind::Sgd) {
+      const auto got_m = get_floats(core, u.m.value(), kCount);
+      for (std::uint32_t i = 0; i < kCount; ++i) ASSERT_EQ(bits_of(got_m[i]), bits_of(m[i])) << i;
+    }
+    if (kind == isa::UpdateKind::Adam) {
+      const auto got_v = get_floats(core, u.v.value(), kCount);
+      for (std::uint32_t i = 0; i < kCount; ++i) ASSERT_EQ(bits_of(got_v[i]), bits_of(s[i])) << i;
+    }
+    // Nothing else changed: the gradients, the record and every other byte.
+    std::vector<std::uint8_t> after = core.ub;
+    for (const std::uint64_t at : {u.w.value(), u.m.value(), u.v.value()})
+      if (at != 0)
+        std::copy(before.begin() + static_cast<std::ptrdiff_t>(at),
+                  before.begin() + static_cast<std::ptrdiff_t>(at + 4 * kCount),
+                  after.begin() + static_cast<std::ptrdiff_t>(at));
+    EXPECT_EQ(after, before);
+  }
+}
+
+TEST(VectorUpdate, RejectsBadFieldsRecordsAndOverlapsNamingThemBeforeWritingAnything) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const isa::Update ok = update_case(isa::UpdateKind::Adam, 64);
+  const std::uint64_t rec = ok.params.value();
+  put_floats(core, rec, {1e-3f, 0.9f, 0.999f, 1e-7f, 0.9f, 0.999f});
+  ops.update(ok, core.ub_view());
+  const auto run = [&](const isa::Update& u) { ops.update(u, core.ub_view()); };
+  expect_refusals<isa::Update>(
+      core, ok, run,
+      {
+          {[](isa::Update& u) { u.count = 0; }, {"update: count = 0"}},
+          {[](isa::Update& u) { u.kind = static_cast<isa::UpdateKind>(3); },
+           {"update: kind = 3", "sgd, momentum, adam"}},
+          {[](isa::Update& u) { u.kind = isa::UpdateKind::Sgd; },
+           {"update: m = 0x", "with kind sgd", "must be 0"}},
+          {[](isa::Update& u) { u.kind = isa::UpdateKind::Momentum; },
+           {"update: v = 0x", "with kind momentum", "must be 0"}},
+          {[&](isa::Update& u) { u.v = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 8)); },
+           {"update: v = 0x", "count 64 x fp32"}},
+          {[&](isa::Update& u) {
+             u.params = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 20));
+           },
+           {"update: params = 0x", "6 fp32 values of adam"}},
+          {[](isa::Update& u) { u.m = UbAddr(u.w.value() + 4); }, {"update: m = 0x", "overlaps w"}},
+          {[](isa::Update& u) { u.v = u.g; }, {"update: v = 0x", "overlaps g"}},
+      });
+  // Each value of the record out of its range, one at a time.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const struct {
+    int index;
+    float value;
+    const char* words;
+  } records[] = {{0, -1e-3f, "update: lr = -0.001 (must be finite and >= 0)"},
+                 {0, nan, "update: lr = nan"},
+                 {1, 1.0f, "update: beta1 = 1 (must be in [0, 1))"},
+                 {2, -0.5f, "update: beta2 = -0.5"},
+                 {3, 0.0f, "update: epsilon = 0 (must be finite and > 0)"},
+                 {4, 1.0f, "update: beta1_power = 1 (must be in [0, 1))"},
+                 {5, std::numeric_limits<float>::infinity(), "update: beta2_power = inf"}};
+  for (const auto& r : records) {
+    const std::uint32_t saved = core.get32(rec + 4 * r.index);
+    core.put32(rec + 4 * r.index, bits_of(r.value));
+    const std::vector<std::uint8_t> before = core.ub;
+    expect_program_error([&] { run(ok); }, {r.words});
+    EXPECT_EQ(core.ub, before);
+    core.put32(rec + 4 * r.index, saved);
+  }
+  const isa::Update mom = update_case(isa::UpdateKind::Momentum, 8);
+  put_floats(core, mom.params.value(), {0.01f, 1.5f});
+  expect_program_error([&] { run(mom); }, {"update: momentum = 1.5 (must be in [0, 1]"});
+}
+
 // ---- cost ----
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
@@ -1805,6 +2054,41 @@ TEST(VectorCost, MapCountsOneOpPerElementAndReadsTheRecordsOnce) {
       EXPECT_EQ(c.acc_bytes_read, 0u);
       EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
     }
+}
+
+// Softmax's three ops per value, one more for the one-hot and scale, one per row for the loss;
+// logits and labels read, gradients and 8-byte records written.
+TEST(VectorCost, XentCountsFourOpsPerValueAndOnePerRow) {
+  const ChipConfig cfg = test_config();
+  const isa::Xent x = xent_case(125, 10);
+  const VectorCost c = VectorOps(cfg).cost(x);
+  const std::uint64_t elems = std::uint64_t{x.rows} * x.cols;
+  EXPECT_EQ(c.element_ops, 4 * elems + x.rows);
+  EXPECT_EQ(c.ub_bytes_read, 4 * elems + 4u * x.rows);
+  EXPECT_EQ(c.ub_bytes_written, 4 * elems + 8u * x.rows);
+  EXPECT_EQ(c.acc_bytes_read, 0u);
+  EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+}
+
+// sgd 1, momentum 3, adam 9 ops per element; each array the kind uses read once, each it steps
+// written once, and the record (1, 2 or 6 fp32 values) read once.
+TEST(VectorCost, UpdateCountsItsKindsOpsAndArrays) {
+  const ChipConfig cfg = test_config();
+  const struct {
+    isa::UpdateKind kind;
+    std::uint64_t ops, arrays_read, arrays_written, record;
+  } kinds[] = {{isa::UpdateKind::Sgd, 1, 2, 1, 1},
+               {isa::UpdateKind::Momentum, 3, 3, 2, 2},
+               {isa::UpdateKind::Adam, 9, 4, 3, 6}};
+  for (const auto& k : kinds) {
+    const isa::Update u = update_case(k.kind, 5000);
+    const VectorCost c = VectorOps(cfg).cost(u);
+    EXPECT_EQ(c.element_ops, k.ops * u.count);
+    EXPECT_EQ(c.ub_bytes_read, 4 * k.arrays_read * u.count + 4 * k.record);
+    EXPECT_EQ(c.ub_bytes_written, 4 * k.arrays_written * u.count);
+    EXPECT_EQ(c.acc_bytes_read, 0u);
+    EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+  }
 }
 
 // A copy has no lane operation: its bytes cross the unit's port twice, read and written.
