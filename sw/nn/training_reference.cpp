@@ -11,6 +11,8 @@
 #include "numerics/activation.h"
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
+#include "numerics/loss.h"
+#include "numerics/optimizer.h"
 #include "sw/ir/ops.h"
 #include "sw/nn/taps.h"
 
@@ -209,25 +211,16 @@ struct Pass {
     }
   }
 
-  // SparseSoftmaxCrossEntropyWithLogits on each row (the xent instruction), the gradient scaled
-  // by `scale`.
+  // SparseSoftmaxCrossEntropyWithLogits on each row (numerics::softmax_xent_row, the xent
+  // instruction's definition), the gradient scaled by `scale`.
   Tensor xent(const Tensor& z, std::size_t k, const std::int32_t* labels, float scale, float* loss,
               float* correct) const {
     Tensor d(z.size());
     for (std::size_t r = 0; r < n; ++r) {
-      const float* zr = &z[r * k];
-      std::size_t arg = 0;
-      for (std::size_t c = 1; c < k; ++c)
-        if (zr[c] > zr[arg]) arg = c;
-      const float m = zr[arg];
-      Tensor e(k);
-      float s = 0.0f;
-      for (std::size_t c = 0; c < k; ++c) s += (e[c] = std::exp(zr[c] - m));
-      const auto label = static_cast<std::size_t>(labels[r]);
-      for (std::size_t c = 0; c < k; ++c)
-        d[r * k + c] = (e[c] / s - (c == label ? 1.0f : 0.0f)) * scale;
-      loss[r] = std::log(s) - (zr[label] - m);
-      correct[r] = arg == label ? 1.0f : 0.0f;
+      const numerics::XentRow row = numerics::softmax_xent_row(
+          &z[r * k], &d[r * k], k, static_cast<std::size_t>(labels[r]), scale);
+      loss[r] = row.loss;
+      correct[r] = row.correct;
     }
     return d;
   }
@@ -395,30 +388,24 @@ std::size_t micro_batch_of(const TrainPlan& plan, std::size_t share) {
   return plan.micro_batch == 0 ? share : std::min<std::size_t>(plan.micro_batch, share);
 }
 
+// The optimizer's step on every element (numerics/optimizer.h, the update instruction's
+// definitions); Adam's powers for step t as the host computes them.
 void update(const Optimizer& opt, std::uint64_t t, Tensor& w, const Tensor& g, Tensor& m,
             Tensor& v) {
   const float lr = opt.learning_rate;
   switch (opt.kind) {
     case OptimizerKind::Sgd:
-      for (std::size_t e = 0; e < w.size(); ++e) w[e] = w[e] - lr * g[e];
+      for (std::size_t e = 0; e < w.size(); ++e) w[e] = numerics::sgd_step(w[e], g[e], lr);
       return;
     case OptimizerKind::Momentum:
-      for (std::size_t e = 0; e < w.size(); ++e) {
-        m[e] = opt.momentum * m[e] - lr * g[e];
-        w[e] = w[e] + m[e];
-      }
+      for (std::size_t e = 0; e < w.size(); ++e)
+        numerics::momentum_step(w[e], m[e], g[e], lr, opt.momentum);
       return;
     case OptimizerKind::Adam: {
-      const auto power = [&](float beta) {
-        return static_cast<float>(std::pow(static_cast<double>(beta), static_cast<double>(t)));
-      };
-      const float b1p = power(opt.beta1), b2p = power(opt.beta2);
-      const float alpha = (lr * std::sqrt(1.0f - b2p)) / (1.0f - b1p);
-      for (std::size_t e = 0; e < w.size(); ++e) {
-        m[e] = m[e] + (g[e] - m[e]) * (1.0f - opt.beta1);
-        v[e] = v[e] + (g[e] * g[e] - v[e]) * (1.0f - opt.beta2);
-        w[e] = w[e] - (m[e] * alpha) / (std::sqrt(v[e]) + opt.epsilon);
-      }
+      const numerics::AdamPowers p = numerics::adam_powers(opt.beta1, opt.beta2, t);
+      const float alpha = numerics::adam_alpha(lr, p.beta1_power, p.beta2_power);
+      for (std::size_t e = 0; e < w.size(); ++e)
+        numerics::adam_step(w[e], m[e], v[e], g[e], alpha, opt.beta1, opt.beta2, opt.epsilon);
       return;
     }
   }
