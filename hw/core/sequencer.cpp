@@ -153,7 +153,8 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
           halted_at_ = clock_.now();
           halted_event_.notify(sc_core::SC_ZERO_TIME);
         } else if constexpr (std::is_same_v<T, isa::ReadWeights>) {
-          pending_tiles_[i.mxu].emplace_back(i.rows, i.cols);
+          const isa::TileShape t = isa::weight_tile_shape(i);
+          pending_tiles_[i.mxu].emplace_back(t.k, t.n);
         } else if constexpr (std::is_same_v<T, isa::MatMul>) {
           if (i.swap_weights) {
             if (pending_tiles_[i.mxu].empty())

@@ -52,6 +52,8 @@ void visit_fields(ReadWeights& i, F&& f) {
   f("addr", RawAddress{i.addr});
   f("rows", i.rows);
   f("cols", i.cols);
+  f("stride", i.stride);
+  f("transpose", i.transpose);
 }
 template <class F>
 void visit_fields(SetWindow& i, F&& f) {
@@ -68,6 +70,8 @@ void visit_fields(SetWindow& i, F&& f) {
   f("out_w", i.out_w);
   f("dilation_h", i.dilation_h);
   f("dilation_w", i.dilation_w);
+  f("in_dilation_h", i.in_dilation_h);
+  f("in_dilation_w", i.in_dilation_w);
 }
 template <class F>
 void visit_fields(MatMul& i, F&& f) {
@@ -81,6 +85,7 @@ void visit_fields(MatMul& i, F&& f) {
   f("acc", i.accumulate);
   f("swap", i.swap_weights);
   f("window", i.window);
+  f("transpose", i.transpose);
 }
 template <class F>
 void visit_fields(Activate& i, F&& f) {

@@ -185,6 +185,8 @@ struct Codec {
     field(4, i.addr);
     field(12, i.rows);
     field(14, i.cols);
+    flag(1, i.transpose);
+    field(16, i.stride);
   }
   void operands(SetWindow& i) {
     std::uint16_t* f[] = {&i.in_h,     &i.in_w,     &i.in_c,     &i.kernel_h,
@@ -193,6 +195,8 @@ struct Codec {
     for (std::size_t k = 0; k < std::size(f); ++k) field(4 + 2 * k, *f[k]);
     field(26, i.dilation_h);
     field(28, i.dilation_w);
+    field(30, i.in_dilation_h);
+    field(31, i.in_dilation_w);
   }
   void operands(MatMul& i) {
     field(2, i.mxu);
@@ -205,6 +209,7 @@ struct Codec {
     field(16, i.src_stride);
     field(20, i.first_pixel);
     field(24, i.k_first);
+    flag(3, i.transpose);
   }
   void operands(Activate& i) {
     enum_field(2, i.func);

@@ -102,14 +102,19 @@ struct WriteMem {
   MemAddr dst;
   std::uint32_t bytes = 0;
 };
-// A weight tile of rows x cols elements of the MXU input type, row-major and dense at `addr`
-// (an off-chip MemAddr or a UbAddr, by `source`). rows <= mxu.rows, cols <= mxu.cols.
+// A stored matrix S of rows x cols elements of the MXU input type at `addr` (an off-chip MemAddr
+// or a UbAddr, by `source`), row i at addr + i*stride (stride 0: dense, cols * element bytes).
+// The tile made resident is W = S (K = rows, N = cols) or, with `transpose`, W = S^T (K = cols,
+// N = rows): the backward pass reads a forward tile transposed, and a stride picks a sub-block of
+// a larger matrix without a copy. K <= mxu.rows, N <= mxu.cols (isa::weight_tile_shape).
 struct ReadWeights {
   std::uint8_t mxu = 0;
   WeightSource source = WeightSource::OffChip;
   std::uint64_t addr = 0;
   std::uint16_t rows = 0;
   std::uint16_t cols = 0;
+  bool transpose = false;
+  std::uint32_t stride = 0;  // bytes between stored rows; 0 = dense
 };
 // Geometry of an NHWC image in the unified buffer and the window that a windowed MatMul reads:
 // row r of the MatMul is output pixel p = first_pixel + r (image p / (out_h*out_w), then oy, ox);
@@ -117,7 +122,9 @@ struct ReadWeights {
 // (ky, kx) = ((k / in_c) / kernel_w, (k / in_c) % kernel_w), read at input pixel
 // (oy*stride_h + ky*dilation_h - pad_top, ox*stride_w + kx*dilation_w - pad_left), zero outside
 // the image. A dilation of 0 reads as 1: programs written before the dilation fields existed
-// encode 0 there and keep their meaning.
+// encode 0 there and keep their meaning. in_dilation_h/w dilate the image itself (zeros between
+// its pixels, what a strided convolution's input gradient reads): the position above is then a
+// pixel of the dilated image, zero between stored pixels (isa::window_pixel); 0 reads as 1 too.
 struct SetWindow {
   std::uint16_t in_h = 0, in_w = 0, in_c = 0;
   std::uint16_t kernel_h = 0, kernel_w = 0;
@@ -125,10 +132,14 @@ struct SetWindow {
   std::uint16_t pad_top = 0, pad_left = 0;
   std::uint16_t out_h = 0, out_w = 0;
   std::uint16_t dilation_h = 1, dilation_w = 1;
+  std::uint8_t in_dilation_h = 1, in_dilation_w = 1;
 };
 // B = rows input vectors times the resident weight tile (K = tile rows, N = tile cols) into
 // accumulator entries dst .. dst+rows-1. Dense: row r starts at src + r*src_stride. Windowed: see
-// SetWindow. swap_weights first makes the next shifted-in tile the resident one.
+// SetWindow. swap_weights first makes the next shifted-in tile the resident one. transpose reads
+// the input transposed (weight gradients): input row r, element j is what the same MatMul without
+// transpose would read as row j, element r (dense: at src + j*src_stride + r*e; windowed: pixel
+// first_pixel + j, window element k_first + r).
 struct MatMul {
   std::uint8_t mxu = 0;
   bool accumulate = false;
@@ -140,6 +151,7 @@ struct MatMul {
   std::uint32_t src_stride = 0;   // dense: bytes between input rows
   std::uint32_t first_pixel = 0;  // windowed: output pixel of row 0
   std::uint16_t k_first = 0;      // windowed: flattened window index of tile row 0
+  bool transpose = false;
 };
 // Reads `rows` accumulator entries, `cols` values each; per column c applies, with the 3-word
 // (12-byte) parameter record at params + 12*c = {bias, scale, shift}:

@@ -19,6 +19,20 @@ std::uint64_t row_bytes(const Copy& c) { return c.row_bytes; }
 
 }  // namespace
 
+TileShape weight_tile_shape(const ReadWeights& rw) {
+  return rw.transpose ? TileShape{rw.cols, rw.rows} : TileShape{rw.rows, rw.cols};
+}
+
+std::uint64_t weight_row_pitch(const ReadWeights& rw, std::uint32_t elem_bytes) {
+  return rw.stride != 0 ? rw.stride : std::uint64_t{rw.cols} * elem_bytes;
+}
+
+std::uint64_t weight_extent(const ReadWeights& rw, std::uint32_t elem_bytes) {
+  if (rw.rows == 0 || rw.cols == 0) return 0;
+  return std::uint64_t{rw.rows - 1u} * weight_row_pitch(rw, elem_bytes) +
+         std::uint64_t{rw.cols} * elem_bytes;
+}
+
 Unit unit_of(const Instruction& inst) {
   return std::visit(
       [](const auto& i) -> Unit {
@@ -64,14 +78,14 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
           read(Space::UnifiedBuffer, "src", i.src.value(), i.bytes);
           write(Space::OffChip, "dst", i.dst.value(), i.bytes);
         } else if constexpr (std::is_same_v<T, ReadWeights>) {
-          const std::uint64_t bytes = std::uint64_t{i.rows} * i.cols * size_of(ctx.mxu_input_type);
           read(i.source == WeightSource::UnifiedBuffer ? Space::UnifiedBuffer : Space::OffChip,
-               "addr", i.addr, bytes);
+               "addr", i.addr, weight_extent(i, size_of(ctx.mxu_input_type)));
         } else if constexpr (std::is_same_v<T, MatMul>) {
           MatMulInput in;
           in.window = i.window, in.src = i.src.value(), in.rows = i.rows;
           in.src_stride = i.src_stride, in.first_pixel = i.first_pixel, in.k_first = i.k_first;
           in.geom = ctx.window;
+          in.transpose = i.transpose;
           const auto [lo, hi] = matmul_input_extent(in, ctx.tile_rows, size_of(ctx.mxu_input_type));
           if (i.rows > 0) read(Space::UnifiedBuffer, i.window ? "window" : "src", lo, hi - lo);
           const std::uint64_t first = sat_mul(i.dst.value(), entry);

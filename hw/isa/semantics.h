@@ -48,6 +48,19 @@ struct FootprintContext {
   std::uint32_t tile_rows = 0;  // MatMul: rows (K) of the resident weight tile
 };
 
+// The tile a ReadWeights makes resident: K rows (input elements) x N columns (outputs), after
+// the transpose: rows x cols, or cols x rows with `transpose`.
+struct TileShape {
+  std::uint32_t k = 0;
+  std::uint32_t n = 0;
+};
+TileShape weight_tile_shape(const ReadWeights& rw);
+// Bytes between the starts of consecutive stored rows: stride, or cols * elem_bytes when it is 0.
+std::uint64_t weight_row_pitch(const ReadWeights& rw, std::uint32_t elem_bytes);
+// Bytes from addr to the end of the last stored row, (rows - 1) * pitch + cols * elem_bytes; 0
+// when rows or cols is 0.
+std::uint64_t weight_extent(const ReadWeights& rw, std::uint32_t elem_bytes);
+
 // Every access of `inst`, in the order of its fields (the order the sequencer checks them in).
 // Ranges follow the definitions in isa.h; an instruction with an impossible geometry (a pool
 // window larger than its input) lists what can be computed and leaves the rest to the unit,

@@ -66,6 +66,30 @@ std::uint32_t window_dilation_w(const SetWindow& g) {
   return std::max<std::uint32_t>(g.dilation_w, 1);
 }
 
+std::uint32_t window_in_dilation_h(const SetWindow& g) {
+  return std::max<std::uint32_t>(g.in_dilation_h, 1);
+}
+std::uint32_t window_in_dilation_w(const SetWindow& g) {
+  return std::max<std::uint32_t>(g.in_dilation_w, 1);
+}
+
+std::optional<std::pair<std::uint64_t, std::uint64_t>> window_pixel(
+    const SetWindow& g, std::uint64_t oy, std::uint64_t ox, std::uint32_t ky, std::uint32_t kx) {
+  const std::int64_t vy = window_input_y(g, oy, ky), vx = window_input_x(g, ox, kx);
+  const std::uint32_t dy = window_in_dilation_h(g), dx = window_in_dilation_w(g);
+  if (vy < 0 || vx < 0 || vy % dy != 0 || vx % dx != 0) return std::nullopt;
+  const auto y = static_cast<std::uint64_t>(vy) / dy, x = static_cast<std::uint64_t>(vx) / dx;
+  if (y >= g.in_h || x >= g.in_w) return std::nullopt;
+  return std::make_pair(y, x);
+}
+
+MatMulInput transposed_view(const MatMulInput& in, std::uint32_t k) {
+  MatMulInput v = in;
+  v.rows = k;
+  v.transpose = false;
+  return v;
+}
+
 std::uint64_t window_span_h(const SetWindow& g) {
   return std::uint64_t{g.kernel_h - 1u} * window_dilation_h(g) + 1;
 }
@@ -84,10 +108,9 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> touched_in_image(
   for (std::uint64_t p = p_begin; p < p_end; ++p) {
     const std::uint64_t oy = p / g.out_w, ox = p % g.out_w;
     for (const WindowSegment& s : segs) {
-      const std::int64_t y = window_input_y(g, oy, s.ky), x = window_input_x(g, ox, s.kx);
-      if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
-      const std::uint64_t first =
-          (static_cast<std::uint64_t>(y) * g.in_w + static_cast<std::uint64_t>(x)) * g.in_c + s.c;
+      const auto px = window_pixel(g, oy, ox, s.ky, s.kx);
+      if (!px) continue;
+      const std::uint64_t first = (px->first * g.in_w + px->second) * g.in_c + s.c;
       const std::uint64_t last = first + s.count - 1;
       if (!r) r.emplace(first, last);
       r->first = std::min(r->first, first);
@@ -137,6 +160,7 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> window_touched(
 std::pair<std::uint64_t, std::uint64_t> matmul_input_extent(const MatMulInput& in, std::uint32_t k,
                                                             std::uint32_t elem_bytes) {
   const std::uint64_t elem = elem_bytes;
+  if (in.transpose) return matmul_input_extent(transposed_view(in, k), in.rows, elem_bytes);
   const std::pair<std::uint64_t, std::uint64_t> nothing{in.src, in.src};
   if (in.rows == 0 || k == 0) return nothing;
   if (!in.window) {

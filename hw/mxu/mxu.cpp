@@ -7,6 +7,7 @@
 
 #include "hw/common/error.h"
 #include "hw/common/tlm_util.h"
+#include "hw/isa/semantics.h"
 #include "hw/unit/program_error.h"
 
 namespace tpu {
@@ -76,6 +77,7 @@ InputSpec Mxu::input_spec(const InFlight& f, const isa::MatMul& mm) {
   in.first_pixel = mm.first_pixel;
   in.k_first = mm.k_first;
   in.geom = f.window;
+  in.transpose = mm.transpose;
   return in;
 }
 
@@ -92,25 +94,66 @@ void Mxu::finish(Cycle end) {
   accounted_until_ = std::max(end, from);
 }
 
+namespace {
+
+// The tile a ReadWeights makes resident from its stored matrix S (rows x cols, dense in `tile`):
+// S itself, or with `transpose` W = S^T, W[k][n] = S[n][k]. The transpose unit sits on the
+// weight path (docs/timing-model.md), so the FIFO holds tiles as the array takes them.
+void orient(WeightTile& tile, const isa::ReadWeights& rw, std::uint32_t elem) {
+  tile.rows = rw.rows;
+  tile.cols = rw.cols;
+  if (!rw.transpose) return;
+  std::vector<std::uint8_t> w(tile.bytes.size());
+  for (std::uint32_t i = 0; i < rw.rows; ++i)
+    for (std::uint32_t j = 0; j < rw.cols; ++j)
+      std::copy_n(&tile.bytes[(std::size_t{i} * rw.cols + j) * elem], elem,
+                  &w[(std::size_t{j} * rw.rows + i) * elem]);
+  tile.bytes = std::move(w);
+  tile.rows = rw.cols;
+  tile.cols = rw.rows;
+}
+
+}  // namespace
+
+void Mxu::check_weights(const InFlight& f, const isa::ReadWeights& rw) const {
+  const std::uint32_t elem = size_of(cfg_.mxu.input_type);
+  const isa::TileShape t = isa::weight_tile_shape(rw);
+  if (t.k == 0 || t.n == 0 || t.k > cfg_.mxu.rows || t.n > cfg_.mxu.cols) {
+    if (!rw.transpose)
+      report_program_error(core_name_, f,
+                           fmt::format("tile of {} x {} does not fit the {} x {} array (rows and "
+                                       "cols must be 1..array size)",
+                                       rw.rows, rw.cols, cfg_.mxu.rows, cfg_.mxu.cols));
+    report_program_error(core_name_, f,
+                         fmt::format("transposed tile of {} x {} (cols {} x rows {}) does not fit "
+                                     "the {} x {} array (with transpose, cols must be 1..{} and "
+                                     "rows 1..{})",
+                                     t.k, t.n, rw.cols, rw.rows, cfg_.mxu.rows, cfg_.mxu.cols,
+                                     cfg_.mxu.rows, cfg_.mxu.cols));
+  }
+  if (rw.stride != 0 && rw.stride < std::uint64_t{rw.cols} * elem)
+    report_program_error(core_name_, f,
+                         fmt::format("stride = {} bytes (must be 0 for dense rows or >= cols {} x "
+                                     "{} bytes = {}: stored rows may not overlap)",
+                                     rw.stride, rw.cols, elem, std::uint64_t{rw.cols} * elem));
+}
+
 void Mxu::load_weights() {
   const std::uint32_t elem = size_of(cfg_.mxu.input_type);
   while (true) {
     std::shared_ptr<InFlight> f = weight_queue.read();
     const auto& rw = std::get<isa::ReadWeights>(f->inst);
     f->wait_deps(clock_);
-    if (rw.rows == 0 || rw.cols == 0 || rw.rows > cfg_.mxu.rows || rw.cols > cfg_.mxu.cols)
-      report_program_error(core_name_, *f,
-                           fmt::format("tile of {} x {} does not fit the {} x {} array (rows and "
-                                       "cols must be 1..array size)",
-                                       rw.rows, rw.cols, cfg_.mxu.rows, cfg_.mxu.cols));
+    check_weights(*f, rw);
     while (fifo_reserved_ >= cfg_.mxu.weight_fifo_tiles) sc_core::wait(weights_changed_);
     ++fifo_reserved_;
     f->started_at = clock_.now();
 
     auto fetch = std::make_shared<Fetch>();
-    fetch->tile.rows = rw.rows;
-    fetch->tile.cols = rw.cols;
     const std::uint64_t bytes = std::uint64_t{rw.rows} * rw.cols * elem;
+    const std::uint64_t row_bytes = std::uint64_t{rw.cols} * elem;
+    const std::uint64_t pitch = isa::weight_row_pitch(rw, elem);
+    const std::uint64_t extent = isa::weight_extent(rw, elem);
     fetch->tile.bytes.resize(bytes);
     fetching_.push_back(fetch);
     Counters& c = counters_.at(f->layer);
@@ -123,15 +166,18 @@ void Mxu::load_weights() {
       sc_core::sc_spawn([this, f, fetch] { fetch_off_chip(f, fetch); });
       continue;
     }
-    if (rw.addr > storage_.ub_bytes || bytes > storage_.ub_bytes - rw.addr)
+    if (rw.addr > storage_.ub_bytes || extent > storage_.ub_bytes - rw.addr)
       report_program_error(core_name_, *f,
                            fmt::format("addr {:#x} + {} bytes is outside the {}-byte unified "
                                        "buffer",
-                                       rw.addr, bytes, storage_.ub_bytes));
-    std::copy_n(storage_.ub + rw.addr, bytes, fetch->tile.bytes.data());
+                                       rw.addr, extent, storage_.ub_bytes));
+    for (std::uint32_t i = 0; i < rw.rows; ++i)
+      std::copy_n(storage_.ub + rw.addr + i * pitch, row_bytes, &fetch->tile.bytes[i * row_bytes]);
+    // The port delivers bytes_per_cycle from any addresses, as for a MatMul's strided rows.
     clock_.wait_for(Cycles((bytes + cfg_.unified_buffer.bytes_per_cycle - 1) /
                            cfg_.unified_buffer.bytes_per_cycle));
     c.ub_bytes_read += bytes;
+    orient(fetch->tile, rw, elem);
     fetch->ready = true;
     f->complete_at(clock_, clock_.now());
     deliver_fetched();
@@ -140,13 +186,40 @@ void Mxu::load_weights() {
 
 void Mxu::fetch_off_chip(std::shared_ptr<InFlight> f, std::shared_ptr<Fetch> fetch) {
   const auto& rw = std::get<isa::ReadWeights>(f->inst);
+  const std::uint32_t elem = size_of(cfg_.mxu.input_type);
   const std::uint64_t bytes = fetch->tile.bytes.size();
-  const auto status = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr,
-                                   fetch->tile.bytes.data(), bytes);
-  if (status != tlm::TLM_OK_RESPONSE)
-    report_program_error(core_name_, *f,
-                         fmt::format("off-chip memory answered {} for {} bytes at {:#x}",
-                                     response_name(status), bytes, rw.addr));
+  const std::uint64_t row_bytes = std::uint64_t{rw.cols} * elem;
+  const std::uint64_t pitch = isa::weight_row_pitch(rw, elem);
+  if (pitch == row_bytes) {
+    // Dense: one transfer of the whole tile.
+    const auto status = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr,
+                                     fetch->tile.bytes.data(), bytes);
+    if (status != tlm::TLM_OK_RESPONSE)
+      report_program_error(core_name_, *f,
+                           fmt::format("off-chip memory answered {} for {} bytes at {:#x}",
+                                       response_name(status), bytes, rw.addr));
+  } else {
+    // Strided: one transfer per stored row, all requested at once (the weight path keeps
+    // requests in flight, as it does across tiles): their latencies overlap and they share the
+    // bandwidth, so the tile takes what one transfer of its bytes takes (docs/timing-model.md).
+    std::vector<tlm::tlm_response_status> status(rw.rows, tlm::TLM_INCOMPLETE_RESPONSE);
+    std::vector<sc_core::sc_process_handle> rows;
+    for (std::uint32_t i = 0; i < rw.rows; ++i)
+      rows.push_back(sc_core::sc_spawn([&, i] {
+        status[i] = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr + i * pitch,
+                                 &fetch->tile.bytes[i * row_bytes], row_bytes);
+      }));
+    for (auto& h : rows)
+      if (!h.terminated()) sc_core::wait(h.terminated_event());
+    for (std::uint32_t i = 0; i < rw.rows; ++i)
+      if (status[i] != tlm::TLM_OK_RESPONSE)
+        report_program_error(core_name_, *f,
+                             fmt::format("off-chip memory answered {} for row {}: {} bytes at "
+                                         "{:#x} (addr {:#x} + {} x stride {})",
+                                         response_name(status[i]), i, row_bytes,
+                                         rw.addr + i * pitch, rw.addr, i, pitch));
+  }
+  orient(fetch->tile, rw, elem);
   Counters& c = counters_.at(f->layer);
   c.off_chip_bytes_read += bytes;
   c.weight_bytes_off_chip += bytes;

@@ -86,6 +86,9 @@ class Mxu : public sc_core::sc_module {
   void shift_weights();
   void compute();
   void take_weights(const InFlight& f);
+  // Stops with a ProgramError if the ReadWeights' tile does not fit the array after its transpose,
+  // or its stride overlaps its rows.
+  void check_weights(const InFlight& f, const isa::ReadWeights& rw) const;
 
   // Tiles being fetched, in issue order: fetches overlap (each FIFO slot has its own request in
   // flight), and a tile enters the FIFO only after every tile issued before it.

@@ -271,6 +271,24 @@ std::pair<std::uint64_t, std::uint64_t> SystolicArray::input_extent(const InputS
 void SystolicArray::check_input(const InputSpec& in, std::uint32_t k,
                                 std::uint64_t ub_bytes) const {
   const std::uint32_t elem = size_of(cfg_.input_type);
+  if (in.transpose) {
+    // What the transposed rows read is the untransposed view's k rows of B elements.
+    const InputSpec v = isa::transposed_view(in, k);
+    if (in.window && window_is_sane(in.geom) &&
+        std::uint64_t{in.k_first} + in.rows > window_k_total(in.geom))
+      throw ProgramError(
+          fmt::format("matmul window transpose: k_first {} + rows {} exceeds the window's "
+                      "kernel_h*kernel_w*in_c = {} (transposed rows are window elements)",
+                      in.k_first, in.rows, window_k_total(in.geom)));
+    const auto [lo, hi] = input_extent(in, k);
+    if (!in.window && lo != hi && hi > ub_bytes)
+      throw ProgramError(
+          fmt::format("matmul transpose: src {:#x} + (tile rows {} - 1) * stride {} + rows {} x "
+                      "{} bytes ends at {:#x}, outside the {}-byte unified buffer",
+                      in.src, k, in.src_stride, in.rows, elem, hi, ub_bytes));
+    check_input(v, in.rows, ub_bytes);
+    return;
+  }
   if (in.window) {
     const isa::SetWindow& g = in.geom;
     if (!window_is_sane(g))
@@ -306,6 +324,20 @@ std::vector<std::uint8_t> SystolicArray::gather(const InputSpec& in, std::uint32
     throw ProgramError(
         fmt::format("matmul: {} input elements per row (1..{} fit the array)", k, cfg_.rows));
   check_input(in, k, ub_bytes);
+  if (!in.transpose) return gather_rows(in, k, ub);
+  // Transposed: the untransposed view's k rows of B elements, turned into B rows of k.
+  const std::uint32_t elem = size_of(cfg_.input_type);
+  const std::vector<std::uint8_t> v = gather_rows(isa::transposed_view(in, k), in.rows, ub);
+  std::vector<std::uint8_t> rows(v.size());
+  for (std::uint32_t j = 0; j < k; ++j)
+    for (std::uint32_t r = 0; r < in.rows; ++r)
+      std::memcpy(&rows[(std::size_t{r} * k + j) * elem], &v[(std::size_t{j} * in.rows + r) * elem],
+                  elem);
+  return rows;
+}
+
+std::vector<std::uint8_t> SystolicArray::gather_rows(const InputSpec& in, std::uint32_t k,
+                                                     const std::uint8_t* ub) const {
   const std::uint32_t elem = size_of(cfg_.input_type);
   const std::size_t row_bytes = std::size_t{k} * elem;
   std::vector<std::uint8_t> rows(std::size_t{in.rows} * row_bytes, 0);
@@ -324,11 +356,10 @@ std::vector<std::uint8_t> SystolicArray::gather(const InputSpec& in, std::uint32
   std::uint64_t ox = in.first_pixel % g.out_w;
   for (std::uint32_t r = 0; r < in.rows; ++r) {
     for (const WindowSegment& sg : segs) {
-      const std::int64_t y = window_input_y(g, oy, sg.ky), x = window_input_x(g, ox, sg.kx);
-      if (y < 0 || y >= g.in_h || x < 0 || x >= g.in_w) continue;
+      const auto px = isa::window_pixel(g, oy, ox, sg.ky, sg.kx);
+      if (!px) continue;
       const std::uint64_t first =
-          b * image_elems +
-          (static_cast<std::uint64_t>(y) * g.in_w + static_cast<std::uint64_t>(x)) * g.in_c + sg.c;
+          b * image_elems + (px->first * g.in_w + px->second) * g.in_c + sg.c;
       std::memcpy(&rows[r * row_bytes + std::size_t{sg.k} * elem], ub + in.src + first * elem,
                   std::size_t{sg.count} * elem);
     }
@@ -354,10 +385,23 @@ void SystolicArray::multiply(const WeightTile& tile, const InputSpec& in, const 
                                             tile.rows, tile.cols, tile.bytes.size(),
                                             std::uint64_t{tile.rows} * tile.cols * elem));
   check_input(in, tile.rows, ub_bytes);
+  // Transposed and input-dilated rows are gathered first (gather(), as the RTL MXU's are), then
+  // multiplied as dense rows; the other forms are gathered block by block inside run().
+  const bool dilated = in.window && (isa::window_in_dilation_h(in.geom) > 1 ||
+                                     isa::window_in_dilation_w(in.geom) > 1);
+  std::vector<std::uint8_t> gathered;
+  InputSpec dense = in;
+  if (in.transpose || dilated) {
+    gathered = gather(in, tile.rows, ub, ub_bytes);
+    dense = InputSpec{};
+    dense.rows = in.rows;
+    dense.src_stride = tile.rows * elem;
+    ub = gathered.data();
+  }
   if (cfg_.input_type == DType::Int8)
-    run<Int8Type>(tile, in, ub, acc, acc_stride, accumulate);
+    run<Int8Type>(tile, dense, ub, acc, acc_stride, accumulate);
   else
-    run<Bf16Type>(tile, in, ub, acc, acc_stride, accumulate);
+    run<Bf16Type>(tile, dense, ub, acc, acc_stride, accumulate);
 }
 
 }  // namespace tpu

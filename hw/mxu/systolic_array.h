@@ -48,7 +48,9 @@ class SystolicArray {
                 bool accumulate) const;
 
   // The B rows of k elements that multiply() would read for a k-row tile, as stored in the unified
-  // buffer (input_type elements), row after row; windowed reads outside the image are zero.
+  // buffer (input_type elements), row after row; windowed reads outside the image, and between
+  // the pixels of an input-dilated image, are zero; a transposed input is gathered as its
+  // isa::transposed_view and transposed.
   // Throws ProgramError for the same inputs as multiply().
   [[nodiscard]] std::vector<std::uint8_t> gather(const InputSpec& in, std::uint32_t k,
                                                  const std::uint8_t* ub,
@@ -58,6 +60,10 @@ class SystolicArray {
 
  private:
   void check_input(const InputSpec& in, std::uint32_t k, std::uint64_t ub_bytes) const;
+  // gather() of an untransposed input, without its checks (k may exceed the array: the view of
+  // a transposed input has B elements per row).
+  [[nodiscard]] std::vector<std::uint8_t> gather_rows(const InputSpec& in, std::uint32_t k,
+                                                      const std::uint8_t* ub) const;
 
   MxuConfig cfg_;
 };

@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "common/chip_sim.h"
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
 #include "hw/config/chip_config.h"
@@ -28,9 +29,8 @@ namespace {
 using exact::bits_of;
 using isa::Instruction;
 
-ChipConfig shipped(const std::string& name) {
-  return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
-}
+using test::shipped;
+using test::Simulation;
 
 template <class T>
 void put(std::vector<std::uint8_t>& v, std::size_t off, T x) {
@@ -50,21 +50,6 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::mt19937& rng) {
   for (auto& x : v) x = to_bf16(d(rng)).bits;
   return v;
 }
-
-struct Simulation {
-  Chip chip;
-  test::TestHost host;
-  Simulation(ChipConfig cfg, std::size_t host_bytes)
-      : chip("chip", std::move(cfg)), host("host", chip, host_bytes) {}
-
-  Cycle run() {
-    sc_core::sc_start();
-    Cycle end = 0;
-    for (Cycle c : host.halted_at) end = std::max(end, c);
-    chip.finish(end);
-    return end;
-  }
-};
 
 // The bf16 reference: each tile's column sum in row order from +0, then added to the running
 // accumulator (hw/mxu/systolic_array.h).

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "common/chip_sim.h"
 #include "common/test_host.h"
 #include "hw/chip/chip.h"
 #include "hw/unit/program_error.h"
@@ -13,33 +14,8 @@
 namespace tpu {
 namespace {
 
-ChipConfig shipped(const std::string& name) {
-  return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
-}
-
-struct Simulation {
-  Chip chip;
-  test::TestHost host;
-  Simulation(ChipConfig cfg, std::size_t host_bytes = 1 << 20)
-      : chip("chip", std::move(cfg)), host("host", chip, host_bytes) {}
-  Cycle run() {
-    sc_core::sc_start();
-    Cycle end = 0;
-    for (Cycle c : host.halted_at) end = std::max(end, c);
-    chip.finish(end);
-    return end;
-  }
-  const MxuBuckets& mxu0() { return chip.cores[0]->mxus[0]->buckets(); }
-  // The message the run stopped with ("" if it did not stop on an error).
-  std::string run_expecting_error() {
-    try {
-      sc_core::sc_start();
-    } catch (const sc_core::sc_report& r) {
-      return r.get_msg();
-    }
-    return "";
-  }
-};
+using test::shipped;
+using test::Simulation;
 
 isa::ReadWeights tile_from_ub(const ChipConfig& cfg, std::uint64_t addr) {
   return isa::ReadWeights{0, isa::WeightSource::UnifiedBuffer, addr,

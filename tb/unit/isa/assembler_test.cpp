@@ -316,7 +316,7 @@ TEST(Assembler, BinaryErrorsNameTheFileAndTheInstruction) {
 TEST(AssemblerErrors, UnknownFieldListsTheFieldsAndFlags) {
   EXPECT_EQ(message_of("nop\n\nmatmul mxu=0 rowz=4\n", "prog.s"),
             "prog.s:3: matmul: unknown field \"rowz\" (fields: mxu, src, dst, rows, stride, "
-            "first_pixel, k_first; flags: acc, swap, window)");
+            "first_pixel, k_first; flags: acc, swap, window, transpose)");
   expect_error("nop x=1", {"prog.s:1: nop: ", "\"x\"", "nop takes no fields"});
   expect_error("sync all", {"prog.s:1: sync: ", "\"all\"", "flags: all_cores"});
   expect_error("tag =5", {"prog.s:1: tag: ", "\"=5\""});

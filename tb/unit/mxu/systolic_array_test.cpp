@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mxu_helpers.h"
 #include "hw/common/dtype.h"
 #include "hw/common/error.h"
 #include "numerics/bf16.h"
@@ -28,15 +29,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 MxuConfig make_config(std::uint32_t rows, std::uint32_t cols, DType input) {
-  MxuConfig c;
-  c.count = 1;
-  c.rows = rows;
-  c.cols = cols;
-  c.input_type = input;
-  c.acc_type = input == DType::Int8 ? DType::Int32 : DType::Fp32;
-  c.weight_fifo_tiles = 4;
-  c.weight_buffers = 2;
-  return c;
+  return test::mxu_config(rows, cols, input);
 }
 
 std::uint32_t float_bits(float f) {
