@@ -171,6 +171,26 @@ void visit_fields(Map& i, F&& f) {
   f("in", i.in_type);
   f("out", i.out_type);
 }
+template <class F>
+void visit_fields(Reduce& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("rows", i.rows);
+  f("cols", i.cols);
+  f("stride", i.stride);
+  f("op", i.op);
+  f("type", i.type);
+  f("acc", i.accumulate);
+}
+template <class F>
+void visit_fields(PoolGrad& i, F&& f) {
+  f("x", i.x);
+  f("dy", i.dy);
+  f("dst", i.dst);
+  f("images", i.images);
+  f("kind", i.kind);
+  f("type", i.type);
+}
 
 // Names of enum values in the text form.
 std::string_view name_of(WeightSource v);
@@ -178,5 +198,6 @@ std::string_view name_of(ActFunc v);
 std::string_view name_of(PoolKind v);
 std::string_view name_of(EltOp v);
 std::string_view name_of(MapFunc v);
+std::string_view name_of(ReduceOp v);
 
 }  // namespace tpu::isa

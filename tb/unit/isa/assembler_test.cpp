@@ -23,17 +23,19 @@ namespace {
 
 // docs/isa.md §2, in opcode order.
 const std::vector<std::string> kMnemonics = {
-    "nop",        "read_host", "write_host", "read_mem", "write_mem", "read_weights",
-    "set_window", "matmul",    "activate",   "pool",     "eltwise",   "sync",
-    "tag",        "softmax",   "halt",       "gather",   "copy",      "map"};
+    "nop",    "read_host", "write_host", "read_mem", "write_mem", "read_weights", "set_window",
+    "matmul", "activate",  "pool",       "eltwise",  "sync",      "tag",          "softmax",
+    "halt",   "gather",    "copy",       "map",      "reduce",    "pool_grad"};
 
-// docs/isa.md §3.1 enum names in code order, and the subsets pool and eltwise accept (§4.8, §4.9).
+// docs/isa.md §3.1 enum names in code order, and the subset pool, eltwise and map accept (§4.8,
+// §4.9, §4.16).
 const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};
-const std::vector<std::string> kVectorTypeNames = {"int8", "bf16"};
 const std::vector<std::string> kElementTypeNames = {"int8", "bf16", "fp32"};
 const std::vector<std::string> kFuncNames = {"none", "relu", "relu6", "sigmoid", "tanh", "softmax"};
 const std::vector<std::string> kKindNames = {"max", "avg"};
-const std::vector<std::string> kOpNames = {"add", "mul", "max", "min", "sub"};
+const std::vector<std::string> kOpNames = {
+    "add", "mul", "max", "min", "sub", "relu_grad", "relu6_grad", "sigmoid_grad", "tanh_grad"};
+const std::vector<std::string> kReduceOpNames = {"sum", "max"};
 const std::vector<std::string> kMapFuncNames = {"identity", "relu",    "relu6", "leaky_relu",
                                                 "elu",      "sigmoid", "tanh",  "prelu"};
 const std::vector<std::string> kSourceNames = {"mem", "ub"};
@@ -45,10 +47,13 @@ std::vector<std::string> enum_names(std::string_view op_name, std::string_view f
   if (op_name == "activate" && field == "out") return kTypeNames;
   if (op_name == "pool" && field == "kind") return kKindNames;
   if (op_name == "eltwise" && field == "op") return kOpNames;
-  if (op_name == "pool" && field == "type") return kVectorTypeNames;
+  if (op_name == "pool" && field == "type") return kElementTypeNames;
   if (op_name == "eltwise" && field == "type") return kElementTypeNames;
   if (op_name == "map" && field == "func") return kMapFuncNames;
   if (op_name == "map" && (field == "in" || field == "out")) return kElementTypeNames;
+  if (op_name == "reduce" && field == "op") return kReduceOpNames;
+  if (op_name == "pool_grad" && field == "kind") return kKindNames;
+  if ((op_name == "reduce" || op_name == "pool_grad") && field == "type") return kTypeNames;
   return {};
 }
 
@@ -61,7 +66,7 @@ unsigned type_code(const std::string& name) {
 
 // The code of `names[i]` for an enum field: data types are looked up in the full type table.
 unsigned enum_code(const std::vector<std::string>& names, std::size_t i) {
-  if (names == kVectorTypeNames || names == kElementTypeNames) return type_code(names[i]);
+  if (names == kElementTypeNames) return type_code(names[i]);
   return static_cast<unsigned>(i);
 }
 
@@ -358,7 +363,8 @@ TEST(AssemblerErrors, EnumValuesMustBeNamesTheDecoderAccepts) {
   expect_error("activate func=relu7", {"prog.s:1: activate: ", "\"func=relu7\"", all_funcs});
   expect_error("activate func=RELU", {"\"func=RELU\""});
   expect_error("activate func=1", {"\"func=1\""});
-  expect_error("pool type=int32", {"prog.s:1: pool: ", "\"type=int32\"", "allowed: int8, bf16"});
+  expect_error("pool type=int32",
+               {"prog.s:1: pool: ", "\"type=int32\"", "allowed: int8, bf16, fp32"});
   expect_error("eltwise type=int32", {"\"type=int32\"", "allowed: int8, bf16, fp32"});
   expect_error("read_weights from=hbm", {"\"from=hbm\"", "allowed: mem, ub"});
 }
