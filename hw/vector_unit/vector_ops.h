@@ -43,6 +43,9 @@ class VectorOps {
   void softmax(const isa::Softmax& s, UbView ub) const;
   void copy(const isa::Copy& c, UbView ub) const;
   void map(const isa::Map& m, UbView ub) const;
+  void reduce(const isa::Reduce& r, UbView ub) const;
+  // `window`: the window registers at the PoolGrad's issue (its geometry).
+  void pool_grad(const isa::PoolGrad& g, const isa::SetWindow& window, UbView ub) const;
 
   [[nodiscard]] VectorCost cost(const isa::Activate& a) const;
   [[nodiscard]] VectorCost cost(const isa::Pool& p) const;
@@ -50,6 +53,8 @@ class VectorOps {
   [[nodiscard]] VectorCost cost(const isa::Softmax& s) const;
   [[nodiscard]] VectorCost cost(const isa::Copy& c) const;
   [[nodiscard]] VectorCost cost(const isa::Map& m) const;
+  [[nodiscard]] VectorCost cost(const isa::Reduce& r) const;
+  [[nodiscard]] VectorCost cost(const isa::PoolGrad& g, const isa::SetWindow& window) const;
 
  private:
   const ChipConfig& cfg_;
