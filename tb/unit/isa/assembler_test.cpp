@@ -249,6 +249,42 @@ TEST(Assembler, ReadsTheDocumentedGatherLine) {
   EXPECT_EQ(to_string(g), line);
 }
 
+// docs/isa.md §4.17 and §4.18's example lines, which print back as written; left out, their
+// type is fp32 (§3.3) and reduce's op sum, pool_grad's kind max.
+TEST(Assembler, ReadsTheDocumentedReduceAndPoolGradLines) {
+  Reduce r;
+  r.src = UbAddr(0x0);
+  r.dst = UbAddr(0x8000);
+  r.rows = 784;
+  r.cols = 32;
+  r.stride = 128;
+  r.accumulate = true;
+  const std::string reduce_line =
+      "reduce src=0x0 dst=0x8000 rows=784 cols=32 stride=128 op=sum type=fp32 acc";
+  EXPECT_EQ(to_binary(assemble(reduce_line, "reduce.s")), to_binary({r}));
+  EXPECT_EQ(to_string(r), reduce_line);
+  PoolGrad g;
+  g.x = UbAddr(0x0);
+  g.dy = UbAddr(0x40000);
+  g.dst = UbAddr(0x50000);
+  g.images = 8;
+  const std::string pool_grad_line =
+      "pool_grad x=0x0 dy=0x40000 dst=0x50000 images=8 kind=max type=fp32";
+  EXPECT_EQ(to_binary(assemble(pool_grad_line, "pool_grad.s")), to_binary({g}));
+  EXPECT_EQ(to_string(g), pool_grad_line);
+  const std::vector<Instruction> defaults = assemble("reduce\npool_grad\n", "defaults.s");
+  EXPECT_EQ(std::get<Reduce>(defaults.at(0)).type, DType::Fp32);
+  EXPECT_EQ(std::get<Reduce>(defaults.at(0)).op, ReduceOp::Sum);
+  EXPECT_EQ(std::get<PoolGrad>(defaults.at(1)).type, DType::Fp32);
+  EXPECT_EQ(std::get<PoolGrad>(defaults.at(1)).kind, PoolKind::Max);
+  Eltwise e;
+  e.op = EltOp::SigmoidGrad;
+  e.type = DType::Fp32;
+  e.count = 4;
+  EXPECT_EQ(to_binary(assemble("eltwise count=4 op=sigmoid_grad type=fp32", "e.s")),
+            to_binary({e}));
+}
+
 TEST(Assembler, EmptyAndCommentOnlyTextIsAnEmptyProgram) {
   EXPECT_TRUE(assemble("", "empty.s").empty());
   EXPECT_TRUE(assemble("\n\n  \t\r\n# halt\n; halt\n", "comments.s").empty());
