@@ -54,5 +54,7 @@ inline std::int8_t avg_int8(std::int32_t sum, std::int32_t n) {
   return saturate_int8(rounding_divide(sum, n));
 }
 inline Bf16 avg_bf16(float sum, std::int32_t n) { return to_bf16(sum / static_cast<float>(n)); }
+// fp32 average pooling: the fp32 sum in window order divided by n in fp32, not rounded further.
+inline float avg_float(float sum, std::int32_t n) { return sum / static_cast<float>(n); }
 
 }  // namespace tpu::numerics

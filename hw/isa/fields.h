@@ -196,6 +196,26 @@ void visit_fields(Update& i, F&& f) {
   f("count", i.count);
   f("kind", i.kind);
 }
+template <class F>
+void visit_fields(Reduce& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("rows", i.rows);
+  f("cols", i.cols);
+  f("stride", i.stride);
+  f("op", i.op);
+  f("type", i.type);
+  f("acc", i.accumulate);
+}
+template <class F>
+void visit_fields(PoolGrad& i, F&& f) {
+  f("x", i.x);
+  f("dy", i.dy);
+  f("dst", i.dst);
+  f("images", i.images);
+  f("kind", i.kind);
+  f("type", i.type);
+}
 
 // Names of enum values in the text form.
 std::string_view name_of(WeightSource v);
@@ -204,5 +224,6 @@ std::string_view name_of(PoolKind v);
 std::string_view name_of(EltOp v);
 std::string_view name_of(MapFunc v);
 std::string_view name_of(UpdateKind v);
+std::string_view name_of(ReduceOp v);
 
 }  // namespace tpu::isa

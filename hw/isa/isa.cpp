@@ -93,6 +93,14 @@ template <>
 struct OpcodeOf<Update> {
   static constexpr Opcode value = Opcode::Update;
 };
+template <>
+struct OpcodeOf<Reduce> {
+  static constexpr Opcode value = Opcode::Reduce;
+};
+template <>
+struct OpcodeOf<PoolGrad> {
+  static constexpr Opcode value = Opcode::PoolGrad;
+};
 
 // Little-endian field access into a 32-byte word.
 class Bytes32 {
@@ -304,6 +312,24 @@ struct Codec {
     field(20, i.params);
     field(24, i.count);
   }
+  void operands(Reduce& i) {
+    flag(0, i.accumulate);
+    enum_field(2, i.op);
+    enum_field(3, i.type);
+    field(4, i.src);
+    field(8, i.dst);
+    field(12, i.rows);
+    field(16, i.cols);
+    field(20, i.stride);
+  }
+  void operands(PoolGrad& i) {
+    enum_field(2, i.kind);
+    enum_field(3, i.type);
+    field(4, i.x);
+    field(8, i.dy);
+    field(12, i.dst);
+    field(16, i.images);
+  }
 };
 
 template <class T>
@@ -331,14 +357,19 @@ bool enums_valid(const Instruction& inst) {
   if (auto* a = std::get_if<Activate>(&inst))
     return static_cast<std::uint8_t>(a->func) <= 5 && dtype_ok(a->out_type);
   if (auto* p = std::get_if<Pool>(&inst))
-    return static_cast<std::uint8_t>(p->kind) <= 1 &&
-           (p->type == DType::Int8 || p->type == DType::Bf16);
+    return static_cast<std::uint8_t>(p->kind) <= 1 && element_type(p->type);
   if (auto* e = std::get_if<Eltwise>(&inst))
-    return static_cast<std::uint8_t>(e->op) <= 4 && element_type(e->type);
+    return static_cast<std::uint8_t>(e->op) <= 8 && element_type(e->type);
   if (auto* m = std::get_if<Map>(&inst))
     return static_cast<std::uint8_t>(m->func) <= 7 && element_type(m->in_type) &&
            element_type(m->out_type);
   if (auto* u = std::get_if<Update>(&inst)) return static_cast<std::uint8_t>(u->kind) <= 2;
+  // Every data type decodes (the vector unit refuses all but fp32, naming the instruction), so
+  // that a later type needs no new decoding rule.
+  if (auto* r = std::get_if<Reduce>(&inst))
+    return static_cast<std::uint8_t>(r->op) <= 1 && dtype_ok(r->type);
+  if (auto* g = std::get_if<PoolGrad>(&inst))
+    return static_cast<std::uint8_t>(g->kind) <= 1 && dtype_ok(g->type);
   return true;
 }
 
@@ -370,6 +401,8 @@ std::string mnemonic(Opcode op) {
     case Opcode::Map: return "map";
     case Opcode::Xent: return "xent";
     case Opcode::Update: return "update";
+    case Opcode::Reduce: return "reduce";
+    case Opcode::PoolGrad: return "pool_grad";
   }
   return fmt::format("op_{:#04x}", static_cast<unsigned>(op));
 }
@@ -410,6 +443,8 @@ Instruction decode(const Word& word) {
     case Opcode::Map: inst = decode_as<Map>(word); break;
     case Opcode::Xent: inst = decode_as<Xent>(word); break;
     case Opcode::Update: inst = decode_as<Update>(word); break;
+    case Opcode::Reduce: inst = decode_as<Reduce>(word); break;
+    case Opcode::PoolGrad: inst = decode_as<PoolGrad>(word); break;
     default: throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
   }
   if (!enums_valid(inst))
@@ -473,6 +508,10 @@ std::string_view name_of(EltOp v) {
     case EltOp::Max: return "max";
     case EltOp::Min: return "min";
     case EltOp::Sub: return "sub";
+    case EltOp::ReluGrad: return "relu_grad";
+    case EltOp::Relu6Grad: return "relu6_grad";
+    case EltOp::SigmoidGrad: return "sigmoid_grad";
+    case EltOp::TanhGrad: return "tanh_grad";
   }
   return "?";
 }
@@ -497,6 +536,8 @@ std::string_view name_of(UpdateKind v) {
   }
   return "?";
 }
+
+std::string_view name_of(ReduceOp v) { return v == ReduceOp::Sum ? "sum" : "max"; }
 
 std::string to_string(const Instruction& inst) {
   std::string s = mnemonic(opcode_of(inst));

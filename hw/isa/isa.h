@@ -36,6 +36,8 @@ enum class Opcode : std::uint8_t {
   Halt = 0x0f,         // end of this core's program
   Copy = 0x10,         // unified buffer rows -> strided 2-D copy -> unified buffer
   Map = 0x11,          // unified buffer -> x*a+b per channel, function, type -> unified buffer
+  Reduce = 0x12,       // unified buffer fp32 rows -> sum or max down each column -> unified buffer
+  PoolGrad = 0x13,     // pool's backward: dY (and X for max) -> dX, window from set_window
   Gather = 0x20,       // off-chip table rows picked by unified-buffer indices -> unified buffer
   Xent = 0x14,         // fp32 logits + int32 labels -> softmax cross-entropy, gradient, loss
   Update = 0x15,       // fp32 weights, gradients, slots -> one optimizer step, in place
@@ -51,7 +53,20 @@ enum class ActFunc : std::uint8_t {
   Softmax = 5
 };
 enum class PoolKind : std::uint8_t { Max = 0, Avg = 1 };
-enum class EltOp : std::uint8_t { Add = 0, Mul = 1, Max = 2, Min = 3, Sub = 4 };
+// The *_grad ops are the activations' backward on fp32: a is the forward activation's output y,
+// b the incoming gradient dy (numerics/gradient.h).
+enum class EltOp : std::uint8_t {
+  Add = 0,
+  Mul = 1,
+  Max = 2,
+  Min = 3,
+  Sub = 4,
+  ReluGrad = 5,
+  Relu6Grad = 6,
+  SigmoidGrad = 7,
+  TanhGrad = 8
+};
+enum class ReduceOp : std::uint8_t { Sum = 0, Max = 1 };
 // Map's functions; leaky_relu, elu and prelu take the channel record's alpha (prelu is leaky_relu
 // by another name: the compiler writes one alpha per channel for PReLU, the same alpha in every
 // record for LeakyReLU).
@@ -284,9 +299,36 @@ struct Update {
   UpdateKind kind = UpdateKind::Sgd;
 };
 
+// For c < cols: s = acc ? dst[c] : (sum: +0, max: -inf); then for r = 0 .. rows-1 in order
+// s = s + src[r*stride + 4c] (sum, one fp32 add) or max(s, that) (NaN propagates); dst[c] = s.
+// fp32 values. Bias gradients, BatchNormalization's batch statistics, a loss's sum.
+struct Reduce {
+  UbAddr src;
+  UbAddr dst;
+  std::uint32_t rows = 0;
+  std::uint16_t cols = 0;
+  std::uint32_t stride = 0;  // bytes between input rows, >= 4 * cols
+  bool accumulate = false;
+  ReduceOp op = ReduceOp::Sum;
+  DType type = DType::Fp32;  // fp32 only (the vector unit refuses the others)
+};
+// Pool's backward over `images` NHWC images, the geometry the window registers (set_window)
+// held at issue: in_h x in_w x in_c inputs, out_h x out_w outputs, kernel, stride, pad_top and
+// pad_left as Pool's (hw/isa/pooling.h). dst (dX, shaped as x) is zeroed; then each output
+// element's gradient dy goes, by one fp32 add, to the first maximum of x in its window (max) or,
+// divided by the window's size, to every position of its window (avg). avg does not read x.
+struct PoolGrad {
+  UbAddr x;    // the forward input, images*in_h*in_w*in_c fp32 (max only)
+  UbAddr dy;   // the gradient of the forward output, images*out_h*out_w*in_c fp32
+  UbAddr dst;  // dX, shaped as x
+  std::uint32_t images = 0;
+  PoolKind kind = PoolKind::Max;
+  DType type = DType::Fp32;  // fp32 only (the vector unit refuses the others)
+};
+
 using Instruction = std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights,
                                  SetWindow, MatMul, Activate, Pool, Eltwise, Softmax, Sync, Tag,
-                                 Halt, Gather, Copy, Map, Xent, Update>;
+                                 Halt, Gather, Copy, Map, Xent, Update, Reduce, PoolGrad>;
 
 Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);

@@ -32,4 +32,12 @@ PoolAxis pool_cols(const Pool& p) {
   return PoolAxis{p.in_w, p.kernel_w, p.stride_w, p.pad_left, p.out_w};
 }
 
+PoolAxis pool_grad_rows(const SetWindow& g) {
+  return PoolAxis{g.in_h, g.kernel_h, g.stride_h, g.pad_top, g.out_h};
+}
+
+PoolAxis pool_grad_cols(const SetWindow& g) {
+  return PoolAxis{g.in_w, g.kernel_w, g.stride_w, g.pad_left, g.out_w};
+}
+
 }  // namespace tpu::isa

@@ -29,4 +29,9 @@ struct PoolAxis {
 PoolAxis pool_rows(const Pool& p);
 PoolAxis pool_cols(const Pool& p);
 
+// A PoolGrad's axes, from the window registers at issue (docs/isa.md §4.18): out_h and out_w are
+// always given, so there is no valid-pooling default. Dilations must be 1 (the vector unit checks).
+PoolAxis pool_grad_rows(const SetWindow& g);
+PoolAxis pool_grad_cols(const SetWindow& g);
+
 }  // namespace tpu::isa

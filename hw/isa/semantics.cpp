@@ -45,7 +45,8 @@ Unit unit_of(const Instruction& inst) {
           return Unit{UnitKind::MxuWeights, i.mxu, false};
         else if constexpr (std::is_same_v<T, MatMul>)
           return Unit{UnitKind::MxuArray, i.mxu, false};
-        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax, Copy, Map, Xent, Update>)
+        else if constexpr (is_one_of<T, Activate, Pool, Eltwise, Softmax, Copy, Map, Xent, Update,
+                                     Reduce, PoolGrad>)
           return Unit{UnitKind::Vector, 0, false};
         else
           return Unit{};
@@ -150,6 +151,21 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
           if (slot_v) read(Space::UnifiedBuffer, "v", i.v.value(), n);
           if (slot_v) write(Space::UnifiedBuffer, "v", i.v.value(), n);
           read(Space::UnifiedBuffer, "params", i.params.value(), 4ull * update_params(i.kind));
+        } else if constexpr (std::is_same_v<T, Reduce>) {
+          if (i.rows > 0)
+            read(Space::UnifiedBuffer, "src", i.src.value(),
+                 std::uint64_t{i.rows - 1} * i.stride + 4ull * i.cols);
+          write(Space::UnifiedBuffer, "dst", i.dst.value(), 4ull * i.cols);
+          if (i.accumulate) read(Space::UnifiedBuffer, "dst", i.dst.value(), 4ull * i.cols);
+        } else if constexpr (std::is_same_v<T, PoolGrad>) {
+          // The geometry is the window registers' at issue; avg does not read x.
+          const SetWindow& g = ctx.window;
+          const std::uint64_t pixels_c = std::uint64_t{i.images} * g.in_c * size_of(i.type);
+          const std::uint64_t in_bytes = sat_mul(sat_mul(pixels_c, g.in_h), g.in_w);
+          const std::uint64_t out_bytes = sat_mul(sat_mul(pixels_c, g.out_h), g.out_w);
+          if (i.kind == PoolKind::Max) read(Space::UnifiedBuffer, "x", i.x.value(), in_bytes);
+          read(Space::UnifiedBuffer, "dy", i.dy.value(), out_bytes);
+          write(Space::UnifiedBuffer, "dst", i.dst.value(), in_bytes);
         }
       },
       inst);

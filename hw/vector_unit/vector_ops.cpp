@@ -26,6 +26,10 @@
 //             per row (the loss): 4*rows*cols + rows.
 //   update    per element one per fp32 operation, a multiply and the add of its product counting
 //             once: sgd 1, momentum 3, adam 9 (cost(isa::Update) lists them).
+//   reduce    one per input value (an add or a compare): rows*cols.
+//   pool_grad one per window position inside the image, as pool (max: a compare; avg: an add of
+//             the share), plus one per dy element (max: the add into the chosen position; avg:
+//             the division by the window size).
 // Bytes:
 //   activate  acc read rows*cols*size(acc_type); UB read 12*cols (the parameter records);
 //             UB written rows*cols*size(out).
@@ -40,6 +44,10 @@
 //             (gradient, {loss, correct} records).
 //   update    UB read 4*count per array the kind uses (w, g, m, v) + 4 per record value; UB
 //             written 4*count per array it steps (w, m, v).
+//   reduce    UB read 4*rows*cols (+ 4*cols with acc: dst's running values); UB written 4*cols.
+//   pool_grad UB read dy (4 bytes per element) and, for max, x once (line buffers, as pool);
+//             UB written dX once (4*images*in_h*in_w*in_c: the zeroing and the adds happen in the
+//             line buffers a window revisits, as pool's reads do).
 //
 // Overlap rules (checked before anything is written, so a rejected instruction changes nothing):
 //   activate  dst's extent [dst, dst + (rows-1)*stride + cols*size(out)) must not overlap the
@@ -56,6 +64,10 @@
 //             does not overlap it; out overlaps neither. Labels are all read first, so writes
 //             may overlap them.
 //   update    the arrays the kind uses pairwise apart; the record is read before any write.
+//   reduce    dst must not overlap src's extent (a column's result could be a value still to
+//             read).
+//   pool_grad dst must not overlap dy, nor x for max (dst is zeroed first, before either is
+//             read); x and dy may overlap each other (both are only read).
 #include "hw/vector_unit/vector_ops.h"
 
 #include <fmt/format.h>
@@ -78,11 +90,13 @@
 #include "hw/common/error.h"
 #include "hw/isa/fields.h"
 #include "hw/isa/pooling.h"
+#include "hw/isa/window.h"
 #include "hw/vector_unit/functions.h"
 #include "numerics/activation.h"
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
+#include "numerics/gradient.h"
 #include "numerics/loss.h"
 #include "numerics/optimizer.h"
 #include "numerics/quantize.h"
@@ -155,7 +169,9 @@ void store_i8(std::uint8_t* p, std::int8_t v) { *p = static_cast<std::uint8_t>(v
 
 bool known(isa::ActFunc f) { return f <= isa::ActFunc::Softmax; }
 bool known(isa::PoolKind k) { return k <= isa::PoolKind::Avg; }
-bool known(isa::EltOp o) { return o <= isa::EltOp::Sub; }
+bool known(isa::EltOp o) { return o <= isa::EltOp::TanhGrad; }
+bool known(isa::ReduceOp o) { return o <= isa::ReduceOp::Max; }
+bool is_grad(isa::EltOp o) { return o >= isa::EltOp::ReluGrad && o <= isa::EltOp::TanhGrad; }
 bool known(isa::MapFunc f) { return f <= isa::MapFunc::Prelu; }
 bool known(DType t) { return t <= DType::Fp32; }
 
@@ -163,6 +179,13 @@ bool known(DType t) { return t <= DType::Fp32; }
 void check_element_type(std::string_view op, std::string_view field, DType t) {
   if (t != DType::Int8 && t != DType::Bf16 && t != DType::Fp32)
     throw ProgramError(fmt::format("{}: {} = {} (allowed: int8, bf16, fp32)", op, field,
+                                   known(t) ? name_of(t) : std::string_view("?")));
+}
+
+// The training instructions (reduce, pool_grad) compute on fp32 only.
+void check_fp32(std::string_view op, DType t) {
+  if (t != DType::Fp32)
+    throw ProgramError(fmt::format("{}: type = {} (allowed: fp32)", op,
                                    known(t) ? name_of(t) : std::string_view("?")));
 }
 
@@ -318,6 +341,26 @@ Bf16 max_bf16_lane(Runs runs, std::size_t n_runs, std::size_t c) {
     m = v > m ? v : m;
   }
   return nan ? max_pool_nan() : to_bf16(m);
+}
+
+// fp32 average pooling: per channel, fp32 sums in window order starting from +0, then avg_float.
+void pool_avg_f32(Runs runs, std::size_t n_runs, std::size_t ch, float* sum, std::uint8_t* out) {
+  std::fill(sum, sum + ch, 0.0f);
+  for (std::size_t k = 0; k < n_runs; ++k)
+    for (std::size_t c = 0; c < ch; ++c) sum[c] += bits_to_float(load_u32(runs[k] + 4 * c));
+  const auto n = static_cast<std::int32_t>(n_runs);
+  for (std::size_t c = 0; c < ch; ++c)
+    store_u32(out + 4 * c, float_to_bits(numerics::avg_float(sum[c], n)));
+}
+
+// fp32 max pooling: numerics::max_float in window order, per channel (no rounding after it).
+void pool_max_f32(Runs runs, std::size_t n_runs, std::size_t ch, std::uint8_t* out) {
+  for (std::size_t c = 0; c < ch; ++c) {
+    float m = bits_to_float(load_u32(runs[0] + 4 * c));
+    for (std::size_t k = 1; k < n_runs; ++k)
+      m = numerics::max_float(m, bits_to_float(load_u32(runs[k] + 4 * c)));
+    store_u32(out + 4 * c, float_to_bits(m));
+  }
 }
 
 namespace portable {
@@ -846,9 +889,7 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
   if (!known(p.kind))
     throw ProgramError(
         fmt::format("{}: kind = {} is not a pooling kind", op, static_cast<unsigned>(p.kind)));
-  if (p.type != DType::Int8 && p.type != DType::Bf16)
-    throw ProgramError(fmt::format("{}: type = {} (allowed: int8, bf16)", op,
-                                   known(p.type) ? name_of(p.type) : std::string_view("?")));
+  check_element_type(op, "type", p.type);
   check_at_least_1(op, "images", p.images);
   check_at_least_1(op, "in_h", p.in_h);
   check_at_least_1(op, "in_w", p.in_w);
@@ -888,6 +929,7 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
   const std::uint64_t pixel_bytes = ch * esize;
   const bool is_max = p.kind == isa::PoolKind::Max;
   const bool int8 = p.type == DType::Int8;
+  const bool fp32 = p.type == DType::Fp32;
   std::vector<const std::uint8_t*> runs(window);
   std::vector<std::int32_t> sum_i(is_max || !int8 ? 0 : ch);
   std::vector<float> sum_f(int8 ? 0 : ch);  // avg's sums, or the portable max's row
@@ -902,6 +944,13 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
           const std::uint64_t row = (img * p.in_h + static_cast<std::uint64_t>(y)) * p.in_w;
           for (std::int64_t x = s.cols.first(ox); x < s.cols.last(ox); ++x)
             runs[k++] = in + (row + static_cast<std::uint64_t>(x)) * pixel_bytes;
+        }
+        if (fp32) {
+          if (is_max)
+            pool_max_f32(runs.data(), k, ch, out);
+          else
+            pool_avg_f32(runs.data(), k, ch, sum_f.data(), out);
+          continue;
         }
         if (!is_max) {
           if (int8)
@@ -932,6 +981,9 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
     throw ProgramError(fmt::format("{}: op = {} is not an elementwise operation", op,
                                    static_cast<unsigned>(e.op)));
   check_element_type(op, "type", e.type);
+  if (is_grad(e.op) && e.type != DType::Fp32)
+    throw ProgramError(fmt::format("{}: op {} with type = {} (the gradient ops take fp32 only)", op,
+                                   isa::name_of(e.op), name_of(e.type)));
   check_at_least_1(op, "count", e.count);
   const bool int8_mul = e.type == DType::Int8 && e.op == isa::EltOp::Mul;
   if (!int8_mul && (e.shift != 0 || e.multiplier != 0))
@@ -976,6 +1028,7 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
           break;
         case isa::EltOp::Max: r = std::max(x, y); break;
         case isa::EltOp::Min: r = std::min(x, y); break;
+        default: break;  // the gradient ops: fp32 only, refused above
       }
       store_i8(base + dst + i, r);
     } else if (e.type == DType::Bf16) {
@@ -987,6 +1040,7 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
         case isa::EltOp::Mul: r = numerics::mul_bf16(x, y); break;
         case isa::EltOp::Max: r = numerics::max_bf16(x, y); break;
         case isa::EltOp::Min: r = numerics::min_bf16(x, y); break;
+        default: break;  // the gradient ops: fp32 only, refused above
       }
       store_bf16(base + dst + 2 * i, r);
     } else {
@@ -1000,6 +1054,10 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
         case isa::EltOp::Mul: r = x * y; break;
         case isa::EltOp::Max: r = numerics::max_float(x, y); break;
         case isa::EltOp::Min: r = numerics::min_float(x, y); break;
+        case isa::EltOp::ReluGrad: r = numerics::relu_grad(x, y); break;
+        case isa::EltOp::Relu6Grad: r = numerics::relu6_grad(x, y); break;
+        case isa::EltOp::SigmoidGrad: r = numerics::sigmoid_grad(x, y); break;
+        case isa::EltOp::TanhGrad: r = numerics::tanh_grad(x, y); break;
       }
       store_u32(base + dst + 4 * i, float_to_bits(r));
     }
@@ -1277,6 +1335,131 @@ void VectorOps::update(const isa::Update& u, UbView ub) const {
   }
 }
 
+void VectorOps::reduce(const isa::Reduce& r, UbView ub) const {
+  constexpr std::string_view op = "reduce";
+  if (!known(r.op))
+    throw ProgramError(
+        fmt::format("{}: op = {} is not a reduction", op, static_cast<unsigned>(r.op)));
+  check_fp32(op, r.type);
+  check_at_least_1(op, "rows", r.rows);
+  check_at_least_1(op, "cols", r.cols);
+  const std::uint64_t row_bytes = std::uint64_t{r.cols} * 4;
+  if (r.stride < row_bytes)
+    throw ProgramError(
+        fmt::format("{}: stride = {} bytes (must be >= cols {} x 4 bytes of fp32 = {})", op,
+                    r.stride, r.cols, row_bytes));
+  const std::uint64_t src = r.src.value(), dst = r.dst.value();
+  const std::uint64_t src_len = check_rows(op, "src", src, r.rows, r.stride, row_bytes, ub);
+  check_ub(op, "dst", dst, row_bytes, fmt::format("cols {} x fp32", r.cols), ub);
+  if (overlaps(dst, row_bytes, src, src_len))
+    throw ProgramError(fmt::format("{}: dst = {:#x} + {} bytes overlaps src = {:#x} + {} bytes", op,
+                                   dst, row_bytes, src, src_len));
+
+  // Each column from its start value, the rows in order: one fp32 add, or max_float (NaN
+  // propagates), per value.
+  const bool sum = r.op == isa::ReduceOp::Sum;
+  std::vector<float> s(r.cols);
+  for (std::uint32_t c = 0; c < r.cols; ++c)
+    s[c] = r.accumulate ? bits_to_float(load_u32(ub.data + dst + 4 * c))
+                        : (sum ? 0.0f : -std::numeric_limits<float>::infinity());
+  const std::uint8_t* in = ub.data + src;
+  for (std::uint64_t row = 0; row < r.rows; ++row, in += r.stride)
+    for (std::uint32_t c = 0; c < r.cols; ++c) {
+      const float v = bits_to_float(load_u32(in + 4 * c));
+      s[c] = sum ? s[c] + v : numerics::max_float(s[c], v);
+    }
+  for (std::uint32_t c = 0; c < r.cols; ++c) store_u32(ub.data + dst + 4 * c, float_to_bits(s[c]));
+}
+
+void VectorOps::pool_grad(const isa::PoolGrad& g, const isa::SetWindow& w, UbView ub) const {
+  constexpr std::string_view op = "pool_grad";
+  if (!known(g.kind))
+    throw ProgramError(
+        fmt::format("{}: kind = {} is not a pooling kind", op, static_cast<unsigned>(g.kind)));
+  check_fp32(op, g.type);
+  check_at_least_1(op, "images", g.images);
+  if (w.in_h == 0 || w.in_w == 0 || w.in_c == 0 || w.kernel_h == 0 || w.kernel_w == 0 ||
+      w.stride_h == 0 || w.stride_w == 0 || w.out_h == 0 || w.out_w == 0)
+    throw ProgramError(fmt::format(
+        "{}: window in {}x{}x{}, kernel {}x{}, stride {}x{}, out {}x{} (every size and stride must "
+        "be >= 1; set_window must precede a pool_grad)",
+        op, w.in_h, w.in_w, w.in_c, w.kernel_h, w.kernel_w, w.stride_h, w.stride_w, w.out_h,
+        w.out_w));
+  if (isa::window_dilation_h(w) != 1 || isa::window_dilation_w(w) != 1)
+    throw ProgramError(
+        fmt::format("{}: window dilation {}x{} (pooling windows are dense: dilations must be 1)",
+                    op, w.dilation_h, w.dilation_w));
+  const isa::PoolAxis rows = isa::pool_grad_rows(w), cols = isa::pool_grad_cols(w);
+  check_pool_axis(op, rows, "kernel_h", "stride_h", "pad_top", "out_h", "in_h");
+  check_pool_axis(op, cols, "kernel_w", "stride_w", "pad_left", "out_w", "in_w");
+  const bool is_max = g.kind == isa::PoolKind::Max;
+  const std::uint64_t window = std::uint64_t{w.kernel_h} * w.kernel_w;
+  if (!is_max && window > std::uint64_t{numerics::kMaxAvgPoolWindow})
+    throw ProgramError(
+        fmt::format("{}: kernel_h {} x kernel_w {} = {} elements (avg allows at most {}: the "
+                    "divisor must be exact in fp32)",
+                    op, w.kernel_h, w.kernel_w, window, numerics::kMaxAvgPoolWindow));
+
+  const std::uint64_t ch = w.in_c;
+  const std::uint64_t x_len =
+      mul_sat(mul_sat(mul_sat(std::uint64_t{g.images} * ch, w.in_h), w.in_w), 4);
+  const std::uint64_t dy_len =
+      mul_sat(mul_sat(mul_sat(std::uint64_t{g.images} * ch, w.out_h), w.out_w), 4);
+  const std::uint64_t x = g.x.value(), dy = g.dy.value(), dst = g.dst.value();
+  const auto shape = [&](std::uint32_t h, std::uint32_t wd) {
+    return fmt::format("{} images of {}x{}x{} fp32", g.images, h, wd, ch);
+  };
+  if (is_max) check_ub(op, "x", x, x_len, shape(w.in_h, w.in_w), ub);
+  check_ub(op, "dy", dy, dy_len, shape(w.out_h, w.out_w), ub);
+  check_ub(op, "dst", dst, x_len, shape(w.in_h, w.in_w), ub);
+  if (is_max && overlaps(dst, x_len, x, x_len))
+    throw ProgramError(fmt::format("{}: dst = {:#x} + {} bytes overlaps x = {:#x} + {} bytes", op,
+                                   dst, x_len, x, x_len));
+  if (overlaps(dst, x_len, dy, dy_len))
+    throw ProgramError(fmt::format("{}: dst = {:#x} + {} bytes overlaps dy = {:#x} + {} bytes", op,
+                                   dst, x_len, dy, dy_len));
+
+  // 1. dX = +0 everywhere.
+  std::memset(ub.data + dst, 0, x_len);
+  // 2. Output elements in NHWC order (b, oy, ox, then c); each window's positions in window
+  // order (ky, then kx), those inside the image only.
+  const std::uint64_t pixel_bytes = 4 * ch;
+  // Byte offsets of a window's pixels in x and dX, and x's values there: at most the positions
+  // inside the image, which dst's extent (checked above) bounds.
+  const std::uint64_t most =
+      std::uint64_t{std::min(w.kernel_h, w.in_h)} * std::min(w.kernel_w, w.in_w);
+  std::vector<std::uint64_t> pos(most);
+  std::vector<float> v(is_max ? most : 0);
+  const std::uint8_t* grad = ub.data + dy;
+  for (std::uint64_t img = 0; img < g.images; ++img)
+    for (std::uint32_t oy = 0; oy < w.out_h; ++oy)
+      for (std::uint32_t ox = 0; ox < w.out_w; ++ox, grad += pixel_bytes) {
+        std::size_t n = 0;
+        for (std::int64_t y = rows.first(oy); y < rows.last(oy); ++y) {
+          const std::uint64_t row = (img * w.in_h + static_cast<std::uint64_t>(y)) * w.in_w;
+          for (std::int64_t xx = cols.first(ox); xx < cols.last(ox); ++xx)
+            pos[n++] = (row + static_cast<std::uint64_t>(xx)) * pixel_bytes;
+        }
+        for (std::uint64_t c = 0; c < ch; ++c) {
+          const float d = bits_to_float(load_u32(grad + 4 * c));
+          // 3. max: dy into the first maximum of x; avg: dy / n into every position, in order.
+          if (is_max) {
+            for (std::size_t k = 0; k < n; ++k)
+              v[k] = bits_to_float(load_u32(ub.data + x + pos[k] + 4 * c));
+            std::uint8_t* at =
+                ub.data + dst + pos[numerics::max_pool_grad_position(v.data(), n)] + 4 * c;
+            store_u32(at, float_to_bits(bits_to_float(load_u32(at)) + d));
+            continue;
+          }
+          const float share = numerics::avg_pool_grad_share(d, static_cast<std::int32_t>(n));
+          for (std::size_t k = 0; k < n; ++k) {
+            std::uint8_t* at = ub.data + dst + pos[k] + 4 * c;
+            store_u32(at, float_to_bits(bits_to_float(load_u32(at)) + share));
+          }
+        }
+      }
+}
+
 namespace {
 
 void finish(VectorCost& c, const ChipConfig& cfg) {
@@ -1343,6 +1526,34 @@ VectorCost VectorOps::cost(const isa::Copy& c) const {
   v.ub_bytes_written = v.ub_bytes_read;
   finish(v, cfg_);
   return v;
+}
+
+// One add or compare per input value; dst's running values read too with acc.
+VectorCost VectorOps::cost(const isa::Reduce& r) const {
+  VectorCost c;
+  const std::uint64_t elems = std::uint64_t{r.rows} * r.cols;
+  c.element_ops = elems;
+  c.ub_bytes_read = 4 * elems + (r.accumulate ? 4ull * r.cols : 0);
+  c.ub_bytes_written = 4ull * r.cols;
+  finish(c, cfg_);
+  return c;
+}
+
+// pool's count of window positions inside the image (max: a compare; avg: an add of the share),
+// plus one operation per dy element (max: the add into the chosen position; avg: the division).
+// dy is read once, x once for max (line buffers, as pool), and dX written once.
+VectorCost VectorOps::cost(const isa::PoolGrad& g, const isa::SetWindow& w) const {
+  VectorCost c;
+  const isa::PoolAxis rows = isa::pool_grad_rows(w), cols = isa::pool_grad_cols(w);
+  const std::uint64_t per_channel = std::uint64_t{g.images} * w.in_c;
+  const std::uint64_t dy_elems = mul_sat(mul_sat(per_channel, w.out_h), w.out_w);
+  const std::uint64_t x_elems = mul_sat(mul_sat(per_channel, w.in_h), w.in_w);
+  c.element_ops =
+      mul_sat(mul_sat(per_channel, rows.inside_positions()), cols.inside_positions()) + dy_elems;
+  c.ub_bytes_read = mul_sat(dy_elems, 4) + (g.kind == isa::PoolKind::Max ? mul_sat(x_elems, 4) : 0);
+  c.ub_bytes_written = mul_sat(x_elems, 4);
+  finish(c, cfg_);
+  return c;
 }
 
 VectorCost VectorOps::cost(const isa::Eltwise& e) const {

@@ -45,6 +45,9 @@ class VectorOps {
   void map(const isa::Map& m, UbView ub) const;
   void xent(const isa::Xent& x, UbView ub) const;
   void update(const isa::Update& u, UbView ub) const;
+  void reduce(const isa::Reduce& r, UbView ub) const;
+  // `window`: the window registers at the PoolGrad's issue (its geometry).
+  void pool_grad(const isa::PoolGrad& g, const isa::SetWindow& window, UbView ub) const;
 
   [[nodiscard]] VectorCost cost(const isa::Activate& a) const;
   [[nodiscard]] VectorCost cost(const isa::Pool& p) const;
@@ -54,6 +57,8 @@ class VectorOps {
   [[nodiscard]] VectorCost cost(const isa::Map& m) const;
   [[nodiscard]] VectorCost cost(const isa::Xent& x) const;
   [[nodiscard]] VectorCost cost(const isa::Update& u) const;
+  [[nodiscard]] VectorCost cost(const isa::Reduce& r) const;
+  [[nodiscard]] VectorCost cost(const isa::PoolGrad& g, const isa::SetWindow& window) const;
 
  private:
   const ChipConfig& cfg_;

@@ -56,6 +56,12 @@ void VectorUnit::run() {
             } else if constexpr (std::is_same_v<T, isa::Update>) {
               ops_.update(i, ub);
               cost = ops_.cost(i);
+            } else if constexpr (std::is_same_v<T, isa::Reduce>) {
+              ops_.reduce(i, ub);
+              cost = ops_.cost(i);
+            } else if constexpr (std::is_same_v<T, isa::PoolGrad>) {
+              ops_.pool_grad(i, f->window, ub);
+              cost = ops_.cost(i, f->window);
             } else {
               throw ProgramError("not a vector-unit instruction");
             }

@@ -142,6 +142,22 @@ std::vector<Case> cases() {
   update.count = 64;
   update.kind = UpdateKind::Adam;
   const auto updated = edited(update);
+  Reduce red;
+  red.dst = UbAddr(0x1000);
+  red.rows = 4;
+  red.cols = 4;
+  red.stride = 16;
+  const auto reduced = edited(red);
+  SetWindow win;
+  win.in_h = win.in_w = 4;
+  win.in_c = 8;
+  win.kernel_h = win.kernel_w = win.stride_h = win.stride_w = 2;
+  win.out_h = win.out_w = 2;
+  PoolGrad pg;
+  pg.dy = UbAddr(0x1000);
+  pg.dst = UbAddr(0x2000);
+  pg.images = 1;
+  const auto pool_grad = edited(pg);
 
   const Case illegal_opcode = [] {
     std::vector<std::uint8_t> b = to_binary({Nop{}, Nop{}, Nop{}, Halt{}});
@@ -294,6 +310,18 @@ std::vector<Case> cases() {
       on(kOnV1, "gather_row_past_off_chip_memory",
          {Gather{MemAddr(mem - 8), UbAddr(0), UbAddr(0x100), 1, 64, 1}}, 0,
          {hex(mem - 8), "off-chip memory"}),
+      // The training instructions: reduce, pool_grad (its shapes from set_window) and the eltwise
+      // gradient ops.
+      on(kOnV1, "reduce_rows_past_the_unified_buffer",
+         {reduced([&](Reduce& r) { r.src = UbAddr(near_ub_end); })}, 0, {hex(near_ub_end)}),
+      on(kOnV1, "reduce_onto_its_rows", {reduced([](Reduce& r) { r.dst = UbAddr(32); })}, 0,
+         {"overlaps src"}),
+      on(kOnV1, "pool_grad_without_a_window", {pool_grad([](PoolGrad&) {})}, 0,
+         {"set_window must precede"}),
+      on(kOnV1, "pool_grad_gradient_past_the_unified_buffer",
+         {win, pool_grad([&](PoolGrad& g) { g.dy = UbAddr(near_ub_end); })}, 1, {hex(near_ub_end)}),
+      on(kOnV1, "eltwise_relu_grad_of_int8", {eltwise([](Eltwise& e) { e.op = EltOp::ReluGrad; })},
+         0, {"relu_grad", "int8"}),
   };
 }
 

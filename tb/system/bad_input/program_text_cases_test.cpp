@@ -73,7 +73,7 @@ std::vector<Case> binary_cases() {
   std::string pool_int32 = words({isa::Pool{}});
   pool_int32[3] = static_cast<char>(static_cast<std::uint8_t>(DType::Int32));
   std::string bad_op = words({isa::Nop{}, isa::Nop{}, isa::Eltwise{}});
-  bad_op[64 + 2] = 7;
+  bad_op[64 + 2] = 9;  // 0..8 are ops (relu_grad..tanh_grad are 5..8)
   std::string illegal = words({isa::Nop{}, isa::Nop{}, isa::Nop{}});
   illegal[64] = 0x7e;
   std::string bad_map = words({isa::Map{}});
@@ -91,7 +91,7 @@ std::vector<Case> binary_cases() {
       binary("activation_function_9", bad_func, "out of range"),
       binary("activation_type_4", bad_type, "out of range"),
       binary("pool_of_int32", pool_int32, "out of range"),
-      binary("eltwise_op_7", bad_op, "instruction 2"),
+      binary("eltwise_op_9", bad_op, "instruction 2"),
       binary("map_function_8", bad_map, "out of range"),
       binary("update_kind_3", bad_update, "out of range"),
       binary("binary_garbage", garbage(32 * 64, 7), "instruction 0"),

@@ -18,6 +18,7 @@
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
+#include "numerics/gradient.h"
 #include "numerics/loss.h"
 #include "numerics/optimizer.h"
 #include "numerics/quantize.h"
@@ -239,16 +240,23 @@ void expect_vector_costs(const Simulation& sim, const std::vector<isa::Instructi
   const VectorOps ops(sim.chip.config());
   VectorCost sum;
   std::uint32_t layer = 0;
+  isa::SetWindow window;  // the window registers as each instruction issues
   for (const isa::Instruction& inst : program) {
     if (const auto* t = std::get_if<isa::Tag>(&inst)) layer = t->id;
+    if (const auto* w = std::get_if<isa::SetWindow>(&inst)) window = *w;
     if (layer != tag || isa::unit_of(inst).kind != isa::UnitKind::Vector) continue;
     std::visit(
         [&](const auto& i) {
           using T = std::decay_t<decltype(i)>;
           if constexpr (std::is_same_v<T, isa::Pool> || std::is_same_v<T, isa::Map> ||
                         std::is_same_v<T, isa::Eltwise> || std::is_same_v<T, isa::Copy> ||
-                        std::is_same_v<T, isa::Xent> || std::is_same_v<T, isa::Update>) {
-            const VectorCost c = ops.cost(i);
+                        std::is_same_v<T, isa::Xent> || std::is_same_v<T, isa::Update> ||
+                        std::is_same_v<T, isa::Reduce> || std::is_same_v<T, isa::PoolGrad>) {
+            VectorCost c;
+            if constexpr (std::is_same_v<T, isa::PoolGrad>)
+              c = ops.cost(i, window);
+            else
+              c = ops.cost(i);
             sum.cycles += c.cycles;
             sum.element_ops += c.element_ops;
             sum.ub_bytes_read += c.ub_bytes_read;
@@ -471,6 +479,117 @@ TEST(VectorProgram, XentAndAdamUpdateOnV3MatchTheNumericsDefinitions) {
     ASSERT_EQ(get<std::uint32_t>(mem, 0x6000 + 4 * i), bits_of(w[i])) << i;
     ASSERT_EQ(get<std::uint32_t>(mem, 0x6800 + 4 * i), bits_of(m[i])) << i;
     ASSERT_EQ(get<std::uint32_t>(mem, 0x7000 + 4 * i), bits_of(s[i])) << i;
+  }
+  expect_vector_costs(sim, program, 1);
+}
+
+// The training instructions on v3 in fp32: a max pooling forward, its backward under one
+// set_window, then an avg backward under a second set_window issued after the first pool_grad
+// (each pool_grad keeps the window registers of its issue), a bias-style sum of dY over every
+// pixel accumulated onto a running value, a column maximum, and a relu_grad. Every input is in the
+// unified buffer before the layer starts (sync), so its instructions run back to back.
+TEST(VectorProgram, TrainingOpsOnV3FollowTheirDefinitionsAndTheWindowAtIssue) {
+  constexpr std::uint32_t B = 2, H = 4, W = 4, C = 3, OH = 2, OW = 2;
+  constexpr std::uint32_t NX = B * H * W * C, NY = B * OH * OW * C;
+  Simulation sim(shipped("v3"), 1 << 16);
+  std::vector<std::uint8_t>& mem = sim.host.memory;
+  std::mt19937 rng(33);
+  std::uniform_int_distribution<int> few(-2, 2);  // ties inside windows
+  std::uniform_real_distribution<float> v(-3.0f, 3.0f);
+  std::vector<float> x(NX), dy(NY), g(NX), start(C);
+  for (std::uint32_t i = 0; i < NX; ++i) {
+    x[i] = static_cast<float>(few(rng));
+    g[i] = v(rng);
+    put(mem, 4 * i, x[i]);
+    put(mem, 0x800 + 4 * i, g[i]);
+  }
+  for (std::uint32_t i = 0; i < NY; ++i) put(mem, 0x400 + 4 * i, dy[i] = v(rng));
+  for (std::uint32_t c = 0; c < C; ++c) put(mem, 0xc00 + 4 * c, start[c] = v(rng));
+  const std::string text = fmt::format(
+      "read_host src=0x0 dst=0x0 bytes={xb}\n"
+      "read_host src=0x400 dst=0x1000 bytes={yb}\n"
+      "read_host src=0x800 dst=0x2000 bytes={xb}\n"
+      "read_host src=0xc00 dst=0x7000 bytes={cb}\n"
+      "sync\n"
+      "tag id=1\n"
+      "pool src=0x0 dst=0x4000 in_h={H} in_w={W} channels={C} kernel_h=2 kernel_w=2 stride_h=2 "
+      "stride_w=2 images={B} pad_top=0 pad_left=0 out_h=0 out_w=0 kind=max type=fp32\n"
+      "set_window in_h={H} in_w={W} in_c={C} kernel_h=2 kernel_w=2 stride_h=2 stride_w=2 "
+      "out_h={OH} out_w={OW}\n"
+      "pool_grad x=0x0 dy=0x1000 dst=0x5000 images={B} kind=max type=fp32\n"
+      "set_window in_h={H} in_w={W} in_c={C} kernel_h=3 kernel_w=3 stride_h=2 stride_w=2 "
+      "pad_top=1 pad_left=1 out_h={OH} out_w={OW}\n"
+      "pool_grad x=0x0 dy=0x1000 dst=0x6000 images={B} kind=avg type=fp32\n"
+      "reduce src=0x1000 dst=0x7000 rows={P} cols={C} stride={cb} op=sum type=fp32 acc\n"
+      "reduce src=0x1000 dst=0x7100 rows={P} cols={C} stride={cb} op=max type=fp32\n"
+      "eltwise a=0x0 b=0x2000 dst=0x3000 count={NX} op=relu_grad type=fp32\n"
+      "tag id=2\n"
+      "write_host src=0x4000 dst=0x8000 bytes={yb}\n"
+      "write_host src=0x5000 dst=0x9000 bytes={xb}\n"
+      "write_host src=0x6000 dst=0xa000 bytes={xb}\n"
+      "write_host src=0x7000 dst=0xb000 bytes={cb}\n"
+      "write_host src=0x7100 dst=0xb100 bytes={cb}\n"
+      "write_host src=0x3000 dst=0xc000 bytes={xb}\n"
+      "halt\n",
+      fmt::arg("B", B), fmt::arg("H", H), fmt::arg("W", W), fmt::arg("C", C), fmt::arg("OH", OH),
+      fmt::arg("OW", OW), fmt::arg("NX", NX), fmt::arg("P", B * OH * OW), fmt::arg("xb", 4 * NX),
+      fmt::arg("yb", 4 * NY), fmt::arg("cb", 4 * C));
+  const std::vector<isa::Instruction> program = isa::assemble(text, "train.s");
+  sim.host.programs[0] = program;
+  sim.host.programs[1] = {isa::Halt{}};
+  sim.run();
+
+  const auto at = [&](std::uint64_t a) { return get<float>(mem, a); };
+  const auto bits = [](float f) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  // Pixel (y, x) of image b, channel c, in x's NHWC layout.
+  const auto xi = [&](std::uint32_t b, std::int64_t y, std::int64_t xx, std::uint32_t c) {
+    return ((b * H + static_cast<std::uint32_t>(y)) * W + static_cast<std::uint32_t>(xx)) * C + c;
+  };
+  std::vector<float> max_dx(NX, 0.0f), avg_dx(NX, 0.0f), sum(start),
+      mx(C, -std::numeric_limits<float>::infinity());
+  for (std::uint32_t b = 0; b < B; ++b)
+    for (std::uint32_t oy = 0; oy < OH; ++oy)
+      for (std::uint32_t ox = 0; ox < OW; ++ox)
+        for (std::uint32_t c = 0; c < C; ++c) {
+          const std::uint32_t o = ((b * OH + oy) * OW + ox) * C + c;
+          // 2x2 stride 2: the forward maximum and the backward's first maximum.
+          std::vector<float> win;
+          std::vector<std::uint32_t> pos;
+          for (std::int64_t ky = 0; ky < 2; ++ky)
+            for (std::int64_t kx = 0; kx < 2; ++kx) {
+              pos.push_back(xi(b, 2 * oy + ky, 2 * ox + kx, c));
+              win.push_back(x[pos.back()]);
+            }
+          float m = win[0];
+          for (float w : win) m = numerics::max_float(m, w);
+          EXPECT_EQ(bits(at(0x8000 + 4 * o)), bits(m)) << o;
+          max_dx[pos[numerics::max_pool_grad_position(win.data(), win.size())]] += dy[o];
+          // 3x3 stride 2 pad 1: the positions inside the image share dy equally.
+          std::vector<std::uint32_t> avg_pos;
+          for (std::int64_t ky = 0; ky < 3; ++ky)
+            for (std::int64_t kx = 0; kx < 3; ++kx) {
+              const std::int64_t y = std::int64_t{2} * oy - 1 + ky,
+                                 xx = std::int64_t{2} * ox - 1 + kx;
+              if (y >= 0 && y < H && xx >= 0 && xx < W) avg_pos.push_back(xi(b, y, xx, c));
+            }
+          const float share =
+              numerics::avg_pool_grad_share(dy[o], static_cast<std::int32_t>(avg_pos.size()));
+          for (std::uint32_t p : avg_pos) avg_dx[p] += share;
+          sum[c] += dy[o];
+          mx[c] = numerics::max_float(mx[c], dy[o]);
+        }
+  for (std::uint32_t i = 0; i < NX; ++i) {
+    EXPECT_EQ(bits(at(0x9000 + 4 * i)), bits(max_dx[i])) << i;
+    EXPECT_EQ(bits(at(0xa000 + 4 * i)), bits(avg_dx[i])) << i;
+    EXPECT_EQ(bits(at(0xc000 + 4 * i)), bits(numerics::relu_grad(x[i], g[i]))) << i;
+  }
+  for (std::uint32_t c = 0; c < C; ++c) {
+    EXPECT_EQ(bits(at(0xb000 + 4 * c)), bits(sum[c])) << c;
+    EXPECT_EQ(bits(at(0xb100 + 4 * c)), bits(mx[c])) << c;
   }
   expect_vector_costs(sim, program, 1);
 }

@@ -23,17 +23,20 @@ namespace {
 
 // docs/isa.md §2, in opcode order.
 const std::vector<std::string> kMnemonics = {
-    "nop",    "read_host", "write_host", "read_mem", "write_mem", "read_weights", "set_window",
-    "matmul", "activate",  "pool",       "eltwise",  "sync",      "tag",          "softmax",
-    "halt",   "gather",    "copy",       "map",      "xent",      "update"};
+    "nop",        "read_host", "write_host", "read_mem", "write_mem", "read_weights",
+    "set_window", "matmul",    "activate",   "pool",     "eltwise",   "sync",
+    "tag",        "softmax",   "halt",       "gather",   "copy",      "map",
+    "xent",       "update",    "reduce",     "pool_grad"};
 
-// docs/isa.md §3.1 enum names in code order, and the subsets pool and eltwise accept (§4.8, §4.9).
+// docs/isa.md §3.1 enum names in code order, and the subset pool, eltwise and map accept (§4.8,
+// §4.9, §4.16).
 const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};
-const std::vector<std::string> kVectorTypeNames = {"int8", "bf16"};
 const std::vector<std::string> kElementTypeNames = {"int8", "bf16", "fp32"};
 const std::vector<std::string> kFuncNames = {"none", "relu", "relu6", "sigmoid", "tanh", "softmax"};
 const std::vector<std::string> kKindNames = {"max", "avg"};
-const std::vector<std::string> kOpNames = {"add", "mul", "max", "min", "sub"};
+const std::vector<std::string> kOpNames = {
+    "add", "mul", "max", "min", "sub", "relu_grad", "relu6_grad", "sigmoid_grad", "tanh_grad"};
+const std::vector<std::string> kReduceOpNames = {"sum", "max"};
 const std::vector<std::string> kMapFuncNames = {"identity", "relu",    "relu6", "leaky_relu",
                                                 "elu",      "sigmoid", "tanh",  "prelu"};
 const std::vector<std::string> kSourceNames = {"mem", "ub"};
@@ -46,11 +49,14 @@ std::vector<std::string> enum_names(std::string_view op_name, std::string_view f
   if (op_name == "activate" && field == "out") return kTypeNames;
   if (op_name == "pool" && field == "kind") return kKindNames;
   if (op_name == "eltwise" && field == "op") return kOpNames;
-  if (op_name == "pool" && field == "type") return kVectorTypeNames;
+  if (op_name == "pool" && field == "type") return kElementTypeNames;
   if (op_name == "eltwise" && field == "type") return kElementTypeNames;
   if (op_name == "map" && field == "func") return kMapFuncNames;
   if (op_name == "map" && (field == "in" || field == "out")) return kElementTypeNames;
   if (op_name == "update" && field == "kind") return kUpdateKindNames;
+  if (op_name == "reduce" && field == "op") return kReduceOpNames;
+  if (op_name == "pool_grad" && field == "kind") return kKindNames;
+  if ((op_name == "reduce" || op_name == "pool_grad") && field == "type") return kTypeNames;
   return {};
 }
 
@@ -63,7 +69,7 @@ unsigned type_code(const std::string& name) {
 
 // The code of `names[i]` for an enum field: data types are looked up in the full type table.
 unsigned enum_code(const std::vector<std::string>& names, std::size_t i) {
-  if (names == kVectorTypeNames || names == kElementTypeNames) return type_code(names[i]);
+  if (names == kElementTypeNames) return type_code(names[i]);
   return static_cast<unsigned>(i);
 }
 
@@ -246,7 +252,7 @@ TEST(Assembler, ReadsTheDocumentedGatherLine) {
   EXPECT_EQ(to_string(g), line);
 }
 
-// docs/isa.md §4.17's and §4.18's example lines: the fp32 scale prints as the shortest decimal
+// docs/isa.md §4.19's and §4.20's example lines: the fp32 scale prints as the shortest decimal
 // that reads back, and update's kind by name.
 TEST(Assembler, ReadsTheDocumentedXentAndUpdateLines) {
   Xent x;
@@ -265,6 +271,42 @@ TEST(Assembler, ReadsTheDocumentedXentAndUpdateLines) {
   EXPECT_EQ(to_string(u), update_line);
   // Left out, kind is sgd.
   EXPECT_EQ(std::get<Update>(assemble("update count=4", "sgd.s").front()).kind, UpdateKind::Sgd);
+}
+
+// docs/isa.md §4.17 and §4.18's example lines, which print back as written; left out, their
+// type is fp32 (§3.3) and reduce's op sum, pool_grad's kind max.
+TEST(Assembler, ReadsTheDocumentedReduceAndPoolGradLines) {
+  Reduce r;
+  r.src = UbAddr(0x0);
+  r.dst = UbAddr(0x8000);
+  r.rows = 784;
+  r.cols = 32;
+  r.stride = 128;
+  r.accumulate = true;
+  const std::string reduce_line =
+      "reduce src=0x0 dst=0x8000 rows=784 cols=32 stride=128 op=sum type=fp32 acc";
+  EXPECT_EQ(to_binary(assemble(reduce_line, "reduce.s")), to_binary({r}));
+  EXPECT_EQ(to_string(r), reduce_line);
+  PoolGrad g;
+  g.x = UbAddr(0x0);
+  g.dy = UbAddr(0x40000);
+  g.dst = UbAddr(0x50000);
+  g.images = 8;
+  const std::string pool_grad_line =
+      "pool_grad x=0x0 dy=0x40000 dst=0x50000 images=8 kind=max type=fp32";
+  EXPECT_EQ(to_binary(assemble(pool_grad_line, "pool_grad.s")), to_binary({g}));
+  EXPECT_EQ(to_string(g), pool_grad_line);
+  const std::vector<Instruction> defaults = assemble("reduce\npool_grad\n", "defaults.s");
+  EXPECT_EQ(std::get<Reduce>(defaults.at(0)).type, DType::Fp32);
+  EXPECT_EQ(std::get<Reduce>(defaults.at(0)).op, ReduceOp::Sum);
+  EXPECT_EQ(std::get<PoolGrad>(defaults.at(1)).type, DType::Fp32);
+  EXPECT_EQ(std::get<PoolGrad>(defaults.at(1)).kind, PoolKind::Max);
+  Eltwise e;
+  e.op = EltOp::SigmoidGrad;
+  e.type = DType::Fp32;
+  e.count = 4;
+  EXPECT_EQ(to_binary(assemble("eltwise count=4 op=sigmoid_grad type=fp32", "e.s")),
+            to_binary({e}));
 }
 
 TEST(Assembler, EmptyAndCommentOnlyTextIsAnEmptyProgram) {
@@ -381,7 +423,8 @@ TEST(AssemblerErrors, EnumValuesMustBeNamesTheDecoderAccepts) {
   expect_error("activate func=relu7", {"prog.s:1: activate: ", "\"func=relu7\"", all_funcs});
   expect_error("activate func=RELU", {"\"func=RELU\""});
   expect_error("activate func=1", {"\"func=1\""});
-  expect_error("pool type=int32", {"prog.s:1: pool: ", "\"type=int32\"", "allowed: int8, bf16"});
+  expect_error("pool type=int32",
+               {"prog.s:1: pool: ", "\"type=int32\"", "allowed: int8, bf16, fp32"});
   expect_error("eltwise type=int32", {"\"type=int32\"", "allowed: int8, bf16, fp32"});
   expect_error("read_weights from=hbm", {"\"from=hbm\"", "allowed: mem, ub"});
 }

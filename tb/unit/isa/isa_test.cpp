@@ -47,9 +47,9 @@ DocField enumeration(const std::string& name, std::size_t offset, std::vector<un
 DocField flag(const std::string& name, int bit) { return {name, 1, 0, bit, {}}; }
 
 // docs/isa.md §3.1 enum codes: data type 0 int8, 1 int32, 2 bf16, 3 fp32; func 0..5; kind 0..1;
-// op 0..4. Pool takes int8 and bf16 only (§4.8), eltwise int8, bf16 and fp32 (§4.9).
+// op 0..8. Pool and eltwise take int8, bf16 and fp32 (§4.8, §4.9); reduce and pool_grad decode
+// every data type (§4.17, §4.18: the vector unit refuses all but fp32).
 const std::vector<unsigned> kAllTypes = {0, 1, 2, 3};
-const std::vector<unsigned> kVectorTypes = {0, 2};
 const std::vector<unsigned> kElementTypes = {0, 2, 3};
 
 const std::vector<DocLayout>& doc_layouts() {
@@ -101,7 +101,7 @@ const std::vector<DocLayout>& doc_layouts() {
       {0x09,
        "pool",
        Pool{},
-       {enumeration("kind", 2, {0, 1}), enumeration("type", 3, kVectorTypes), integer("src", 4, 4),
+       {enumeration("kind", 2, {0, 1}), enumeration("type", 3, kElementTypes), integer("src", 4, 4),
         integer("dst", 8, 4), integer("in_h", 12, 2), integer("in_w", 14, 2),
         integer("channels", 16, 2), integer("kernel_h", 18, 2), integer("kernel_w", 20, 2),
         integer("stride_h", 22, 1), integer("pad_top", 23, 1), integer("stride_w", 24, 1),
@@ -110,7 +110,7 @@ const std::vector<DocLayout>& doc_layouts() {
       {0x0a,
        "eltwise",
        Eltwise{},
-       {enumeration("op", 2, {0, 1, 2, 3, 4}), enumeration("type", 3, kElementTypes),
+       {enumeration("op", 2, {0, 1, 2, 3, 4, 5, 6, 7, 8}), enumeration("type", 3, kElementTypes),
         integer("a", 4, 4), integer("b", 8, 4), integer("dst", 12, 4), integer("count", 16, 4),
         integer("shift", 20, 1), integer("multiplier", 24, 4)}},
       {0x0b, "sync", Sync{}, {flag("all_cores", 0)}},
@@ -138,6 +138,17 @@ const std::vector<DocLayout>& doc_layouts() {
        Copy{},
        {integer("src", 4, 4), integer("dst", 8, 4), integer("rows", 12, 4),
         integer("row_bytes", 16, 4), integer("src_stride", 20, 4), integer("dst_stride", 24, 4)}},
+      {0x12,
+       "reduce",
+       Reduce{},
+       {flag("acc", 0), enumeration("op", 2, {0, 1}), enumeration("type", 3, kAllTypes),
+        integer("src", 4, 4), integer("dst", 8, 4), integer("rows", 12, 4), integer("cols", 16, 2),
+        integer("stride", 20, 4)}},
+      {0x13,
+       "pool_grad",
+       PoolGrad{},
+       {enumeration("kind", 2, {0, 1}), enumeration("type", 3, kAllTypes), integer("x", 4, 4),
+        integer("dy", 8, 4), integer("dst", 12, 4), integer("images", 16, 4)}},
       {0x14,
        "xent",
        Xent{},

@@ -56,13 +56,15 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
   std::vector<UnitKind> kinds;
   for (const Instruction& i : every_kind()) kinds.push_back(unit_of(i).kind);
   // Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul, Activate, Pool,
-  // Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map, Xent, Update.
+  // Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map, Xent, Update, Reduce,
+  // PoolGrad.
   const std::vector<UnitKind> doc = {
       UnitKind::Sequencer, UnitKind::Dma,        UnitKind::Dma,       UnitKind::Dma,
       UnitKind::Dma,       UnitKind::MxuWeights, UnitKind::Sequencer, UnitKind::MxuArray,
       UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
       UnitKind::Sequencer, UnitKind::Sequencer,  UnitKind::Sequencer, UnitKind::Dma,
-      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector};
+      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
+      UnitKind::Vector,    UnitKind::Vector};
   EXPECT_EQ(kinds, doc);
   EXPECT_TRUE(unit_of(ReadHost{}).host_link);
   EXPECT_FALSE(unit_of(ReadMem{}).host_link);
@@ -272,6 +274,39 @@ TEST(Semantics, UpdateReadsAndWritesTheArraysItsKindUsesAndReadsItsRecord) {
   EXPECT_EQ(ranges(u),
             (std::vector<Range>{ub(0x1000, 400, false, "w"), ub(0x1000, 400, true, "w"),
                                 ub(0x2000, 400, false, "g"), ub(0x5000, 4, false, "params")}));
+}
+
+// docs/isa.md §6.1: the rows' extent read, dst's cols fp32 values written (and read with acc).
+TEST(Semantics, ReduceReadsItsStridedRowsAndWritesOneRowOfColumns) {
+  Reduce r;
+  r.src = UbAddr(0x100), r.dst = UbAddr(0x4000), r.rows = 5, r.cols = 10, r.stride = 64;
+  EXPECT_EQ(ranges(r),
+            (std::vector<Range>{{Space::UnifiedBuffer, 0x100, 0x100 + 4 * 64 + 40, false, "src"},
+                                {Space::UnifiedBuffer, 0x4000, 0x4000 + 40, true, "dst"}}));
+  r.accumulate = true;
+  EXPECT_EQ(ranges(r).back(), (Range{Space::UnifiedBuffer, 0x4000, 0x4000 + 40, false, "dst"}));
+  r.rows = 0;
+  EXPECT_EQ(ranges(r).size(), 2u) << "no rows: nothing read from src";
+}
+
+// docs/isa.md §6.1: the geometry is the window registers' at issue; x (max only) and dX are
+// images x in_h x in_w x in_c fp32, dy images x out_h x out_w x in_c.
+TEST(Semantics, PoolGradTakesItsShapesFromTheWindowRegisters) {
+  FootprintContext c = context();
+  c.window.in_h = 6, c.window.in_w = 5, c.window.in_c = 3;
+  c.window.kernel_h = 2, c.window.kernel_w = 2, c.window.stride_h = 2, c.window.stride_w = 2;
+  c.window.out_h = 3, c.window.out_w = 2;
+  PoolGrad g;
+  g.x = UbAddr(0x1000), g.dy = UbAddr(0x3000), g.dst = UbAddr(0x5000), g.images = 2;
+  const std::uint64_t in = 2 * 6 * 5 * 3 * 4, out = 2 * 3 * 2 * 3 * 4;
+  EXPECT_EQ(ranges(g, c),
+            (std::vector<Range>{{Space::UnifiedBuffer, 0x1000, 0x1000 + in, false, "x"},
+                                {Space::UnifiedBuffer, 0x3000, 0x3000 + out, false, "dy"},
+                                {Space::UnifiedBuffer, 0x5000, 0x5000 + in, true, "dst"}}));
+  g.kind = PoolKind::Avg;  // avg does not read x
+  EXPECT_EQ(ranges(g, c),
+            (std::vector<Range>{{Space::UnifiedBuffer, 0x3000, 0x3000 + out, false, "dy"},
+                                {Space::UnifiedBuffer, 0x5000, 0x5000 + in, true, "dst"}}));
 }
 
 TEST(Semantics, AbsurdAddressesSaturateInsteadOfWrappingIntoRange) {

@@ -15,6 +15,8 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "hw/common/error.h"
@@ -526,18 +528,23 @@ isa::Pool same_pool_case(isa::PoolKind kind, DType type) {
 
 // Fills the input of `p` from `value(i)` and returns the expected output bytes in NHWC order: the
 // written rule over window_of, int8 average by exact rounding division, bf16 average summed in
-// fp32 in window order and rounded by exact::bf16.
+// fp32 in window order and rounded by exact::bf16, fp32 average the same sum and quotient
+// unrounded.
 template <class Value>
 std::vector<std::uint32_t> pool_expected(const isa::Pool& p, Core& core, Value value) {
   const bool int8 = p.type == DType::Int8;
+  const bool fp32 = p.type == DType::Fp32;
   const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * p.channels;
   for (std::uint64_t i = 0; i < in_elems; ++i) {
     if (int8)
       core.put8(p.src.value() + i, static_cast<int>(value(i)));
+    else if (fp32)
+      core.put32(p.src.value() + 4 * i, bits_of(static_cast<float>(value(i))));
     else
       core.put_bf16(p.src.value() + 2 * i, static_cast<float>(value(i)));
   }
   const auto at = [&](std::uint64_t i) {
+    if (fp32) return float_of(core.get32(p.src.value() + 4 * i));
     return int8 ? static_cast<float>(core.get8(p.src.value() + i))
                 : core.get_bf16(p.src.value() + 2 * i);
   };
@@ -560,6 +567,9 @@ std::vector<std::uint32_t> pool_expected(const isa::Pool& p, Core& core, Value v
             expect.push_back(static_cast<std::uint8_t>(p.kind == isa::PoolKind::Max
                                                            ? static_cast<std::int64_t>(mx)
                                                            : exact::round_div(isum, count)));
+          else if (fp32)
+            expect.push_back(
+                bits_of(p.kind == isa::PoolKind::Max ? mx : sum / static_cast<float>(count)));
           else
             expect.push_back(bits_of(p.kind == isa::PoolKind::Max
                                          ? mx
@@ -574,11 +584,41 @@ std::vector<std::uint32_t> pool_output(const isa::Pool& p, const Core& core) {
   const std::uint64_t n = std::uint64_t{p.images} * g.oh * g.ow * p.channels;
   std::vector<std::uint32_t> out;
   for (std::uint64_t i = 0; i < n; ++i)
-    out.push_back(p.type == DType::Int8
+    out.push_back(p.type == DType::Fp32 ? core.get32(p.dst.value() + 4 * i)
+                  : p.type == DType::Int8
                       ? std::uint32_t{core.ub[p.dst.value() + i]}
                       : core.ub[p.dst.value() + 2 * i] |
                             std::uint32_t{core.ub[p.dst.value() + 2 * i + 1]} << 8);
   return out;
+}
+
+// docs/isa.md §4.8: fp32 max is exact (the largest value, bit for bit) and fp32 avg the fp32 sum
+// in window order divided by the count, not rounded further; valid and "same" windows.
+TEST(VectorPool, Fp32MaxIsExactAndAvgSumsInWindowOrderUnrounded) {
+  for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg})
+    for (const bool same : {false, true}) {
+      Core core;
+      const isa::Pool p = same ? same_pool_case(kind, DType::Fp32) : pool_case(kind, DType::Fp32);
+      std::mt19937 rng(21);
+      std::uniform_real_distribution<float> f(-1e3f, 1e3f);
+      const std::vector<std::uint32_t> expect =
+          pool_expected(p, core, [&](std::uint64_t) { return double{f(rng)}; });
+      VectorOps(core.cfg).pool(p, core.ub_view());
+      EXPECT_EQ(pool_output(p, core), expect) << isa::name_of(kind) << " same " << same;
+    }
+}
+
+// fp32 max pooling: a NaN in the window gives NaN, equal values (+0 and -0) give the first.
+TEST(VectorPool, Fp32MaxPropagatesNanAndKeepsTheFirstOfEqualValues) {
+  Core core;
+  isa::Pool p = pool_case(isa::PoolKind::Max, DType::Fp32);
+  p.images = 1, p.in_h = 1, p.in_w = 2, p.channels = 2, p.kernel_h = 1, p.kernel_w = 2;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float in[] = {-0.0f, 1.0f, 0.0f, nan};  // pixel 0: {-0, 1}, pixel 1: {+0, NaN}
+  for (std::uint64_t i = 0; i < 4; ++i) core.put32(p.src.value() + 4 * i, bits_of(in[i]));
+  VectorOps(core.cfg).pool(p, core.ub_view());
+  EXPECT_EQ(core.get32(p.dst.value()), bits_of(-0.0f));
+  EXPECT_TRUE(std::isnan(float_of(core.get32(p.dst.value() + 4))));
 }
 
 // TensorFlow's "same" pooling: window positions in the padding are skipped; max is the largest of
@@ -901,6 +941,7 @@ TEST(VectorEltwise, Int8OpsSaturateAndMulRoundsHalfAwayAfterShift) {
           case isa::EltOp::Mul: expect = std::round(a[i] * b[i] / std::ldexp(1.0, shift)); break;
           case isa::EltOp::Max: expect = std::max(a[i], b[i]); break;
           case isa::EltOp::Min: expect = std::min(a[i], b[i]); break;
+          default: ADD_FAILURE() << "not an int8 op";
         }
         expect = std::min(std::max(expect, -128.0), 127.0);
         EXPECT_EQ(core.get8(e.dst.value() + i), expect)
@@ -915,14 +956,21 @@ const isa::EltOp kEltOps[] = {isa::EltOp::Add, isa::EltOp::Sub, isa::EltOp::Mul,
 
 // The fp32 result of a float op: add, sub and mul in float64, exact here and rounded once to
 // fp32 (the correctly rounded fp32 operation), max and min as numerics::max_float and min_float
-// define them (a NaN operand gives NaN; equal operands give the first).
+// define them (a NaN operand gives NaN; equal operands give the first). The gradient ops
+// (docs/isa.md §4.9, a = y, b = dy) select, or round each step in float64 the same way in the
+// written order.
 float fp32_op(isa::EltOp op, float x, float y) {
+  const auto r = [](double v) { return static_cast<float>(v); };
   switch (op) {
-    case isa::EltOp::Add: return static_cast<float>(double{x} + y);
-    case isa::EltOp::Sub: return static_cast<float>(double{x} - y);
-    case isa::EltOp::Mul: return static_cast<float>(double{x} * y);
+    case isa::EltOp::Add: return r(double{x} + y);
+    case isa::EltOp::Sub: return r(double{x} - y);
+    case isa::EltOp::Mul: return r(double{x} * y);
     case isa::EltOp::Max: return numerics::max_float(x, y);
     case isa::EltOp::Min: return numerics::min_float(x, y);
+    case isa::EltOp::ReluGrad: return x > 0.0f ? y : 0.0f;
+    case isa::EltOp::Relu6Grad: return x > 0.0f && x < 6.0f ? y : 0.0f;
+    case isa::EltOp::SigmoidGrad: return r(double{y} * r(double{x} * r(1.0 - double{x})));
+    case isa::EltOp::TanhGrad: return r(double{y} * r(1.0 - double{r(double{x} * x)}));
   }
   return 0.0f;
 }
@@ -993,6 +1041,62 @@ TEST(VectorEltwise, FloatOpsAreOneFp32OperationRoundedToTheirType) {
       }
     }
   }
+}
+
+const isa::EltOp kGradOps[] = {isa::EltOp::ReluGrad, isa::EltOp::Relu6Grad, isa::EltOp::SigmoidGrad,
+                               isa::EltOp::TanhGrad};
+
+// a = the activation's output y, b = dy: y spread over the relu6 edges and sigmoid's and tanh's
+// ranges, signed zeros, NaN; every result bit for bit (in place too: dst = a).
+TEST(VectorEltwise, GradientOpsSelectOrRoundEachFp32StepInTheWrittenOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::pair<float, float>> special = {
+      {0.0f, 2.0f}, {-0.0f, 2.0f}, {6.0f, 2.0f},   {5.9999995f, -2.0f}, {1e-45f, 3.0f},
+      {nan, 1.0f},  {0.5f, nan},   {-1.0f, -3.0f}, {0.99999994f, 1.0f}, {7.0f, -0.0f}};
+  Core core;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> y_of(-1.5f, 7.5f), dy_of(-10.0f, 10.0f);
+  isa::Eltwise e = eltwise_case(DType::Fp32, 2000, 0x100, 0x2100, 0x4100);
+  std::vector<float> ys(e.count), dys(e.count);
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    std::tie(ys[i], dys[i]) = i < special.size() ? special[i] : std::pair{y_of(rng), dy_of(rng)};
+    core.put32(e.a.value() + 4 * i, bits_of(ys[i]));
+    core.put32(e.b.value() + 4 * i, bits_of(dys[i]));
+  }
+  for (const bool in_place : {false, true})
+    for (isa::EltOp op : kGradOps) {
+      e.op = op;
+      e.dst = in_place ? e.a : UbAddr(0x4100);
+      for (std::uint32_t i = 0; i < e.count; ++i) core.put32(e.a.value() + 4 * i, bits_of(ys[i]));
+      ops.eltwise(e, core.ub_view());
+      for (std::uint32_t i = 0; i < e.count; ++i) {
+        const float expect = fp32_op(op, ys[i], dys[i]);
+        const float got = float_of(core.get32(e.dst.value() + 4 * i));
+        if (std::isnan(expect))
+          EXPECT_TRUE(std::isnan(got)) << isa::name_of(op) << " " << i;
+        else
+          ASSERT_EQ(bits_of(got), bits_of(expect))
+              << isa::name_of(op) << " y " << ys[i] << " dy " << dys[i];
+      }
+    }
+}
+
+// docs/isa.md §4.9: the gradient ops decode with any element type but execute on fp32 only; the
+// refusal names the op and the type and writes nothing.
+TEST(VectorEltwise, GradientOpsRefuseEveryTypeButFp32NamingOpAndType) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const std::vector<std::uint8_t> before = core.ub;
+  for (isa::EltOp op : kGradOps)
+    for (DType type : {DType::Int8, DType::Bf16}) {
+      isa::Eltwise e = eltwise_case(type, 16, 0x100, 0x200, 0x300);
+      e.op = op;
+      expect_program_error(
+          [&] { ops.eltwise(e, core.ub_view()); },
+          {"eltwise", std::string(isa::name_of(op)), std::string(name_of(type)), "fp32"});
+    }
+  EXPECT_EQ(core.ub, before);
 }
 
 TEST(VectorEltwise, InPlaceIsAllowedButPartialOverlapIsNot) {
@@ -1952,6 +2056,272 @@ TEST(VectorUpdate, RejectsBadFieldsRecordsAndOverlapsNamingThemBeforeWritingAnyt
   expect_program_error([&] { run(mom); }, {"update: momentum = 1.5 (must be in [0, 1]"});
 }
 
+// ---- reduce ----
+
+// rows x cols fp32 values, stride bytes apart, at 0x100; the result at 0x8000.
+isa::Reduce reduce_case(isa::ReduceOp op, std::uint32_t rows, std::uint16_t cols,
+                        std::uint32_t stride) {
+  isa::Reduce r;
+  r.src = UbAddr(0x100);
+  r.dst = UbAddr(0x8000);
+  r.rows = rows;
+  r.cols = cols;
+  r.stride = stride;
+  r.op = op;
+  return r;
+}
+
+// docs/isa.md §4.17 as a naive loop: each column from +0 (sum), -inf (max) or dst (acc), the rows
+// in order, one fp32 add (float64 of two fp32 values rounded once) or numerics::max_float.
+std::vector<float> reduce_expected(const isa::Reduce& r, const Core& core) {
+  std::vector<float> out(r.cols);
+  for (std::uint32_t c = 0; c < r.cols; ++c) {
+    float s = r.accumulate
+                  ? float_of(core.get32(r.dst.value() + 4 * c))
+                  : (r.op == isa::ReduceOp::Sum ? 0.0f : -std::numeric_limits<float>::infinity());
+    for (std::uint32_t row = 0; row < r.rows; ++row) {
+      const float v = float_of(core.get32(r.src.value() + std::uint64_t{row} * r.stride + 4 * c));
+      s = r.op == isa::ReduceOp::Sum ? static_cast<float>(double{s} + v)
+                                     : numerics::max_float(s, v);
+    }
+    out[c] = s;
+  }
+  return out;
+}
+
+// Sums and maxima of every column, fresh and accumulated, with the bytes between rows and around
+// dst untouched; the sum's order shows (large values cancel only after the small ones are lost).
+TEST(VectorReduce, SumAndMaxRunDownEachColumnInRowOrder) {
+  for (isa::ReduceOp op : {isa::ReduceOp::Sum, isa::ReduceOp::Max})
+    for (const bool acc : {false, true}) {
+      Core core;
+      VectorOps ops(core.cfg);
+      isa::Reduce r = reduce_case(op, 37, 11, 64);
+      r.accumulate = acc;
+      std::mt19937 rng(23);
+      std::uniform_real_distribution<float> f(-100.0f, 100.0f);
+      for (std::uint32_t row = 0; row < r.rows; ++row)
+        for (std::uint32_t c = 0; c < r.cols; ++c) {
+          float v = f(rng);
+          if (c == 0) v = row == 0 ? 1e8f : (row == 1 ? -1e8f : 1.0f);  // order-sensitive column
+          core.put32(r.src.value() + std::uint64_t{row} * r.stride + 4 * c, bits_of(v));
+        }
+      for (std::uint32_t c = 0; c < r.cols; ++c) core.put32(r.dst.value() + 4 * c, bits_of(f(rng)));
+      const std::vector<float> expect = reduce_expected(r, core);
+      std::vector<std::uint8_t> before = core.ub;
+      ops.reduce(r, core.ub_view());
+      for (std::uint32_t c = 0; c < r.cols; ++c) {
+        EXPECT_EQ(core.get32(r.dst.value() + 4 * c), bits_of(expect[c]))
+            << isa::name_of(op) << " acc " << acc << " column " << c;
+        for (int b = 0; b < 4; ++b)
+          before[r.dst.value() + 4 * c + b] = core.ub[r.dst.value() + 4 * c + b];
+      }
+      EXPECT_EQ(core.ub, before) << "only dst's cols values change";
+    }
+}
+
+// max: -inf is the start, so a column of -inf stays -inf; a NaN anywhere in the column (or in dst
+// with acc) gives NaN.
+TEST(VectorReduce, MaxStartsFromMinusInfinityAndPropagatesNan) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  isa::Reduce r = reduce_case(isa::ReduceOp::Max, 3, 3, 12);
+  const float in[3][3] = {{-inf, 1.0f, 2.0f}, {-inf, nan, 3.0f}, {-inf, 0.5f, -1.0f}};
+  for (int row = 0; row < 3; ++row)
+    for (int c = 0; c < 3; ++c) core.put32(r.src.value() + 12 * row + 4 * c, bits_of(in[row][c]));
+  ops.reduce(r, core.ub_view());
+  EXPECT_EQ(float_of(core.get32(r.dst.value())), -inf);
+  EXPECT_TRUE(std::isnan(float_of(core.get32(r.dst.value() + 4))));
+  EXPECT_EQ(float_of(core.get32(r.dst.value() + 8)), 3.0f);
+  r.accumulate = true;
+  core.put32(r.dst.value() + 8, bits_of(nan));
+  ops.reduce(r, core.ub_view());
+  EXPECT_TRUE(std::isnan(float_of(core.get32(r.dst.value() + 8))));
+}
+
+TEST(VectorReduce, RejectsBadFieldsNamingThemBeforeWritingAnything) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const isa::Reduce ok = reduce_case(isa::ReduceOp::Sum, 4, 8, 32);
+  const auto end = static_cast<std::uint32_t>(core.ub.size());
+  expect_refusals<isa::Reduce>(
+      core, ok, [&](const isa::Reduce& r) { ops.reduce(r, core.ub_view()); },
+      {
+          {[](isa::Reduce& r) { r.rows = 0; }, {"reduce", "rows = 0"}},
+          {[](isa::Reduce& r) { r.cols = 0; }, {"cols = 0"}},
+          {[](isa::Reduce& r) { r.stride = 31; }, {"stride = 31", "cols 8"}},
+          {[](isa::Reduce& r) { r.type = DType::Int8; }, {"type = int8", "fp32"}},
+          {[](isa::Reduce& r) { r.type = DType::Bf16; }, {"type = bf16", "fp32"}},
+          {[&](isa::Reduce& r) { r.src = UbAddr(end - 3 * 32 - 31); }, {"src = 0x"}},
+          {[&](isa::Reduce& r) { r.dst = UbAddr(end - 31); }, {"dst = 0x"}},
+          {[](isa::Reduce& r) { r.dst = UbAddr(r.src.value() + 3 * 32 + 28); },
+           {"dst", "overlaps src"}},
+      });
+  isa::Reduce gap = ok;  // dst in the bytes between src's rows still overlaps its extent
+  gap.stride = 64;
+  gap.dst = UbAddr(ok.src.value() + 32);
+  expect_program_error([&] { ops.reduce(gap, core.ub_view()); }, {"overlaps src"});
+}
+
+// ---- pool_grad ----
+
+// A "same"-padded 3x3 window at stride 2 over a 7x6x3 image (out 4x3, pad 1): windows overlap,
+// so a position may receive several gradients, and edges hold 4, 6 or 9 positions.
+isa::SetWindow pool_grad_window() {
+  isa::SetWindow w;
+  w.in_h = 7, w.in_w = 6, w.in_c = 3;
+  w.kernel_h = 3, w.kernel_w = 3, w.stride_h = 2, w.stride_w = 2;
+  w.pad_top = 1, w.pad_left = 1, w.out_h = 4, w.out_w = 3;
+  return w;
+}
+
+isa::PoolGrad pool_grad_case(isa::PoolKind kind) {
+  isa::PoolGrad g;
+  g.x = UbAddr(0x100);
+  g.dy = UbAddr(0x2000);
+  g.dst = UbAddr(0x4000);
+  g.images = 2;
+  g.kind = kind;
+  return g;
+}
+
+// docs/isa.md §4.18 as naive loops over the written definition: dX = +0, then for b, oy, ox, c the
+// in-image window positions (ky outer, kx inner); max adds dy at the first maximum of x (the
+// first NaN if any), avg adds dy / n at each position in order. Adds are float64 of two fp32
+// values rounded once.
+std::vector<float> pool_grad_expected(const isa::PoolGrad& g, const isa::SetWindow& w,
+                                      const Core& core) {
+  const std::uint64_t ch = w.in_c;
+  std::vector<float> dx(std::uint64_t{g.images} * w.in_h * w.in_w * ch, 0.0f);
+  const auto x_at = [&](std::uint64_t i) { return float_of(core.get32(g.x.value() + 4 * i)); };
+  std::uint64_t o = 0;
+  for (std::uint64_t b = 0; b < g.images; ++b)
+    for (std::int64_t oy = 0; oy < w.out_h; ++oy)
+      for (std::int64_t ox = 0; ox < w.out_w; ++ox)
+        for (std::uint64_t c = 0; c < ch; ++c, ++o) {
+          std::vector<std::uint64_t> win;
+          for (std::int64_t ky = 0; ky < w.kernel_h; ++ky)
+            for (std::int64_t kx = 0; kx < w.kernel_w; ++kx) {
+              const std::int64_t y = oy * w.stride_h - w.pad_top + ky;
+              const std::int64_t x = ox * w.stride_w - w.pad_left + kx;
+              if (y < 0 || y >= w.in_h || x < 0 || x >= w.in_w) continue;
+              win.push_back(((b * w.in_h + static_cast<std::uint64_t>(y)) * w.in_w +
+                             static_cast<std::uint64_t>(x)) *
+                                ch +
+                            c);
+            }
+          const float dy = float_of(core.get32(g.dy.value() + 4 * o));
+          const auto add = [&](std::uint64_t i, float v) {
+            dx[i] = static_cast<float>(double{dx[i]} + v);
+          };
+          if (g.kind == isa::PoolKind::Avg) {
+            const auto share = static_cast<float>(double{dy} / static_cast<double>(win.size()));
+            for (std::uint64_t i : win) add(i, share);
+            continue;
+          }
+          std::uint64_t best = win[0];
+          for (std::uint64_t i : win) {
+            if (std::isnan(x_at(i))) {
+              best = i;
+              break;
+            }
+            if (x_at(i) > x_at(best)) best = i;
+          }
+          add(best, dy);
+        }
+  return dx;
+}
+
+// Max and avg over overlapping, padded windows of two images; x holds few distinct values, so
+// windows have ties (the first maximum wins) and one NaN; every dX bit for bit.
+TEST(VectorPoolGrad, ScattersEachGradientAsTheWrittenLoopsDo) {
+  const isa::SetWindow w = pool_grad_window();
+  for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
+    Core core;
+    VectorOps ops(core.cfg);
+    const isa::PoolGrad g = pool_grad_case(kind);
+    std::mt19937 rng(29);
+    std::uniform_int_distribution<int> few(-3, 3);
+    std::uniform_real_distribution<float> f(-10.0f, 10.0f);
+    const std::uint64_t xs = std::uint64_t{g.images} * w.in_h * w.in_w * w.in_c;
+    const std::uint64_t dys = std::uint64_t{g.images} * w.out_h * w.out_w * w.in_c;
+    for (std::uint64_t i = 0; i < xs; ++i)
+      core.put32(g.x.value() + 4 * i, bits_of(i == 40 ? std::numeric_limits<float>::quiet_NaN()
+                                                      : static_cast<float>(few(rng))));
+    for (std::uint64_t i = 0; i < dys; ++i) core.put32(g.dy.value() + 4 * i, bits_of(f(rng)));
+    const std::vector<float> expect = pool_grad_expected(g, w, core);
+    ops.pool_grad(g, w, core.ub_view());
+    for (std::uint64_t i = 0; i < xs; ++i)
+      ASSERT_EQ(core.get32(g.dst.value() + 4 * i), bits_of(expect[i]))
+          << isa::name_of(kind) << " element " << i;
+  }
+}
+
+// Without overlap or padding (2x2 at stride 2) max puts each dy at one position, the first
+// maximum of its window, and zeros the rest; avg puts dy / 4 at all four.
+TEST(VectorPoolGrad, DisjointWindowsGiveOnePositionPerWindowOrAQuarterEach) {
+  isa::SetWindow w;
+  w.in_h = 2, w.in_w = 2, w.in_c = 1, w.kernel_h = 2, w.kernel_w = 2, w.stride_h = 2;
+  w.stride_w = 2, w.out_h = 1, w.out_w = 1;
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::PoolGrad g = pool_grad_case(isa::PoolKind::Max);
+  g.images = 1;
+  const float x[] = {1.0f, 5.0f, 5.0f, -2.0f};
+  for (int i = 0; i < 4; ++i) core.put32(g.x.value() + 4 * i, bits_of(x[i]));
+  core.put32(g.dy.value(), bits_of(3.0f));
+  ops.pool_grad(g, w, core.ub_view());
+  const float max_dx[] = {0.0f, 3.0f, 0.0f, 0.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(core.get32(g.dst.value() + 4 * i), bits_of(max_dx[i]));
+  g.kind = isa::PoolKind::Avg;
+  ops.pool_grad(g, w, core.ub_view());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(core.get32(g.dst.value() + 4 * i), bits_of(0.75f));
+}
+
+TEST(VectorPoolGrad, RejectsBadFieldsAndWindowsNamingThemBeforeWritingAnything) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const isa::SetWindow w = pool_grad_window();
+  const auto end = static_cast<std::uint32_t>(core.ub.size());
+  const auto run_with = [&](const isa::SetWindow& win) {
+    return [&, win](const isa::PoolGrad& g) { ops.pool_grad(g, win, core.ub_view()); };
+  };
+  const isa::PoolGrad ok = pool_grad_case(isa::PoolKind::Max);
+  expect_refusals<isa::PoolGrad>(
+      core, ok, run_with(w),
+      {
+          {[](isa::PoolGrad& g) { g.images = 0; }, {"pool_grad", "images = 0"}},
+          {[](isa::PoolGrad& g) { g.type = DType::Bf16; }, {"type = bf16", "fp32"}},
+          {[&](isa::PoolGrad& g) { g.x = UbAddr(end - 100); }, {"x = 0x"}},
+          {[&](isa::PoolGrad& g) { g.dy = UbAddr(end - 100); }, {"dy = 0x"}},
+          {[&](isa::PoolGrad& g) { g.dst = UbAddr(end - 100); }, {"dst = 0x"}},
+          {[](isa::PoolGrad& g) { g.dst = UbAddr(g.x.value() + 4); }, {"dst", "overlaps x"}},
+          {[](isa::PoolGrad& g) { g.dst = UbAddr(g.dy.value() - 4); }, {"dst", "overlaps dy"}},
+      });
+  isa::SetWindow none;  // the registers before any set_window
+  isa::SetWindow dilated = w;
+  dilated.dilation_w = 2;
+  isa::SetWindow wide_pad = w;
+  wide_pad.pad_left = 3;
+  isa::SetWindow too_many = w;
+  too_many.out_h = 5;  // window 4 starts at row 4 * 2 - 1 = 7, past the 7 rows
+  for (const auto& [win, words] :
+       {std::pair{none, std::vector<std::string>{"pool_grad", "set_window must precede"}},
+        std::pair{dilated, std::vector<std::string>{"dilation 1x2"}},
+        std::pair{wide_pad, std::vector<std::string>{"pad_left = 3", "kernel_w"}},
+        std::pair{too_many, std::vector<std::string>{"out_h = 5", "past the 7 in_h inputs"}}})
+    expect_refusals<isa::PoolGrad>(core, ok, run_with(win), {{[](isa::PoolGrad&) {}, words}});
+  // Dilation 0 reads as 1; avg reads no x, so x may be anything, even dst.
+  isa::SetWindow zero_dilation = w;
+  zero_dilation.dilation_h = zero_dilation.dilation_w = 0;
+  ops.pool_grad(ok, zero_dilation, core.ub_view());
+  isa::PoolGrad avg = pool_grad_case(isa::PoolKind::Avg);
+  avg.x = avg.dst;
+  ops.pool_grad(avg, w, core.ub_view());
+}
+
 // ---- cost ----
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
@@ -2134,6 +2504,55 @@ TEST(VectorCost, PoolCountsOneOpPerWindowElementAndReadsTheInputOnce) {
       EXPECT_EQ(c.acc_bytes_read, 0u);
       EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
     }
+}
+
+// One op per value reduced; every row's cols values read once (and dst's with acc), one row of
+// cols values written.
+TEST(VectorCost, ReduceCountsOneOpPerValueAndWritesOneRow) {
+  ChipConfig cfg = test_config();
+  for (std::uint32_t port : {cfg.vector_unit.bytes_per_cycle, 1u << 20}) {
+    cfg.vector_unit.bytes_per_cycle = port;
+    VectorOps ops(cfg);
+    for (const bool acc : {false, true}) {
+      isa::Reduce r = reduce_case(isa::ReduceOp::Sum, 300, 40, 400);
+      r.accumulate = acc;
+      const VectorCost c = ops.cost(r);
+      const std::uint64_t elems = std::uint64_t{r.rows} * r.cols;
+      EXPECT_EQ(c.element_ops, elems);
+      EXPECT_EQ(c.ub_bytes_read, 4 * elems + (acc ? 4u * r.cols : 0u));
+      EXPECT_EQ(c.ub_bytes_written, 4u * r.cols);
+      EXPECT_EQ(c.acc_bytes_read, 0u);
+      EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+    }
+  }
+}
+
+// pool's count of window positions inside the image (the sizes of every window, summed) plus one
+// op per dy element; dy read, x read by max only, dX written once.
+TEST(VectorCost, PoolGradCountsPoolsPositionsPlusOneOpPerGradient) {
+  const ChipConfig cfg = test_config();
+  VectorOps ops(cfg);
+  const isa::SetWindow w = pool_grad_window();
+  std::uint64_t inside = 0;
+  for (std::int64_t oy = 0; oy < w.out_h; ++oy)
+    for (std::int64_t ox = 0; ox < w.out_w; ++ox)
+      for (std::int64_t ky = 0; ky < w.kernel_h; ++ky)
+        for (std::int64_t kx = 0; kx < w.kernel_w; ++kx) {
+          const std::int64_t y = oy * w.stride_h - w.pad_top + ky;
+          const std::int64_t x = ox * w.stride_w - w.pad_left + kx;
+          inside += y >= 0 && y < w.in_h && x >= 0 && x < w.in_w ? 1 : 0;
+        }
+  for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
+    const isa::PoolGrad g = pool_grad_case(kind);
+    const std::uint64_t dys = std::uint64_t{g.images} * w.out_h * w.out_w * w.in_c;
+    const std::uint64_t xs = std::uint64_t{g.images} * w.in_h * w.in_w * w.in_c;
+    const VectorCost c = ops.cost(g, w);
+    EXPECT_EQ(c.element_ops, inside * g.images * w.in_c + dys);
+    EXPECT_EQ(c.ub_bytes_read, 4 * dys + (kind == isa::PoolKind::Max ? 4 * xs : 0));
+    EXPECT_EQ(c.ub_bytes_written, 4 * xs);
+    EXPECT_EQ(c.acc_bytes_read, 0u);
+    EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+  }
 }
 
 }  // namespace
