@@ -1389,6 +1389,10 @@ void VectorOps::pool_grad(const isa::PoolGrad& g, const isa::SetWindow& w, UbVie
     throw ProgramError(
         fmt::format("{}: window dilation {}x{} (pooling windows are dense: dilations must be 1)",
                     op, w.dilation_h, w.dilation_w));
+  if (isa::window_in_dilation_h(w) != 1 || isa::window_in_dilation_w(w) != 1)
+    throw ProgramError(fmt::format(
+        "{}: window input dilation {}x{} (pooling reads its input as stored: must be 1)", op,
+        w.in_dilation_h, w.in_dilation_w));
   const isa::PoolAxis rows = isa::pool_grad_rows(w), cols = isa::pool_grad_cols(w);
   check_pool_axis(op, rows, "kernel_h", "stride_h", "pad_top", "out_h", "in_h");
   check_pool_axis(op, cols, "kernel_w", "stride_w", "pad_left", "out_w", "in_w");

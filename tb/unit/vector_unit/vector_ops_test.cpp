@@ -2303,6 +2303,8 @@ TEST(VectorPoolGrad, RejectsBadFieldsAndWindowsNamingThemBeforeWritingAnything) 
   isa::SetWindow none;  // the registers before any set_window
   isa::SetWindow dilated = w;
   dilated.dilation_w = 2;
+  isa::SetWindow in_dilated = w;
+  in_dilated.in_dilation_h = 2;
   isa::SetWindow wide_pad = w;
   wide_pad.pad_left = 3;
   isa::SetWindow too_many = w;
@@ -2310,12 +2312,14 @@ TEST(VectorPoolGrad, RejectsBadFieldsAndWindowsNamingThemBeforeWritingAnything) 
   for (const auto& [win, words] :
        {std::pair{none, std::vector<std::string>{"pool_grad", "set_window must precede"}},
         std::pair{dilated, std::vector<std::string>{"dilation 1x2"}},
+        std::pair{in_dilated, std::vector<std::string>{"input dilation 2x1"}},
         std::pair{wide_pad, std::vector<std::string>{"pad_left = 3", "kernel_w"}},
         std::pair{too_many, std::vector<std::string>{"out_h = 5", "past the 7 in_h inputs"}}})
     expect_refusals<isa::PoolGrad>(core, ok, run_with(win), {{[](isa::PoolGrad&) {}, words}});
   // Dilation 0 reads as 1; avg reads no x, so x may be anything, even dst.
   isa::SetWindow zero_dilation = w;
   zero_dilation.dilation_h = zero_dilation.dilation_w = 0;
+  zero_dilation.in_dilation_h = zero_dilation.in_dilation_w = 0;
   ops.pool_grad(ok, zero_dilation, core.ub_view());
   isa::PoolGrad avg = pool_grad_case(isa::PoolKind::Avg);
   avg.x = avg.dst;
