@@ -17,6 +17,7 @@
 #include "sw/cli/info.h"
 #include "sw/cli/run_cmd.h"
 #include "sw/cli/sweep_cmd.h"
+#include "sw/cli/fit_cmd.h"
 #include "sw/cli/train_cmd.h"
 #include "sw/io/output.h"
 #include "sw/io/signals.h"
@@ -103,6 +104,11 @@ int run_cli(int argc, char** argv) {
   graph->add_option("--pass", gc.pass, "Show this pass only");
   graph->add_option("--json", gc.json, "Write the graphs as JSON here (- for standard output)");
 
+  tpu::cli::FitCommand fc;
+  CLI::App* fit = app.add_subcommand(
+      "fit", "Train a model on the simulated chip, as Keras's model.fit (docs/training.md)");
+  tpu::cli::add_fit_options(fit, fc);
+
   tpu::cli::TrainCommand tc;
   CLI::App* train =
       app.add_subcommand("train", "Train a model on Fashion-MNIST and write its weights");
@@ -171,6 +177,8 @@ int run_cli(int argc, char** argv) {
     std::cout << tpu::isa::disassemble(program);
   } else if (graph->parsed()) {
     tpu::cli::run_graph(gc);
+  } else if (fit->parsed()) {
+    tpu::cli::run_fit(fc);
   } else if (train->parsed()) {
     tpu::cli::run_train(tc);
   } else if (run->parsed()) {

@@ -1,0 +1,58 @@
+#include "sw/cli/fit_cmd.h"
+
+#include <iostream>
+#include <optional>
+
+#include "hw/common/error.h"
+#include "hw/config/chip_config.h"
+#include "sw/io/output.h"
+
+namespace tpu::cli {
+
+void add_fit_options(CLI::App* app, FitCommand& cmd) {
+  auto& o = cmd.options;
+  app->add_option("--chip", cmd.chip, "Chip config (JSON)")->required();
+  app->add_option("--model", o.model, "Model (Keras-style JSON) ending in a softmax")
+      ->capture_default_str();
+  app->add_option("--data-dir", o.data_dir, "Fashion-MNIST directory (default: Debian's)");
+  app->add_option("--epochs", o.epochs, "Epochs")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  app->add_option("--steps-per-epoch", o.steps_per_epoch, "Steps per epoch")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000000u));
+  app->add_option("--batch", o.batch,
+                  "Global batch, split over the TensorCores (default: 60000 // steps per epoch)")
+      ->check(CLI::Range(1u, 1u << 24));
+  app->add_option("--learning-rate", o.optimizer.learning_rate, "Learning rate")
+      ->capture_default_str();
+  app->add_option("--optimizer", cmd.optimizer, "adam, sgd or momentum (SGD with momentum 0.9)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adam", "sgd", "momentum"}));
+  app->add_option("--seed", o.seed, "Seed of the initial weights and the shuffle")
+      ->capture_default_str();
+  app->add_option("--validation-freq", o.validation_freq,
+                  "Validate every this many epochs (default: after the last)");
+  app->add_flag("--no-check", cmd.no_check,
+                "Skip the bit-exact comparison with the training reference after every step");
+  app->add_option("--json", cmd.json, "Write the tpusim.fit/1 report here");
+}
+
+void run_fit(FitCommand& cmd) {
+  auto& o = cmd.options;
+  o.check = !cmd.no_check;
+  o.optimizer.kind = cmd.optimizer == "sgd"        ? nn::OptimizerKind::Sgd
+                     : cmd.optimizer == "momentum" ? nn::OptimizerKind::Momentum
+                                                   : nn::OptimizerKind::Adam;
+  io::OutputSet out;
+  std::optional<std::size_t> json;
+  if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");
+  const ChipConfig cfg = load_chip_config(cmd.chip);
+  out.check({{o.model, "model"}});
+  o.log = [](const std::string& line) { std::cerr << line << "\n"; };
+  const sim::FitResult r = sim::fit_session(cfg, o);
+  if (json) out.set(*json, r.report.dump(2) + "\n");
+  out.commit();
+}
+
+}  // namespace tpu::cli

@@ -1,0 +1,23 @@
+// `tpusim fit`: the tutorial's model.fit on the simulated chip (docs/training.md): Keras's log on
+// standard error, a tpusim.fit/1 report (--json) and a trace (--trace).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "sw/sim/fit.h"
+
+namespace tpu::cli {
+
+struct FitCommand {
+  std::string chip;
+  sim::FitOptions options;
+  std::string optimizer = "adam";
+  bool no_check = false;
+  std::string json;
+};
+
+void add_fit_options(CLI::App* app, FitCommand& cmd);
+void run_fit(FitCommand& cmd);
+
+}  // namespace tpu::cli

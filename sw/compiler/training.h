@@ -1,0 +1,64 @@
+// Lowering of a training step (docs/training.md, "The step on the chip"): the forward graph, the
+// loss and the backward pass of an ir::TrainingGraph, the gradient sum across the TensorCores and
+// the optimizer update, as instructions — in the arithmetic order nn::reference_step follows, so
+// that the chip's master weights match it bit for bit after every step.
+//
+// Each TensorCore is a replica: it takes global batch / tensor_cores images of every step, runs
+// them in micro-batches sized to its unified buffer (forward, loss, backward), keeps its fp32
+// gradient sums in the unified buffer, adds the other replicas' sums through off-chip memory
+// behind a cross-core barrier, and applies the same update to its own fp32 master weights and
+// optimizer state in off-chip memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hw/config/chip_config.h"
+#include "sw/compiler/program.h"
+#include "sw/ir/autodiff.h"
+#include "sw/nn/training_reference.h"
+#include "sw/nn/weights.h"
+
+namespace tpu::compiler {
+
+// Where a step's data lives.
+struct TrainingLayout {
+  std::uint32_t replicas = 1;     // TensorCores
+  std::uint32_t share = 0;        // images per replica per step
+  std::uint32_t micro_batch = 0;  // images per forward and backward pass
+  std::uint32_t tile_rows = 0;    // mxu.rows
+  // Host memory, rewritten by the host before every step: the images (bf16, NHWC) of replica r at
+  // images_addr + (r * share + i) * image_bytes; their labels (int32) at labels_addr + 4 * image;
+  // the optimizer's record (fp32 values, docs/isa.md `update`) at optimizer_addr; the chip writes
+  // each image's {loss, correct} (2 x fp32) at records_addr + 8 * image.
+  std::uint64_t images_addr = 0, labels_addr = 0, optimizer_addr = 0, records_addr = 0;
+  std::uint64_t image_bytes = 0, optimizer_bytes = 0, host_bytes = 0;
+  // Off-chip memory: per replica, per trainable parameter (TrainingGraph::parameters order), its
+  // fp32 master values and optimizer slots; per replica, its gradient sums for the exchange.
+  struct Home {
+    std::uint64_t w = 0, m = 0, v = 0;  // m, v unused (0) when the optimizer has no such slot
+    std::uint64_t elements = 0;
+  };
+  std::vector<std::vector<Home>> params;  // [replica][parameter]
+  std::vector<std::uint64_t> exchange;    // [replica]: its gradient sums, parameters in order
+  [[nodiscard]] nn::TrainPlan plan() const { return {tile_rows, replicas, micro_batch}; }
+};
+
+struct TrainingProgram {
+  TrainingLayout layout;
+  // Once, before the first step: the memory image (every replica's master weights, zeroed
+  // optimizer state) and a program that prepares the first step's bf16 kernels.
+  Program setup;
+  // One step; the host streams it again for every step.
+  Program step;
+  // Forward and loss only, on a global batch of images (validation): the loss records, no
+  // update.
+  Program evaluate;
+};
+
+// Throws InputError naming the model and what does not fit or cannot be lowered yet.
+TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
+                                 const nn::Weights& w, const nn::Optimizer& opt,
+                                 const ChipConfig& cfg, std::uint32_t global_batch);
+
+}  // namespace tpu::compiler

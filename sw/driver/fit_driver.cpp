@@ -1,0 +1,79 @@
+#include "sw/driver/fit_driver.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "hw/chip/address_map.h"
+#include "hw/common/error.h"
+#include "hw/common/tlm_util.h"
+#include "sw/driver/host_link.h"
+
+namespace tpu::driver {
+
+FitDriver::FitDriver(sc_core::sc_module_name name, Chip& chip,
+                     const compiler::TrainingProgram& program, BeforeStep before, AfterStep after)
+    : sc_core::sc_module(name),
+      host2chip("host2chip"),
+      host_memory("host_memory"),
+      chip_(chip),
+      program_(program),
+      before_(std::move(before)),
+      after_(std::move(after)),
+      memory_(program.layout.host_bytes),
+      halts_(program.step.cores.size(), 0) {
+  host_memory.register_b_transport(this, &FitDriver::b_transport);
+  host2chip.bind(chip.host2chip());
+  chip.chip2host().bind(host_memory);
+  SC_HAS_PROCESS(FitDriver);
+  SC_THREAD(run);
+}
+
+void FitDriver::run() {
+  write_memory_image(host2chip, program_.setup.memory_image);
+  stream(program_.setup);
+  setup_end_ = chip_.clock().now();
+  for (std::uint64_t run = 0;; ++run) {
+    const Next next = before_(run, memory_);
+    if (next == Next::Stop) break;
+    const Cycle begin = chip_.clock().now();
+    stream(next == Next::Step ? program_.step : program_.evaluate);
+    after_(run, memory_, begin, chip_.clock().now());
+  }
+  done_ = true;
+}
+
+// Streams p's instructions into every core's queue (one thread per core, as the queues drain)
+// and waits until every core has halted once more.
+void FitDriver::stream(const compiler::Program& p) {
+  sc_core::sc_event_and_list all;
+  std::vector<sc_core::sc_process_handle> threads;
+  for (std::uint32_t c = 0; c < p.cores.size(); ++c) {
+    threads.push_back(sc_core::sc_spawn([this, &p, c] {
+      push_instructions(host2chip, c, p.cores[c]);
+      ++halts_[c];
+      while (chip_.halts(c) < halts_[c]) sc_core::wait(chip_.halted_event(c));
+    }));
+    all &= threads.back().terminated_event();
+  }
+  sc_core::wait(all);
+}
+
+std::vector<std::uint8_t> FitDriver::read_memory(std::uint64_t addr, std::uint64_t bytes) {
+  std::vector<std::uint8_t> out(bytes);
+  for (std::uint64_t o = 0; o < bytes; o += kImageChunk) {
+    const std::uint64_t n = std::min<std::uint64_t>(kImageChunk, bytes - o);
+    const auto st = tlm_transfer(host2chip, tlm::TLM_READ_COMMAND, addr + o, out.data() + o, n);
+    if (st != tlm::TLM_OK_RESPONSE)
+      throw std::logic_error(fmt::format("fit: reading {} bytes of off-chip memory at {:#x}: {}", n,
+                                         addr + o, response_name(st)));
+  }
+  return out;
+}
+
+void FitDriver::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
+  serve_host_memory(memory_, gp);
+}
+
+}  // namespace tpu::driver

@@ -1,0 +1,61 @@
+// The host driver of a training run (docs/training.md, "The host loop"): it writes the training
+// program's memory image, streams the setup program to every core and waits for their halts,
+// then step after step lets the host fill its memory (the step's images, labels and optimizer
+// record), streams the step program to every core, waits for every core's halt and hands the
+// host its memory back (the chip wrote the loss records there). Between steps the host may read
+// the chip's off-chip memory through the host interface (the master weights, to check them).
+#pragma once
+
+#include <tlm_utils/simple_initiator_socket.h>
+#include <tlm_utils/simple_target_socket.h>
+
+#include <cstdint>
+#include <functional>
+#include <systemc>
+#include <tlm>
+#include <vector>
+
+#include "hw/chip/chip.h"
+#include "sw/compiler/training.h"
+
+namespace tpu::driver {
+
+class FitDriver : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_initiator_socket<FitDriver> host2chip;
+  tlm_utils::simple_target_socket<FitDriver> host_memory;
+
+  // What the host asks for next.
+  enum class Next { Step, Evaluate, Stop };
+  // Before run `run` (0-based, steps and evaluations counted together): fill `memory`
+  // (layout.host_bytes) for it and say which program to run.
+  using BeforeStep = std::function<Next(std::uint64_t run, std::vector<std::uint8_t>& memory)>;
+  // After run `run`, with the cycles it began and ended at.
+  using AfterStep = std::function<void(std::uint64_t step, const std::vector<std::uint8_t>& memory,
+                                       Cycle begin, Cycle end)>;
+
+  FitDriver(sc_core::sc_module_name name, Chip& chip, const compiler::TrainingProgram& program,
+            BeforeStep before, AfterStep after);
+
+  // Off-chip memory bytes [addr, addr + bytes), read through the host interface; only from
+  // within AfterStep (the driver's thread).
+  std::vector<std::uint8_t> read_memory(std::uint64_t addr, std::uint64_t bytes);
+  [[nodiscard]] bool done() const { return done_; }
+  [[nodiscard]] Cycle setup_end() const { return setup_end_; }
+
+ private:
+  void run();  // SC_THREAD
+  void stream(const compiler::Program& p);
+  void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+
+  Chip& chip_;
+  const compiler::TrainingProgram& program_;
+  BeforeStep before_;
+  AfterStep after_;
+  std::vector<std::uint8_t> memory_;
+  std::vector<std::uint64_t> halts_;  // per core, halts streamed so far
+  Cycle setup_end_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace tpu::driver

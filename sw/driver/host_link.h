@@ -1,0 +1,73 @@
+// What every driver does over the host link (J17: the host writes the weights and sends the
+// instructions; the TPU does not fetch): the memory image written in 1 MiB pieces, a core's
+// instructions pushed into its queue 64 at a time (so the queue's back-pressure is felt batch by
+// batch), and the host memory the chip's DMA reads and writes.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstring>
+#include <systemc>
+#include <tlm>
+#include <vector>
+
+#include "hw/chip/address_map.h"
+#include "hw/common/tlm_util.h"
+#include "hw/isa/isa.h"
+#include "sw/compiler/program.h"
+
+namespace tpu::driver {
+
+inline constexpr std::uint64_t kImageChunk = 1 << 20;
+inline constexpr std::size_t kInstructionsPerWrite = 64;
+
+template <class Socket>
+void write_memory_image(Socket& host2chip, const std::vector<compiler::MemorySegment>& image) {
+  for (const auto& seg : image)
+    for (std::uint64_t o = 0; o < seg.bytes.size(); o += kImageChunk) {
+      const std::uint64_t n = std::min<std::uint64_t>(kImageChunk, seg.bytes.size() - o);
+      std::vector<std::uint8_t> piece(seg.bytes.begin() + static_cast<std::ptrdiff_t>(o),
+                                      seg.bytes.begin() + static_cast<std::ptrdiff_t>(o + n));
+      const auto st =
+          tlm_transfer(host2chip, tlm::TLM_WRITE_COMMAND, seg.addr + o, piece.data(), n);
+      if (st != tlm::TLM_OK_RESPONSE)
+        SC_REPORT_ERROR("tpusim/driver", fmt::format("memory image write of {} bytes at {:#x}: {}",
+                                                     n, seg.addr + o, response_name(st))
+                                             .c_str());
+    }
+}
+
+template <class Socket>
+void push_instructions(Socket& host2chip, std::uint32_t core,
+                       const std::vector<isa::Instruction>& prog) {
+  for (std::size_t i = 0; i < prog.size(); i += kInstructionsPerWrite) {
+    const std::vector<isa::Instruction> part(
+        prog.begin() + static_cast<std::ptrdiff_t>(i),
+        prog.begin() +
+            static_cast<std::ptrdiff_t>(std::min(prog.size(), i + kInstructionsPerWrite)));
+    auto words = isa::encode_all(part);
+    const auto st = tlm_transfer(host2chip, tlm::TLM_WRITE_COMMAND,
+                                 address_map::queue_address(core), words.data(), words.size());
+    if (st != tlm::TLM_OK_RESPONSE)
+      SC_REPORT_ERROR(
+          "tpusim/driver",
+          fmt::format("core {}: instruction write refused: {}", core, response_name(st)).c_str());
+  }
+}
+
+// The host memory's side of a chip's read or write.
+inline void serve_host_memory(std::vector<std::uint8_t>& memory, tlm::tlm_generic_payload& gp) {
+  const std::uint64_t a = gp.get_address(), n = gp.get_data_length();
+  if (a > memory.size() || n > memory.size() - a) {
+    gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+    return;
+  }
+  if (gp.is_write())
+    std::memcpy(memory.data() + a, gp.get_data_ptr(), n);
+  else
+    std::memcpy(gp.get_data_ptr(), memory.data() + a, n);
+  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+}  // namespace tpu::driver

@@ -1,0 +1,47 @@
+// One training run on one chip, as Keras's model.fit (docs/training.md, "The host loop"): the
+// model differentiated, the step compiled for the chip's TensorCores as replicas, the Fashion-MNIST
+// training set streamed a global batch per step in a new shuffled order every epoch, the loss
+// records read back after every step, validation on the test set, and — with the check on — the
+// training reference run on the same batches beside the chip, whose master weights must match it
+// bit for bit after every step. One simulation per process.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "hw/config/chip_config.h"
+#include "sw/nn/training_reference.h"
+#include "sw/nn/weights.h"
+
+namespace tpu::sim {
+
+struct FitOptions {
+  std::string model = "configs/models/fashion_mnist_cnn.json";
+  std::string data_dir;  // default: the Debian dataset-fashion-mnist directory
+  std::uint64_t seed = 1;  // Glorot-uniform initial weights and the per-epoch shuffle
+  std::uint32_t epochs = 5;
+  std::uint32_t steps_per_epoch = 60;
+  std::uint32_t batch = 0;  // global; 0: the training images // steps_per_epoch (Keras)
+  std::uint32_t validation_freq = 0;  // validate after every this many epochs; 0: after the last
+  nn::Optimizer optimizer;
+  bool check = true;  // the reference beside the chip, bit for bit after every step
+  std::string trace;  // a Chrome trace-event JSON is wanted for this file
+  // Called with each line Keras would print ("Epoch 1/5", "60/60 - ..."), as it happens.
+  std::function<void(const std::string&)> log;
+};
+
+struct FitResult {
+  nlohmann::ordered_json report;  // tpusim.fit/1 (docs/report.md)
+  std::string trace_json;
+  nn::Weights weights;  // the chip's, after the last step
+};
+
+// Throws InputError for bad inputs and ProgramError when the chip stops; a step whose weights
+// differ from the reference's is a bug in tpusim (std::logic_error naming the step, the replica,
+// the parameter and the element).
+FitResult fit_session(const ChipConfig& cfg, const FitOptions& opt);
+
+}  // namespace tpu::sim
