@@ -20,11 +20,11 @@ namespace tpu::sim {
 
 struct FitOptions {
   std::string model = "configs/models/fashion_mnist_cnn.json";
-  std::string data_dir;  // default: the Debian dataset-fashion-mnist directory
+  std::string data_dir;    // default: the Debian dataset-fashion-mnist directory
   std::uint64_t seed = 1;  // Glorot-uniform initial weights and the per-epoch shuffle
   std::uint32_t epochs = 5;
   std::uint32_t steps_per_epoch = 60;
-  std::uint32_t batch = 0;  // global; 0: the training images // steps_per_epoch (Keras)
+  std::uint32_t batch = 0;            // global; 0: the training images // steps_per_epoch (Keras)
   std::uint32_t validation_freq = 0;  // validate after every this many epochs; 0: after the last
   nn::Optimizer optimizer;
   bool check = true;  // the reference beside the chip, bit for bit after every step
