@@ -15,6 +15,7 @@
 #include "numerics/bf16.h"
 #include "sw/compiler/training.h"
 #include "sw/data/idx.h"
+#include "sw/data/shuffle.h"
 #include "sw/driver/fit_driver.h"
 #include "sw/import/import.h"
 #include "sw/ir/autodiff.h"
@@ -27,17 +28,6 @@ using Next = driver::FitDriver::Next;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// A uniform draw in [0, n) by rejection: our own mapping of mt19937_64, the same on every
-// platform (std::shuffle's algorithm is left open by the standard).
-std::uint64_t bounded(std::mt19937_64& rng, std::uint64_t n) {
-  const std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
-  const std::uint64_t limit = max - max % n;
-  std::uint64_t r = 0;
-  do r = rng();
-  while (r >= limit);
-  return r % n;
 }
 
 // The shuffle's stream is its own, so the initial weights do not move the order.
@@ -109,8 +99,7 @@ class Fit {
     if (step_in_epoch_ == 0) {
       if (epoch_ == opt_.epochs) return Next::Stop;
       std::iota(order_.begin(), order_.end(), 0);
-      for (std::size_t i = order_.size(); i > 1; --i)
-        std::swap(order_[i - 1], order_[bounded(shuffle_rng_, i)]);
+      data::shuffle(order_, shuffle_rng_);
       epochs_.emplace_back();
       log(fmt::format("Epoch {}/{}", epoch_ + 1, opt_.epochs));
     }

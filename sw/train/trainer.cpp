@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "hw/common/error.h"
+#include "sw/data/shuffle.h"
 
 namespace tpu::train {
 namespace {
@@ -133,17 +134,6 @@ class FlushDenormals {
 // The shuffle draws from its own stream, so changing the initialisation never changes the order
 // of the samples (the constant is 2^64 / golden ratio, a common stream separator).
 constexpr std::uint64_t kShuffleStream = 0x9E3779B97F4A7C15ull;
-
-// Uniform in [0, n) by rejection: the same sequence on every platform, unlike
-// std::uniform_int_distribution / std::shuffle, whose algorithms the standard leaves open.
-std::uint64_t bounded(std::mt19937_64& rng, std::uint64_t n) {
-  const std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
-  const std::uint64_t limit = max - max % n;
-  std::uint64_t r = 0;
-  do r = rng();
-  while (r >= limit);
-  return r % n;
-}
 
 struct Param {
   std::vector<float> value, grad, m, v;  // v: Adam's second moment
@@ -810,9 +800,7 @@ TrainResult train(const ir::Graph& m, const data::Dataset& data, const TrainOpti
   std::uint64_t step = 0;
   for (std::uint32_t epoch = 1; epoch <= opt.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
-    // Fisher-Yates, as Keras's fit(shuffle=True) draws a new order every epoch.
-    for (std::size_t i = n - 1; i > 0; --i)
-      std::swap(order[i], order[static_cast<std::size_t>(bounded(shuffle_rng, i + 1))]);
+    data::shuffle(order, shuffle_rng);  // a new order every epoch, as Keras's fit(shuffle=True)
     double loss_sum = 0.0;
     std::size_t correct = 0, seen = 0;
     for (std::uint64_t b = 0; b < batches; ++b) {
