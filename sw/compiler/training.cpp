@@ -126,11 +126,6 @@ class TrainingCompiler {
         fail(g_.ops[o.op],
              "fit does not lower a convolution's input gradient yet (only a "
              "first convolution, whose input is the images, trains)");
-    for (const ir::GradOp& o : t_.ops)
-      if (o.accumulate)
-        fail(g_.ops[o.op],
-             "fit does not lower a tensor read by two layers yet (its gradient "
-             "is a sum)");
     for (const Op& l : g_.ops)
       if ((l.kind == OpKind::Conv2D && (l.dilation_h != 1 || l.dilation_w != 1)))
         fail(l, "fit does not lower dilated convolutions yet");
@@ -245,8 +240,12 @@ class TrainingCompiler {
     for (const TensorId& p : t_.parameters) largest = std::max(largest, elements(p));
     stage_elems_ = std::min<std::uint64_t>(largest, 1u << 16);
     for (auto& s : stage_ub_) s = alloc(stage_elems_ * kF);
-    // Per image of a pass.
-    std::uint64_t bytes = L_.image_bytes + 4 + kRecordBytes;
+    // Per image of a pass. A tensor read by several layers has its gradient summed: each
+    // later contribution is computed into the scratch, then added in (reference_step's order).
+    std::uint64_t scratch = 0;
+    for (const ir::GradOp& o : t_.ops)
+      if (needs_scratch(o)) scratch = std::max(scratch, per_image(o.output.op) * kF);
+    std::uint64_t bytes = L_.image_bytes + 4 + kRecordBytes + scratch;
     for (std::size_t i = 0; i < g_.ops.size(); ++i) {
       if (storage_of(i) != i) continue;
       bytes += 2 * per_image(i) * kF;  // value and gradient
@@ -265,6 +264,7 @@ class TrainingCompiler {
     images_ub_ = alloc(m * L_.image_bytes);
     labels_ub_ = alloc(m * 4);
     out_records_ub_ = alloc(m * kRecordBytes);
+    scratch_ub_ = alloc(m * scratch);
     for (std::size_t i = 0; i < g_.ops.size(); ++i) {
       if (storage_of(i) != i) continue;
       value_ub_[i] = alloc(m * per_image(i) * kF);
@@ -587,7 +587,7 @@ class TrainingCompiler {
       case OpKind::Conv2D: {
         // Values of op i's input read by the MXU: its bf16 copy, made once per pass.
         const std::size_t x = l.inputs[0];
-        if (x != kGraphInput)
+        if (storage_of(x) != kGraphInput)
           to_bf16(out, value(x), value_bf16(x), std::uint64_t{n} * per_image(x));
         const bool conv = l.kind == OpKind::Conv2D;
         const std::uint32_t N = l.out.c;
@@ -743,7 +743,7 @@ class TrainingCompiler {
         gm.drain = [&](Code& oc, std::uint64_t r0, std::uint32_t rows, std::uint32_t k0,
                        std::uint32_t kc, std::uint32_t acc) {
           oc.push_back(drain_fp32(acc, rows, kc, dst + (r0 * K + k0) * kF, std::uint64_t{K} * kF,
-                                  zero_records_ub(), Act::Linear));
+                                  zero_records_, Act::Linear));
         };
         gemm(out, gm);
         if (o.accumulate)
@@ -786,7 +786,7 @@ class TrainingCompiler {
         const std::uint64_t part = stage_ub_[1];
         gm.drain = [&](Code& oc, std::uint64_t r0, std::uint32_t rows, std::uint32_t c0,
                        std::uint32_t cc, std::uint32_t acc) {
-          oc.push_back(drain_fp32(acc, rows, cc, part, std::uint64_t{cc} * kF, zero_records_ub(),
+          oc.push_back(drain_fp32(acc, rows, cc, part, std::uint64_t{cc} * kF, zero_records_,
                                   Act::Linear));
           for (std::uint32_t r = 0; r < rows; ++r) {
             const std::uint64_t g = grad_ub_[k] + ((r0 + r) * N + c0) * kF;
@@ -824,10 +824,15 @@ class TrainingCompiler {
     throw std::logic_error("training lowering: a gradient of no trainable parameter");
   }
 
-  std::uint64_t scratch_for(const ir::GradOp&) const {
-    throw std::logic_error("training lowering: accumulating gradients are not lowered yet");
+  // A GradOp that adds into a gradient already written, through the scratch (a Pass adds its
+  // source in place and needs none).
+  static bool needs_scratch(const ir::GradOp& o) {
+    return o.accumulate && o.output.role == Role::Gradient && o.kind != GradKind::Pass;
   }
-  std::uint64_t zero_records_ub() const { return zero_records_; }
+  std::uint64_t scratch_for(const ir::GradOp& o) const {
+    if (!needs_scratch(o)) throw std::logic_error("training lowering: a scratch not planned");
+    return scratch_ub_;
+  }
 
   void emit_exchange(Code& out, std::uint32_t core) {
     tag(out, exchange_tag());
@@ -924,7 +929,7 @@ class TrainingCompiler {
   std::uint32_t widest_ = 0;
   std::uint64_t zero_records_ = 0, optimizer_ub_ = 0, grad_bytes_ = 0, stage_elems_ = 0;
   std::uint64_t stage_ub_[3] = {0, 0, 0};
-  std::uint64_t images_ub_ = 0, labels_ub_ = 0, out_records_ub_ = 0;
+  std::uint64_t images_ub_ = 0, labels_ub_ = 0, out_records_ub_ = 0, scratch_ub_ = 0;
   std::map<std::size_t, std::uint64_t> kernel_ub_, records_ub_;
   std::vector<std::uint64_t> grad_ub_;  // per parameter: its gradient sums
   std::map<std::size_t, std::uint64_t> value_ub_, grad_ub_t_, value_bf_, grad_bf_;

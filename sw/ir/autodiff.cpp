@@ -40,7 +40,10 @@ TensorId Backward::pre_activation_gradient(std::size_t i) {
 }
 
 void Backward::to_input(std::size_t t, GradOp op) {
-  if (t == kGraphInput) return;
+  // The images need no gradient, nor does a view of them (a Flatten of the input).
+  std::size_t s = t;
+  while (s != kGraphInput && g_.ops[s].is_view()) s = g_.ops[s].inputs[0];
+  if (s == kGraphInput) return;
   op.output = {Role::Gradient, t};
   op.accumulate = reached(t);
   ops_.push_back(std::move(op));

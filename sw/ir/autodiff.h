@@ -125,8 +125,8 @@ class Backward {
   // when the activation has no gradient rule (said through cannot()).
   std::optional<GradOp> activation_gradient(std::size_t i);
   // Adds `op` with its output the gradient of forward tensor `t` (an op index, or kGraphInput:
-  // then nothing is added, as the images need no gradient). Sets accumulate when the gradient
-  // already has a contribution.
+  // then nothing is added, as the images need no gradient, nor a view of them such as a Flatten
+  // of the input). Sets accumulate when the gradient already has a contribution.
   void to_input(std::size_t t, GradOp op);
   // Adds `op` with its output the gradient of op i's parameter p.
   void to_parameter(std::size_t i, Param p, GradOp op);

@@ -60,6 +60,27 @@ TEST_P(FitChips, TrainsTheTutorialsNetworkBitExactWithTheReferenceEveryStep) {
 
 INSTANTIATE_TEST_SUITE_P(TrainingChips, FitChips, ::testing::Values("v2", "v3", "v4"));
 
+// Tensors read by two layers: their gradients are sums, the later contribution computed into a
+// scratch and added (a Dense's input gradient in residual_mlp; an activation's in
+// two_branch_cnn, whose convolution feeds a relu and a sigmoid branch).
+class FitSharedTensors : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FitSharedTensors, TrainBitExactOnEveryTrainingChip) {
+  for (const std::string chip : {"v2", "v3", "v4"}) {
+    const auto r = test::run_tpusim("fit --chip " + source("configs/chips/" + chip + ".json") +
+                                    " --model " + source("tb/system/fit/data/" + GetParam()) +
+                                    " --epochs 1 --steps-per-epoch 2 --batch 16");
+    EXPECT_EQ(r.status, 0) << chip << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("2/2 - ")) << chip;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, FitSharedTensors,
+                         ::testing::Values("residual_mlp.json", "two_branch_cnn.json"),
+                         [](const auto& p) {
+                           return p.param.substr(0, p.param.find('.'));
+                         });
+
 TEST(FitCli, SgdAndMomentumStepsAreBitExactToo) {
   for (const std::string opt : {"sgd", "momentum"}) {
     const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") +

@@ -88,6 +88,18 @@ TEST(Autodiff, ATensorReadTwiceSumsItsGradientsInTheOrderTheyRun) {
   EXPECT_EQ(t.logits, (TensorId{Role::PreActivation, 3}));
 }
 
+TEST(Autodiff, AViewOfTheImagesGetsNoGradient) {
+  const Graph g = model_of(json::array({layer("Flatten", {{"name", "f"}}),
+                                        layer("Dense", {{"name", "d"}, {"units", 3},
+                                                        {"activation", "softmax"}})}),
+                           json::array({2, 2, 1}));
+  // The Dense reads a Flatten of the images: neither needs a gradient.
+  EXPECT_THAT(describe_all(g, differentiate(g)),
+              ::testing::ElementsAre(
+                  "softmax_cross_entropy -> gradient of d before its activation",
+                  "bias_grad -> gradient of d/bias", "dense_kernel_grad -> gradient of d/kernel"));
+}
+
 TEST(Autodiff, EveryLayerThatCannotBeTrainedIsNamedInOneMessage) {
   const Graph g = model_of(
       json::array({layer("Conv2D", {{"name", "c"}, {"filters", 2}, {"kernel_size", {3, 3}}}),
