@@ -4,8 +4,9 @@ per-layer MXU cycle buckets per chip, the energy breakdown, memory traffic and a
 
 Usage: scripts/report.py INPUT [INPUT ...] --html OUT.html
 
-An INPUT is a run report (schema tpusim.run/1, `tpusim run --json`) or a comparison (schema
-tpusim.compare/1, `tpusim compare`); several inputs are put side by side. What the page shows and
+An INPUT is a run report (schema tpusim.run/1, `tpusim run --json`), a comparison (schema
+tpusim.compare/1, `tpusim compare`) or a training run (schema tpusim.fit/1, `tpusim fit --json`);
+several inputs are put side by side, a training run in its own section. What the page shows and
 where each number comes from: docs/html-report.md.
 
 Bad input (a missing file, not JSON, an unknown schema, a missing or mistyped key) prints one line
@@ -275,16 +276,59 @@ def _read_compare(data, where):
     return out
 
 
+class Fit:
+    """One training run (tpusim.fit/1), reduced to what the page shows: it joins the comparison
+    page as a "Training" section."""
+
+    page = "comparison"
+
+    def __init__(self, report, where):
+        c = Checked(report, where)
+        why = "a tpusim.fit/1 report has it"
+        self.where = where
+        self.chip = c.need("chip", STRING, why)
+        self.model = c.need("model", STRING, why)
+        self.replicas = c.need("replicas", POSITIVE, why)
+        self.global_batch = c.need("global_batch", POSITIVE, why)
+        self.micro_batch = c.want("micro_batch", NUMBER)
+        self.optimizer = c.want("optimizer", STRING)
+        self.learning_rate = c.want("learning_rate", NUMBER)
+        self.steps = c.need("steps", NUMBER, why)
+        self.checked = c.want("checked", BOOL)
+        self.epochs = []
+        for i, e in enumerate(c.need("epochs", LIST, why)):
+            if not isinstance(e, dict):
+                raise BadInput(where, f"epochs[{i}]", "expected an object")
+            ec = Checked(e, where, f"epochs[{i}].")
+            self.epochs.append({
+                "epoch": ec.need("epoch", NUMBER, why), "loss": ec.need("loss", NUMBER, why),
+                "accuracy": ec.need("accuracy", NUMBER, why), "val_loss": ec.want("val_loss", NUMBER),
+                "val_accuracy": ec.want("val_accuracy", NUMBER),
+                "simulated_seconds": ec.need("simulated_seconds", NUMBER, why),
+            })
+        if not self.epochs:
+            raise BadInput(where, "epochs", "is empty (a fit report holds at least one epoch)")
+        step = Checked(c.want("step", OBJECT) or {}, where, "step.")
+        self.step_cycles = step.want("cycles_median", NUMBER)
+        self.step_seconds = step.want("seconds_median", NUMBER)
+        self.wall_seconds = c.want("host.wall_seconds", NUMBER)
+
+
+def _read_fit(data, where):
+    return [Fit(data, where)]
+
+
 # schema -> reader(parsed JSON, file name) -> list of documents of one kind.
 READERS = {
     "tpusim.run/1": _read_run,
     "tpusim.compare/1": _read_compare,
+    "tpusim.fit/1": _read_fit,
 }
 
 
 def read_input(path):
     if os.path.isdir(path):
-        raise BadInput(path, "", "is a directory (report.py reads tpusim.run/1 and tpusim.compare/1 "
+        raise BadInput(path, "", "is a directory (report.py reads tpusim.run/1, tpusim.compare/1 and tpusim.fit/1 "
                        "JSON files)")
     try:
         with open(path, encoding="utf-8") as f:
@@ -706,6 +750,56 @@ def layer_table(run):
     return _table(head, rows, [False, False] + [True] * 7)
 
 
+def training_plot(fit, Figure, ticker):
+    fig = Figure(figsize=(11, 3.8))
+    axes = fig.subplots(1, 2)
+    epochs = [e["epoch"] for e in fit.epochs]
+    for ax, key, label in ((axes[0], "loss", "loss"), (axes[1], "accuracy", "accuracy")):
+        ax.plot(epochs, [e[key] for e in fit.epochs], marker="o", color="#1f77b4", label=f"training {label}")
+        val = [(e["epoch"], e["val_" + key]) for e in fit.epochs if e["val_" + key] is not None]
+        if val:
+            ax.plot([v[0] for v in val], [v[1] for v in val], marker="s", linestyle="none",
+                    color="#d62728", label=f"validation {label}")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        ax.legend(fontsize=8, frameon=False)
+    axes[0].set_yscale("log")
+    axes[0].set_title(f"{fit.model} on {fit.chip}: loss (log scale)")
+    axes[1].set_title(f"{fit.model} on {fit.chip}: accuracy")
+    caption = (f"Per epoch: the mean loss and accuracy of the epoch's training images as the chip "
+               f"computed them (epochs[].loss, accuracy) and, where it validated, on the test set "
+               f"(val_loss, val_accuracy); {esc(fit.where)}.")
+    return Plot("training", fit.chip, _svg(fig), f"Loss and accuracy per epoch of {fit.model} on {fit.chip}",
+                caption)
+
+
+def training_section(fit, Figure, ticker):
+    out = [f"<h2>Training: {esc(fit.model)} on {esc(fit.chip)}</h2>"]
+    desc = [f"{fit.replicas:,} replicas (TensorCores)", f"global batch {fit.global_batch:,}"]
+    if fit.micro_batch:
+        desc.append(f"micro-batch {fit.micro_batch:,}")
+    if fit.optimizer:
+        desc.append(fit.optimizer + (f", learning rate {fit.learning_rate:g}" if fit.learning_rate else ""))
+    desc.append(f"{fit.steps:,} steps")
+    if fit.step_cycles is not None and fit.step_seconds is not None:
+        desc.append(f"median step {count(fit.step_cycles)} cycles = {sig(1e3 * fit.step_seconds, 4)} ms simulated")
+    if fit.checked is not None:
+        desc.append("weights bit-exact with the training reference after every step" if fit.checked
+                    else "not checked against the training reference")
+    if fit.wall_seconds is not None:
+        desc.append(f"host time {sig(fit.wall_seconds)} s")
+    out.append(f"<p>{esc('; '.join(desc))}.</p>")
+    out.append(training_plot(fit, Figure, ticker).html())
+    head = ["epoch", "loss", "accuracy (%)", "val_loss", "val_accuracy (%)", "simulated time (ms)"]
+    rows = [[str(e["epoch"]), sig(e["loss"], 4), f"{100 * e['accuracy']:.2f}",
+             sig(e["val_loss"], 4) if e["val_loss"] is not None else "—",
+             f"{100 * e['val_accuracy']:.2f}" if e["val_accuracy"] is not None else "—",
+             sig(1e3 * e["simulated_seconds"], 4)] for e in fit.epochs]
+    out.append(_table(head, rows, [True] * 6))
+    return "\n".join(out)
+
+
 def _unique_labels(runs):
     names = [r.chip for r in runs]
     for r in runs:
@@ -716,9 +810,16 @@ def _unique_labels(runs):
 def comparison_page(docs, sources):
     runs = [d for d in docs if isinstance(d, Run)]
     failed = [d for d in docs if isinstance(d, FailedRun)]
-    if not runs:
+    fits = [d for d in docs if isinstance(d, Fit)]
+    if not runs and not fits:
         raise Fatal(f"{', '.join(sources)}: no run to show")
     Figure, ticker = _mpl()
+    if not runs:
+        title = "tpusim: training " + ", ".join(f"{f.model} on {f.chip}" for f in fits)
+        body = [f"<h1>{esc(title)}</h1>"] + [training_section(f, Figure, ticker) for f in fits]
+        body.append("<footer>Written by scripts/report.py; how each number is computed: "
+                    "docs/html-report.md.</footer>")
+        return title, "\n".join(body)
     _unique_labels(runs)
     for i, r in enumerate(runs):
         r.colour = CHIP_COLOURS[i % len(CHIP_COLOURS)]
@@ -785,6 +886,9 @@ def comparison_page(docs, sources):
         body.append("</div>")
         body.append(layer_table(r))
 
+    for f in fits:
+        body.append(training_section(f, Figure, ticker))
+
     body.append("<footer>Written by scripts/report.py; how each number is computed: docs/html-report.md."
                 "</footer>")
     return title, "\n".join(body)
@@ -826,7 +930,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="report.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="tpusim.run/1 or tpusim.compare/1 JSON, or one sweep results directory")
+                   help="tpusim.run/1, tpusim.compare/1 or tpusim.fit/1 JSON, or one sweep results directory")
     p.add_argument("--html", required=True, metavar="OUT", help="the page to write")
     a = p.parse_args(argv)
     tpusim_io.install_signal_exit()

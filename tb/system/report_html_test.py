@@ -118,6 +118,7 @@ def run_report(*args):
 
 TMP = None
 REPORT_FILES, REPORTS = [], []
+FIT_FILE, FIT_REPORT = None, None
 PAGE_FILE = None
 
 
@@ -135,6 +136,16 @@ def setUpModule():
         REPORT_FILES.append(out)
         with open(out) as f:
             REPORTS.append(json.load(f))
+    # A short training run (tpusim.fit/1) for the Training section.
+    global FIT_FILE, FIT_REPORT
+    FIT_FILE = os.path.join(TMP.name, "fit.json")
+    r = subprocess.run([ARGS.tpusim, "fit", "--chip", os.path.join(ROOT, "configs", "chips", "v3.json"),
+                        "--epochs", "2", "--steps-per-epoch", "1", "--batch", "8", "--json", FIT_FILE],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"tpusim fit failed ({r.returncode}): {r.stdout}{r.stderr}")
+    with open(FIT_FILE) as f:
+        FIT_REPORT = json.load(f)
     PAGE_FILE = os.path.join(TMP.name, "report.html")
     r = run_report(*REPORT_FILES, "--html", PAGE_FILE)
     if r.returncode != 0:
@@ -253,6 +264,24 @@ class ReportHtmlContent(ReportFixture):
                          + re.escape(old["chip"]["name"]) + r"[^<]*totals\.bytes")
 
 
+    def test_a_fit_report_joins_the_page_as_a_training_section(self):
+        out = self.render("with_fit.html", *self.report_files, FIT_FILE)
+        page = parse_page(out)
+        want = expected_plots(self.reports)
+        want[("training", FIT_REPORT["chip"])] = 1
+        self.assertEqual(count_plots(page.plots), want)
+        with open(out) as f:
+            text = f.read()
+        self.assertIn(f"<h2>Training: {FIT_REPORT['model']} on {FIT_REPORT['chip']}</h2>", text)
+        # One row per epoch, the validated one with its val_accuracy.
+        last = FIT_REPORT["epochs"][-1]
+        self.assertIn(f"{100 * last['val_accuracy']:.2f}", text)
+
+    def test_a_fit_report_alone_makes_a_training_page(self):
+        page = parse_page(self.render("fit_only.html", FIT_FILE))
+        self.assertEqual(count_plots(page.plots), {("training", FIT_REPORT["chip"]): 1})
+
+
 class ReportBadInput(ReportFixture):
     def assert_rejected(self, inputs, *needles):
         out_dir = tempfile.mkdtemp(dir=self.dir)
@@ -298,6 +327,12 @@ class ReportBadInput(ReportFixture):
         data["layers"][1]["ops"] = "many"
         path = self.write_json("typed.json", data)
         self.assert_rejected([path], path, "layers[1].ops")
+
+    def test_fit_report_missing_a_key_is_rejected_naming_the_key(self):
+        data = copy.deepcopy(FIT_REPORT)
+        del data["epochs"][0]["loss"]
+        path = self.write_json("bad_fit.json", data)
+        self.assert_rejected([path], path, "epochs[0].loss", "missing")
 
     def test_bad_input_leaves_an_existing_page_untouched(self):
         out = os.path.join(self.dir, "kept.html")
