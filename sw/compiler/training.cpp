@@ -126,9 +126,13 @@ class TrainingCompiler {
         fail(g_.ops[o.op],
              "fit does not lower a convolution's input gradient yet (only a "
              "first convolution, whose input is the images, trains)");
-    for (const Op& l : g_.ops)
+    for (const Op& l : g_.ops) {
       if ((l.kind == OpKind::Conv2D && (l.dilation_h != 1 || l.dilation_w != 1)))
         fail(l, "fit does not lower dilated convolutions yet");
+      if (l.kind == OpKind::BatchNormalization)
+        fail(l, "fit does not lower BatchNormalization in training mode yet (the gradient "
+                "rules and the training reference have it)");
+    }
   }
 
   // ---- planning ----------------------------------------------------------------------------
@@ -810,6 +814,9 @@ class TrainingCompiler {
         return;
       }
       case GradKind::ConvInput: fail(l, "fit does not lower a convolution's input gradient yet");
+      case GradKind::BatchNormGamma:
+      case GradKind::BatchNormInput:
+        fail(l, "fit does not lower BatchNormalization in training mode yet");
     }
   }
 

@@ -131,6 +131,8 @@ std::string_view name_of(GradKind k) {
     case GradKind::DenseInput: return "dense_input_grad";
     case GradKind::DenseKernel: return "dense_kernel_grad";
     case GradKind::Bias: return "bias_grad";
+    case GradKind::BatchNormGamma: return "batch_norm_gamma_grad";
+    case GradKind::BatchNormInput: return "batch_norm_input_grad";
   }
   return "?";
 }

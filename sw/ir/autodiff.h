@@ -76,8 +76,16 @@ enum class GradKind {
   DenseInput,
   // Dense: inputs {x, dz}; output dW = sum over images of x^T dz.
   DenseKernel,
-  // inputs {dz}; output db[c] = sum over images and pixels of dz[..][c].
+  // inputs {dz}; output db[c] = sum over images and pixels of dz[..][c] (also BatchNormalization's
+  // beta).
   Bias,
+  // BatchNormalization in training mode, its statistics over the pass's images and pixels per
+  // channel (numerics/batch_norm.h): inputs {x, dy}; output dgamma[c] = sum of dy (x - mean) times
+  // rsqrt(variance + epsilon).
+  BatchNormGamma,
+  // inputs {x, dy}; output dx = (gamma rsqrt / M) (M dy - sum dy - (x - mean) sum(dy (x - mean)) /
+  // (variance + epsilon)), M the rows per channel. Gamma is 1 for a layer without scale.
+  BatchNormInput,
 };
 
 struct GradOp {

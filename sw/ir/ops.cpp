@@ -155,6 +155,18 @@ void grad_dense(Backward& b, std::size_t i) {
   grad_weighted(b, i, GradKind::DenseInput, GradKind::DenseKernel);
 }
 
+// BatchNormalization in training mode (batch statistics): beta's gradient is a bias's, gamma's
+// and the input's need the pass's statistics (GradKind::BatchNormGamma, BatchNormInput).
+void grad_batch_norm(Backward& b, std::size_t i) {
+  const Op& l = b.graph().ops[i];
+  const TensorId dy = b.pre_activation_gradient(i);
+  if (l.use_bias) b.to_parameter(i, Param::Beta, {GradKind::Bias, i, {dy}, {}});
+  if (l.scale)
+    b.to_parameter(i, Param::Gamma,
+                   {GradKind::BatchNormGamma, i, {value_of(l.inputs[0]), dy}, {}});
+  b.to_input(l.inputs[0], {GradKind::BatchNormInput, i, {value_of(l.inputs[0]), dy}, {}});
+}
+
 const std::vector<OpInfo> kOpInfos{
     {OpKind::Conv2D, "Conv2D", 1, 1, true, true, false,
      [](const Op& l, const std::vector<Shape>& in) {
@@ -223,7 +235,7 @@ const std::vector<OpInfo> kOpInfos{
        v.push_back({Param::MovingVariance, "moving_variance", {l.out.c}, Init::Ones});
        return v;
      },
-     no_grad},
+     grad_batch_norm},
     {OpKind::ZeroPadding2D, "ZeroPadding2D", 1, 1, false, false, false,
      [](const Op& l, const std::vector<Shape>& in) -> InferredShape {
        const Shape out{in[0].h + l.pad_top + l.pad_bottom, in[0].w + l.pad_left + l.pad_right,

@@ -133,6 +133,17 @@ struct Run {
           break;
         case OpKind::Flatten:
         case OpKind::Reshape: out = value(l.inputs[0]); break;
+        case OpKind::BatchNormalization: {
+          const BatchNorm bn = batch_norm(i);
+          const Tensor& x = value(l.inputs[0]);
+          const Tensor gamma = scale_of(i), beta = shift_of(i);
+          out.resize(x.size());
+          for (std::size_t e = 0; e < x.size(); ++e) {
+            const std::size_t c = e % l.out.c;
+            out[e] = gamma[c] * (x[e] - bn.mean[c]) / std::sqrt(bn.var[c] + l.epsilon) + beta[c];
+          }
+          break;
+        }
         case OpKind::Add:
           out = value(l.inputs[0]);
           for (std::size_t k = 1; k < l.inputs.size(); ++k) {
@@ -150,6 +161,53 @@ struct Run {
       }
       value(i) = std::move(out);
     }
+  }
+
+  // BatchNormalization in training mode: each channel's mean and (biased) variance over every
+  // image and pixel of the batch.
+  struct BatchNorm {
+    Tensor mean, var;
+  };
+  BatchNorm batch_norm(std::size_t i) {
+    const Op& l = g.ops[i];
+    const Tensor& x = value(l.inputs[0]);
+    const std::size_t c = l.out.c;
+    const double rows = static_cast<double>(x.size() / c);
+    BatchNorm bn{Tensor(c, 0.0), Tensor(c, 0.0)};
+    for (std::size_t e = 0; e < x.size(); ++e) bn.mean[e % c] += x[e] / rows;
+    for (std::size_t e = 0; e < x.size(); ++e)
+      bn.var[e % c] += (x[e] - bn.mean[e % c]) * (x[e] - bn.mean[e % c]) / rows;
+    return bn;
+  }
+  // Ones without `scale`, zeros without `center` (nn::LayerWeights).
+  [[nodiscard]] Tensor scale_of(std::size_t i) const {
+    return Tensor(w.layers[i].gamma.begin(), w.layers[i].gamma.end());
+  }
+  [[nodiscard]] Tensor shift_of(std::size_t i) const {
+    return Tensor(w.layers[i].beta.begin(), w.layers[i].beta.end());
+  }
+
+  // dgamma[c] = sum of dy xhat; dx = gamma / sigma (dy - mean(dy) - xhat mean(dy xhat)).
+  Tensor batch_norm_grad(std::size_t i, const Tensor& x, const Tensor& dy, bool input) {
+    const Op& l = g.ops[i];
+    const BatchNorm bn = batch_norm(i);
+    const std::size_t c = l.out.c;
+    const double rows = static_cast<double>(x.size() / c);
+    Tensor sigma(c), dbeta(c, 0.0), dgamma(c, 0.0);
+    for (std::size_t k = 0; k < c; ++k) sigma[k] = std::sqrt(bn.var[k] + l.epsilon);
+    const auto xhat = [&](std::size_t e) { return (x[e] - bn.mean[e % c]) / sigma[e % c]; };
+    for (std::size_t e = 0; e < x.size(); ++e) {
+      dbeta[e % c] += dy[e];
+      dgamma[e % c] += dy[e] * xhat(e);
+    }
+    if (!input) return dgamma;
+    const Tensor gamma = scale_of(i);
+    Tensor dx(x.size());
+    for (std::size_t e = 0; e < x.size(); ++e) {
+      const std::size_t k = e % c;
+      dx[e] = gamma[k] / sigma[k] * (dy[e] - dbeta[k] / rows - xhat(e) * dgamma[k] / rows);
+    }
+    return dx;
   }
 
   static void softmax(std::size_t k, Tensor& v) {
@@ -216,6 +274,8 @@ struct Run {
         case GradKind::DenseInput: r = input_grad(l, in(0), in(1)); break;
         case GradKind::ConvKernel:
         case GradKind::DenseKernel: r = kernel_grad(l, in(0), in(1)); break;
+        case GradKind::BatchNormGamma: r = batch_norm_grad(o.op, in(0), in(1), false); break;
+        case GradKind::BatchNormInput: r = batch_norm_grad(o.op, in(0), in(1), true); break;
         case GradKind::Bias: {
           r.assign(l.out.c, 0.0);
           const Tensor& dz = in(0);

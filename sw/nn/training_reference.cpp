@@ -9,6 +9,7 @@
 #include <string>
 
 #include "numerics/activation.h"
+#include "numerics/batch_norm.h"
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/loss.h"
@@ -114,10 +115,80 @@ struct Pass {
   const TrainPlan& plan;
   const Weights& w;
   std::size_t n;
+  bool training = true;  // BatchNormalization: the pass's statistics, else the moving ones
   std::map<TensorId, Tensor> t;
+  std::map<std::size_t, std::vector<numerics::BatchStats>> stats;  // per BatchNormalization
 
   Tensor& value(std::size_t op) { return t[{Role::Value, op}]; }
   [[nodiscard]] const Op& op(std::size_t i) const { return g.ops[i]; }
+
+  // Training: each channel's sums over the pass's rows (images and pixels) in order from +0,
+  // its statistics, then y per element (numerics/batch_norm.h). Evaluation: the moving
+  // statistics, y = x * s + (beta - mean * s) with s = gamma * rsqrt(moving_variance + epsilon)
+  // (XLA's BatchNormInference).
+  Tensor batch_norm(std::size_t i) {
+    const Op& l = op(i);
+    const Tensor& x = value(l.inputs[0]);
+    const std::size_t c = l.out.c, rows = x.size() / c;
+    // Ones without `scale`, zeros without `center` (nn::LayerWeights).
+    const Tensor &gamma = w.layers[i].gamma, &beta = w.layers[i].beta;
+    Tensor y(x.size());
+    if (!training) {
+      const Tensor& mean = w.layers[i].moving_mean;
+      const Tensor& var = w.layers[i].moving_variance;
+      Tensor scale(c), shift(c);
+      for (std::size_t k = 0; k < c; ++k) {
+        scale[k] = gamma[k] * numerics::rsqrt(var[k] + l.epsilon);
+        shift[k] = beta[k] - mean[k] * scale[k];
+      }
+      for (std::size_t e = 0; e < x.size(); ++e) y[e] = x[e] * scale[e % c] + shift[e % c];
+      return y;
+    }
+    Tensor sum(c, 0.0f), squares(c, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < c; ++k) {
+        const float v = x[r * c + k];
+        sum[k] += v;
+        squares[k] += v * v;
+      }
+    std::vector<numerics::BatchStats>& s = stats[i];
+    s.resize(c);
+    for (std::size_t k = 0; k < c; ++k)
+      s[k] = numerics::batch_stats(sum[k], squares[k], static_cast<float>(rows), l.epsilon);
+    for (std::size_t e = 0; e < x.size(); ++e)
+      y[e] = numerics::batch_norm(x[e], s[e % c], gamma[e % c], beta[e % c]);
+    return y;
+  }
+
+  // dgamma, or dx (numerics/batch_norm.h), from this pass's statistics and the channel sums
+  // dbeta = sum of dy and dot = sum of dy (x - mean), each over the rows in order from +0.
+  Tensor batch_norm_grad(std::size_t i, const Tensor& x, const Tensor& dy, bool input) const {
+    const Op& l = op(i);
+    const std::vector<numerics::BatchStats>& s = stats.at(i);
+    const std::size_t c = l.out.c, rows = x.size() / c;
+    Tensor dbeta(c, 0.0f), dot(c, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < c; ++k) {
+        dbeta[k] += dy[r * c + k];
+        dot[k] += dy[r * c + k] * (x[r * c + k] - s[k].mean);
+      }
+    if (!input) {
+      Tensor dgamma(c);
+      for (std::size_t k = 0; k < c; ++k) dgamma[k] = numerics::batch_norm_gamma_grad(dot[k], s[k]);
+      return dgamma;
+    }
+    const auto count = static_cast<float>(rows);
+    const Tensor& gamma = w.layers[i].gamma;
+    Tensor scale(c), dx(x.size());
+    for (std::size_t k = 0; k < c; ++k)
+      scale[k] = numerics::batch_norm_input_scale(gamma[k], s[k], count);
+    for (std::size_t e = 0; e < x.size(); ++e) {
+      const std::size_t k = e % c;
+      dx[e] = numerics::batch_norm_input_grad(x[e], dy[e], s[k], count, dbeta[k], dot[k],
+                                              scale[k]);
+    }
+    return dx;
+  }
 
   // Conv2D or Dense: the accumulators plus the bias (activate's (acc + bias) * 1).
   Tensor weighted(std::size_t i) {
@@ -192,6 +263,7 @@ struct Pass {
           break;
         case OpKind::Flatten:
         case OpKind::Reshape: out = value(l.inputs[0]); break;
+        case OpKind::BatchNormalization: out = batch_norm(i); break;
         case OpKind::Add:
           out = value(l.inputs[0]);
           for (std::size_t k = 1; k < l.inputs.size(); ++k) {
@@ -351,6 +423,8 @@ struct Pass {
         case GradKind::ConvInput: r = conv_input_grad(l, in(0), in(1)); break;
         case GradKind::DenseKernel: r = dense_kernel_grad(l, in(0), in(1)); break;
         case GradKind::ConvKernel: r = conv_kernel_grad(l, in(0), in(1)); break;
+        case GradKind::BatchNormGamma: r = batch_norm_grad(o.op, in(0), in(1), false); break;
+        case GradKind::BatchNormInput: r = batch_norm_grad(o.op, in(0), in(1), true); break;
         case GradKind::Bias: {
           Tensor& acc = grads.at(o.output);
           const Tensor& dz = in(0);
@@ -372,8 +446,8 @@ struct Pass {
 };
 
 Pass make_pass(const Graph& g, const TrainPlan& plan, const Weights& w, const float* images,
-               std::size_t n, std::size_t loss_op) {
-  Pass p{g, plan, w, n, {}};
+               std::size_t n, std::size_t loss_op, bool training = true) {
+  Pass p{g, plan, w, n, training, {}, {}};
   // The chip receives the images as bf16.
   Tensor x(images, images + n * g.input.size());
   p.value(kGraphInput) = bf(x);
@@ -475,7 +549,7 @@ StepRecords reference_evaluate(const Graph& g, const ir::TrainingGraph& t, const
   const std::size_t micro = micro_batch_of(plan, n), size = g.input.size();
   for (std::size_t first = 0; first < n; first += micro) {
     const std::size_t m = std::min(micro, n - first);
-    Pass pass = make_pass(g, plan, w, images + first * size, m, t.loss_op);
+    Pass pass = make_pass(g, plan, w, images + first * size, m, t.loss_op, false);
     const ir::GradOp& loss = t.ops.front();
     (void)pass.xent(pass.t.at(loss.inputs[0]), g.output().size(), labels + first, 1.0f,
                     rec.loss.data() + first, rec.correct.data() + first);

@@ -113,7 +113,7 @@ TEST(FitCli, AModelThatCannotTrainNamesEveryLayerThatCannot) {
   const fs::path d = scratch("model");
   std::ofstream(d / "m.json") << R"({"name": "m", "input": [28, 28, 1], "layers": [
     {"class_name": "Conv2D", "config": {"name": "c", "filters": 4, "kernel_size": [3, 3]}},
-    {"class_name": "BatchNormalization", "config": {"name": "bn"}},
+    {"class_name": "ZeroPadding2D", "config": {"name": "zp", "padding": 1}},
     {"class_name": "Dropout", "config": {"name": "drop", "rate": 0.5}},
     {"class_name": "Flatten", "config": {"name": "f"}},
     {"class_name": "Dense", "config": {"name": "d", "units": 10, "activation": "softmax"}}]})";
@@ -121,7 +121,7 @@ TEST(FitCli, AModelThatCannotTrainNamesEveryLayerThatCannot) {
                                   (d / "m.json").string());
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("m.json: fit cannot train 2 layers:"));
-  EXPECT_THAT(r.out, HasSubstr("layer bn (BatchNormalization)"));
+  EXPECT_THAT(r.out, HasSubstr("layer zp (ZeroPadding2D)"));
   EXPECT_THAT(r.out, HasSubstr("layer drop (Dropout)"));
   fs::remove_all(d);
 }

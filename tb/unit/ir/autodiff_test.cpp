@@ -103,7 +103,7 @@ TEST(Autodiff, AViewOfTheImagesGetsNoGradient) {
 TEST(Autodiff, EveryLayerThatCannotBeTrainedIsNamedInOneMessage) {
   const Graph g = model_of(
       json::array({layer("Conv2D", {{"name", "c"}, {"filters", 2}, {"kernel_size", {3, 3}}}),
-                   layer("BatchNormalization", {{"name", "bn"}}),
+                   layer("ZeroPadding2D", {{"name", "zp"}, {"padding", 1}}),
                    layer("Activation", {{"name", "e"}, {"activation", "elu"}}),
                    layer("Dropout", {{"name", "drop"}, {"rate", 0.5}}),
                    layer("Flatten", {{"name", "f"}}),
@@ -115,7 +115,7 @@ TEST(Autodiff, EveryLayerThatCannotBeTrainedIsNamedInOneMessage) {
   } catch (const InputError& e) {
     const std::string m = e.what();
     EXPECT_THAT(m, HasSubstr("t.json: fit cannot train 3 layers:"));
-    EXPECT_THAT(m, HasSubstr("layer bn (BatchNormalization): fit has no gradient rule"));
+    EXPECT_THAT(m, HasSubstr("layer zp (ZeroPadding2D): fit has no gradient rule"));
     EXPECT_THAT(m, HasSubstr("layer e (Activation): fit has no gradient rule for the elu"));
     EXPECT_THAT(m, HasSubstr("layer drop (Dropout): fit does not apply Dropout's random mask"));
   }
@@ -223,6 +223,45 @@ TEST(AutodiffFiniteDifferences, DenseLayersWithRelu6ASharedTensorAndGlobalMaxPoo
                layer("Dense", {{"name", "out"}, {"units", 3}, {"activation", "softmax"}})}),
           json::array({5, 5, 2})),
       3);
+}
+
+TEST(AutodiffFiniteDifferences, BatchNormalizationInTrainingModeWithAndWithoutScaleAndCenter) {
+  expect_gradients_match_finite_differences(
+      model_of(json::array(
+                   {layer("Conv2D", {{"name", "c"},
+                                     {"filters", 3},
+                                     {"kernel_size", {2, 2}},
+                                     {"use_bias", false}}),
+                    layer("BatchNormalization", {{"name", "bn1"}, {"epsilon", 1.001e-5}}),
+                    layer("Activation", {{"name", "r"}, {"activation", "relu"}}),
+                    layer("Flatten", {{"name", "f"}}),
+                    layer("Dense", {{"name", "d"}, {"units", 5}}),
+                    layer("BatchNormalization",
+                          {{"name", "bn2"}, {"scale", false}, {"center", false}}),
+                    layer("Dense", {{"name", "out"}, {"units", 3}, {"activation", "softmax"}})}),
+               json::array({4, 4, 2})),
+      4, 4);
+}
+
+TEST(Autodiff, BatchNormalizationTrainsGammaAndBetaAndPassesItsInputGradient) {
+  const Graph g = model_of(
+      json::array({layer("Dense", {{"name", "d"}, {"units", 4}}),
+                   layer("BatchNormalization", {{"name", "bn"}}),
+                   layer("Dense", {{"name", "out"}, {"units", 3}, {"activation", "softmax"}})}),
+      json::array({5}));
+  const TrainingGraph t = differentiate(g);
+  EXPECT_THAT(describe_all(g, t),
+              ::testing::ElementsAre("softmax_cross_entropy -> gradient of out before its activation",
+                                     "bias_grad -> gradient of out/bias",
+                                     "dense_kernel_grad -> gradient of out/kernel",
+                                     "dense_input_grad -> gradient of bn",
+                                     "bias_grad -> gradient of bn/beta",
+                                     "batch_norm_gamma_grad -> gradient of bn/gamma",
+                                     "batch_norm_input_grad -> gradient of d",
+                                     "bias_grad -> gradient of d/bias",
+                                     "dense_kernel_grad -> gradient of d/kernel"));
+  // Trainable: d's kernel and bias, bn's gamma and beta (not its moving statistics), out's.
+  EXPECT_EQ(t.parameters.size(), 6u);
 }
 
 }  // namespace
