@@ -83,8 +83,9 @@ void run_train(const TrainCommand& cmd) {
       "describes the .bin format and the training.",
       cmd.model);
   meta["generated_by"] =
-      "tpusim train (sw/cli/train_cmd.cpp: tpu::train::train, then "
-      "tpu::nn::weights_bytes)";
+      "tpusim train (sw/cli/train_cmd.cpp: tpu::train::train, the training reference's step "
+      "(tpu::nn::reference_step, the arithmetic tpusim fit checks the chip against) in Keras's "
+      "loop, then tpu::nn::weights_bytes)";
   meta["regenerate"] = fmt::format(
       "build/tpusim train --model {} --out {} --epochs {} --batch {} --lr {} --seed {} "
       "--input-scale {}",
@@ -95,7 +96,10 @@ void run_train(const TrainCommand& cmd) {
                      {"source", dir},
                      {"train_images", train_set.images.count},
                      {"test_images", test_set.images.count}};
-  meta["training"] = {{"optimizer", "Adam (Keras's update rule)"},
+  meta["training"] = {{"optimizer", "Adam as TensorFlow compiles it for TPUs (docs/training.md)"},
+                      {"arithmetic",
+                       "bf16 MXU operands summed in fp32 in 128-row tiles, fp32 elsewhere; one "
+                       "replica, the whole batch in one pass"},
                       {"learning_rate", o.learning_rate},
                       {"beta1", o.beta1},
                       {"beta2", o.beta2},

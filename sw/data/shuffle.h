@@ -12,6 +12,10 @@
 
 namespace tpu::data {
 
+// The shuffle's generator is seeded with the run's seed XOR this, a stream apart from the
+// initial weights' (nn::random_weights), in both trainers (tpusim fit and tpusim train).
+inline constexpr std::uint64_t kShuffleStream = 0x53485546464c45ull;  // "SHUFFLE"
+
 // Uniform in [0, n), n >= 1, by rejection.
 inline std::uint64_t bounded(std::mt19937_64& rng, std::uint64_t n) {
   const std::uint64_t max = std::numeric_limits<std::uint64_t>::max();

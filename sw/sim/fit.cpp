@@ -31,7 +31,6 @@ double now_s() {
 }
 
 // The shuffle's stream is its own, so the initial weights do not move the order.
-constexpr std::uint64_t kShuffleStream = 0x53485546464c45ull;  // "SHUFFLE"
 
 void put_f32(std::uint8_t* p, float v) { std::memcpy(p, &v, 4); }
 float get_f32(const std::uint8_t* p) {
@@ -74,7 +73,7 @@ class Fit {
     prog_ = compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_);
     if (opt_.check) ref_ = nn::initial_state(g_, t_, w0, opt_.optimizer);
     order_.resize(train_.images.count);
-    shuffle_rng_.seed(opt_.seed ^ kShuffleStream);
+    shuffle_rng_.seed(opt_.seed ^ data::kShuffleStream);
 
     Chip chip("chip", cfg_);
     driver::FitDriver drv(

@@ -1,7 +1,11 @@
-// Host-side trainer: mini-batch Adam on sparse categorical cross-entropy, as the seed tutorial
-// trains its Fashion-MNIST CNN with Keras (docs/weights.md "Training"). It produces the weights
-// tpusim ships. Single-threaded with a fixed summation order, so a seed gives the same weights
-// bit for bit on every run of the same build.
+// tpusim train: Keras's model.fit on the host, in the chip's training arithmetic. Each step is
+// the training reference's (nn::reference_step, docs/training.md "The arithmetic of a step"):
+// bf16 MXU operands summed in fp32 in the MXU's order, fp32 elementwise work, Adam as TensorFlow
+// compiles it for TPUs. So there is one trainer: `tpusim fit` runs the same step as instructions
+// on a simulated chip and checks its weights against this arithmetic after every step; `tpusim
+// train` runs it alone, fast, on one replica with the whole batch in one pass (128-row tiles, as
+// v2, v3 and v4's MXUs). It produces the weights tpusim ships (docs/weights.md "Training").
+// Single-threaded with a fixed order of sums: a seed gives the same weights bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +23,7 @@ namespace tpu::train {
 struct TrainOptions {
   std::uint32_t epochs = 10;
   std::uint32_t batch = 32;  // Keras's default batch size
-  // Keras's Adam defaults (keras.optimizers.Adam).
+  // Keras's Adam defaults (keras.optimizers.Adam), rounded to fp32 for the step.
   double learning_rate = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -60,14 +64,14 @@ struct TrainResult {
 };
 
 // Trains `m` from Glorot-uniform weights on `data` (pixels cast to float, times input_scale). The
-// model must end in a softmax over a flat output (fused with the loss); its input must be rows x
-// cols x 1 of the data set. `progress` is called after every batch. Throws InputError for options,
-// models or data it cannot train.
+// model must end in a softmax over a flat output (fused with the loss), have a gradient rule for
+// every layer (ir::differentiate) and take rows x cols x 1 images of the data set. `progress` is
+// called after every batch. Throws InputError for options, models or data it cannot train.
 TrainResult train(const ir::Graph& m, const data::Dataset& data, const TrainOptions& opt,
                   const data::Dataset* validation = nullptr, const ProgressFn& progress = {});
 
 // Mean loss and top-1 accuracy of `w` on `data` with raw pixels (trained weights already hold
-// their input scale), in the trainer's forward pass and loss.
+// their input scale), in the trainer's forward pass and loss (nn::reference_evaluate).
 struct Evaluation {
   double loss = 0.0, accuracy = 0.0;
 };

@@ -1,5 +1,7 @@
-// The trainer (sw/train): deterministic for a seed, gradients that agree with finite differences
-// of its own loss, the input-scale fold, and refusals of what it cannot train.
+// The trainer (sw/train): the training reference's step in a Keras loop, deterministic for a
+// seed, the input-scale fold, and refusals of what it cannot train. (Its gradients are the
+// reference's: tb/unit/nn/training_reference_test.cpp and tb/unit/ir/autodiff_test.cpp check
+// them against float64 and finite differences.)
 #include "sw/train/trainer.h"
 
 #include <gmock/gmock.h>
@@ -8,15 +10,19 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
+#include "sw/data/shuffle.h"
+#include "sw/ir/autodiff.h"
 #include "sw/import/import.h"
 #include "sw/ir/graph.h"
 #include "sw/nn/reference.h"
+#include "sw/nn/training_reference.h"
 #include "sw/nn/weights.h"
 
 namespace tpu::train {
@@ -106,15 +112,17 @@ TEST(Trainer, InputScaleIsFoldedIntoTheFirstKernel) {
   const TrainResult r = train(m, d, o, &d);
   const Evaluation raw = evaluate(m, r.weights, d);
   ASSERT_TRUE(r.epochs[0].val_loss.has_value());
-  EXPECT_NEAR(raw.loss, *r.epochs[0].val_loss, 1e-4);
-  EXPECT_NEAR(raw.accuracy, *r.epochs[0].val_accuracy, 2.0 / kSubset);
+  // Not bit for bit: the MXU reads bf16(pixel · s) and bf16(kernel) while training, bf16(pixel)
+  // and bf16(kernel · s) after the fold; each rounding moves a product by up to 2^-8.
+  EXPECT_NEAR(raw.loss, *r.epochs[0].val_loss, 0.01 * *r.epochs[0].val_loss);
+  EXPECT_NEAR(raw.accuracy, *r.epochs[0].val_accuracy, 4.0 / kSubset);
   // The trainer's loss and the float reference agree on the classification.
   std::vector<float> images(d.images.pixels.begin(), d.images.pixels.end());
   const auto top1 = nn::argmax_rows(nn::forward_float(m, r.weights, images.data(), d.images.count),
                                     m.output().size());
   std::size_t correct = 0;
   for (std::size_t i = 0; i < top1.size(); ++i) correct += top1[i] == d.labels[i] ? 1 : 0;
-  EXPECT_NEAR(double(correct) / kSubset, raw.accuracy, 2.0 / kSubset);
+  EXPECT_NEAR(double(correct) / kSubset, raw.accuracy, 4.0 / kSubset);
 }
 
 TEST(Trainer, ProgressReportsEveryBatchAndEachEpochOnce) {
@@ -136,13 +144,13 @@ TEST(Trainer, ProgressReportsEveryBatchAndEachEpochOnce) {
   EXPECT_FALSE(r.epochs.back().val_loss.has_value());
 }
 
-// A model with every layer kind and activation, on small hand-made images.
-ir::Graph gradient_model() {
+// Every trainable layer kind and activation, on small hand-made images.
+ir::Graph small_model() {
   auto layer = [](const std::string& cls, json cfg) {
     return json{{"class_name", cls}, {"config", std::move(cfg)}};
   };
   const json doc = {
-      {"name", "grad"},
+      {"name", "small"},
       {"input", {6, 6, 1}},
       {"layers",
        json::array({
@@ -157,11 +165,10 @@ ir::Graph gradient_model() {
            layer("Activation", {{"activation", "sigmoid"}}),
            layer("Flatten", json::object()),
            layer("Dense", {{"units", 5}, {"activation", "relu"}}),
-           layer("Activation", {{"activation", "softmax"}}),
            layer("Dense", {{"units", 3}}),
            layer("Activation", {{"activation", "softmax"}}),
        })}};
-  return importers::parse_model(doc, "grad.json");
+  return importers::parse_model(doc, "small.json");
 }
 
 data::Dataset small_images(std::size_t n, std::uint32_t classes, std::uint64_t seed) {
@@ -176,51 +183,37 @@ data::Dataset small_images(std::size_t n, std::uint32_t classes, std::uint64_t s
   return d;
 }
 
-// Adam's first step (m = (1 - b1) g, v = (1 - b2) g^2, alpha = lr sqrt(1 - b2) / (1 - b1)) moves
-// a parameter by -lr r g / (r |g| + eps) with r = sqrt(1 - b2): with a large eps the step is
-// proportional to the gradient, so every parameter's step must match the finite-difference
-// gradient of the mean loss.
-TEST(Trainer, FirstStepMatchesFiniteDifferenceGradientsThroughEveryLayerKind) {
-  const ir::Graph m = gradient_model();
-  const data::Dataset d = small_images(16, 3, 9);
+// One trainer: an epoch of `train` is nn::reference_step on its batches in the shuffled order,
+// bit for bit — the arithmetic tpusim fit checks the chip against.
+TEST(Trainer, EachStepIsTheTrainingReferenceStep) {
+  const ir::Graph m = small_model();
+  const data::Dataset d = small_images(24, 3, 9);
   TrainOptions o;
   o.epochs = 1;
-  o.batch = 16;
+  o.batch = 8;
   o.seed = 3;
-  o.learning_rate = 1.0;
-  o.epsilon = 1.0;
-  o.input_scale = 1.0f;
-  const double r = std::sqrt(1.0 - o.beta2);
-  const nn::Weights before = nn::random_weights(m, o.seed);
-  const nn::Weights after = train(m, d, o).weights;
-  const double h = 1e-3;
-  for (std::size_t li = 0; li < m.ops.size(); ++li) {
-    if (!m.ops[li].has_weights()) continue;
-    std::size_t clear = 0;
-    for (int which = 0; which < 2; ++which) {
-      const std::size_t n =
-          which == 0 ? before.layers[li].kernel.size() : before.layers[li].bias.size();
-      for (std::size_t k = 0; k < n; ++k) {
-        auto loss_at = [&](double delta) {
-          nn::Weights w = before;
-          float& p = which == 0 ? w.layers[li].kernel[k] : w.layers[li].bias[k];
-          p = static_cast<float>(p + delta);
-          return evaluate(m, w, d).loss;
-        };
-        const double g = (loss_at(h) - loss_at(-h)) / (2 * h);
-        const double step = -o.learning_rate * r * g / (r * std::abs(g) + o.epsilon);
-        const float b = which == 0 ? before.layers[li].kernel[k] : before.layers[li].bias[k];
-        const float a = which == 0 ? after.layers[li].kernel[k] : after.layers[li].bias[k];
-        // Float rounding of the loss leaves the difference quotient good to ~1e-5; the float
-        // update resolves ~1e-7.
-        EXPECT_NEAR(double(a) - double(b), step, 0.03 * std::abs(step) + 1e-6)
-            << m.ops[li].name << (which == 0 ? " kernel " : " bias ") << k << " g " << g;
-        clear += std::abs(g) > 1e-3 ? 1 : 0;
-      }
+  o.input_scale = 0.25f;
+  const nn::Weights got = train(m, d, o).weights;
+
+  const ir::TrainingGraph t = ir::differentiate(m);
+  nn::Optimizer adam;
+  nn::TrainState s = nn::initial_state(m, t, nn::random_weights(m, o.seed), adam);
+  std::vector<std::size_t> order(24);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::mt19937_64 rng(o.seed ^ data::kShuffleStream);
+  data::shuffle(order, rng);
+  for (std::size_t b = 0; b < 3; ++b) {
+    std::vector<float> images;
+    std::vector<std::int32_t> labels;
+    for (std::size_t i = b * 8; i < b * 8 + 8; ++i) {
+      for (std::size_t k = 0; k < 36; ++k)
+        images.push_back(static_cast<float>(d.images.pixels[order[i] * 36 + k]) * 0.25f);
+      labels.push_back(d.labels[order[i]]);
     }
-    // Gradients reach every weighted layer through every layer kind after it.
-    EXPECT_GE(clear, 5u) << m.ops[li].name;
+    nn::reference_step(m, t, nn::TrainPlan{128, 1, 0}, adam, s, images.data(), labels.data(), 8);
   }
+  for (float& k : s.weights.layers[0].kernel) k *= 0.25f;  // the fold
+  EXPECT_TRUE(same_bits(got, s.weights));
 }
 
 std::string train_error(const ir::Graph& m, const data::Dataset& d, const TrainOptions& o) {
@@ -233,7 +226,7 @@ std::string train_error(const ir::Graph& m, const data::Dataset& d, const TrainO
 }
 
 TEST(Trainer, RefusesWhatItCannotTrain) {
-  const ir::Graph m = gradient_model();
+  const ir::Graph m = small_model();
   const data::Dataset d = small_images(4, 3, 1);
   TrainOptions o;
   o.batch = 0;
@@ -266,7 +259,7 @@ TEST(Trainer, RefusesWhatItCannotTrain) {
                                    {{{"class_name", "Flatten"}, {"config", json::object()}},
                                     {{"class_name", "Dense"}, {"config", {{"units", 3}}}}}}},
                              "n.json");
-  EXPECT_THAT(train_error(no_softmax, d, TrainOptions{}), HasSubstr("needs a softmax as the last"));
+  EXPECT_THAT(train_error(no_softmax, d, TrainOptions{}), HasSubstr("fit trains a classifier"));
 }
 
 }  // namespace
