@@ -32,7 +32,7 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
   app->add_option("--seed", o.seed, "Seed of the initial weights and the shuffle")
       ->capture_default_str();
   app->add_option("--validation-freq", o.validation_freq,
-                  "Validate every this many epochs (default: after the last)");
+                  "Validate after every this many epochs, as Keras (default: after the last)");
   app->add_flag("--no-check", cmd.no_check,
                 "Skip the bit-exact comparison with the training reference after every step");
   app->add_option("--json", cmd.json, "Write the tpusim.fit/1 report here");

@@ -42,6 +42,7 @@ float get_f32(const std::uint8_t* p) {
 struct EpochLog {
   double loss = 0, correct = 0, images = 0;
   std::optional<double> val_loss, val_accuracy;
+  std::uint64_t val_images = 0;
   Cycle cycles = 0;
 };
 
@@ -139,14 +140,14 @@ class Fit {
       finish_epoch();
       return before(m);
     }
-    const std::uint64_t n = std::min<std::uint64_t>(batch_, test_.images.count - val_first_);
-    if (n < batch_) {  // the evaluation program takes whole global batches
-      validating_ = false;
-      finish_epoch();
-      return before(m);
-    }
-    batch_index_.resize(n);
-    std::iota(batch_index_.begin(), batch_index_.end(), val_first_);
+    // The evaluation program takes whole global batches: a last, partial one is padded with
+    // copies of its last image, whose records are not counted (as TPUStrategy pads a partial
+    // batch to the compiled shape and masks the padding).
+    val_real_ = std::min<std::uint64_t>(batch_, test_.images.count - val_first_);
+    batch_index_.resize(batch_);
+    std::iota(batch_index_.begin(), batch_index_.begin() + std::ptrdiff_t(val_real_), val_first_);
+    std::fill(batch_index_.begin() + std::ptrdiff_t(val_real_), batch_index_.end(),
+              val_first_ + val_real_ - 1);
     fill(m, test_, batch_index_);
     return Next::Evaluate;
   }
@@ -154,14 +155,16 @@ class Fit {
   void after(driver::FitDriver& drv, const std::vector<std::uint8_t>& m, Cycle begin, Cycle end) {
     const compiler::TrainingLayout& L = prog_.layout;
     double loss = 0, correct = 0;
-    for (std::size_t i = 0; i < batch_index_.size(); ++i) {
+    const std::size_t counted = validating_ ? val_real_ : batch_index_.size();
+    for (std::size_t i = 0; i < counted; ++i) {
       loss += get_f32(&m[L.records_addr + 8 * i]);
       correct += get_f32(&m[L.records_addr + 8 * i + 4]);
     }
     EpochLog& e = epochs_.back();
     if (validating_) {
+      if (opt_.check) check_validation(m);
       val_loss_ += loss, val_correct_ += correct;
-      val_first_ += batch_index_.size();
+      val_first_ += val_real_;
       val_cycles_ += end - begin;
       return;
     }
@@ -174,7 +177,7 @@ class Fit {
       step_in_epoch_ = 0;
       ++epoch_;
       const std::uint32_t freq = opt_.validation_freq ? opt_.validation_freq : opt_.epochs;
-      if (epoch_ % freq == 0 || epoch_ == opt_.epochs) {
+      if (epoch_ % freq == 0) {  // Keras's validation_freq: after epochs freq, 2 freq, ...
         validating_ = true;
         val_first_ = 0, val_loss_ = 0, val_correct_ = 0;
       } else {
@@ -188,6 +191,7 @@ class Fit {
     if (val_first_ > 0) {
       e.val_loss = val_loss_ / static_cast<double>(val_first_);
       e.val_accuracy = val_correct_ / static_cast<double>(val_first_);
+      e.val_images = val_first_;
       val_first_ = 0;
     }
     const double ms = static_cast<double>(e.cycles) / cfg_.clock_hz() * 1e3 / opt_.steps_per_epoch;
@@ -206,26 +210,53 @@ class Fit {
 
   // ---- the check ---------------------------------------------------------------------------
 
+  // The first `n` images of the batch (float pixels) and their labels.
+  void gather(const data::Dataset& d, std::size_t n, std::vector<float>& images,
+              std::vector<std::int32_t>& labels) const {
+    const std::uint64_t px = g_.input.size();
+    images.resize(n * px);
+    labels.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::uint64_t p = 0; p < px; ++p)
+        images[i * px + p] = d.images.pixels[batch_index_[i] * px + p];
+      labels[i] = d.labels[batch_index_[i]];
+    }
+  }
+
+  // The chip's loss records of the first n images against the reference's, bit for bit.
+  void check_records(const std::vector<std::uint8_t>& m, const nn::StepRecords& rec,
+                     std::size_t n, const std::string& what) const {
+    const compiler::TrainingLayout& L = prog_.layout;
+    for (std::size_t i = 0; i < n; ++i)
+      for (int k = 0; k < 2; ++k) {
+        const float chip = get_f32(&m[L.records_addr + 8 * i + 4 * k]);
+        const float want = k == 0 ? rec.loss[i] : rec.correct[i];
+        if (std::memcmp(&chip, &want, 4) != 0)
+          throw std::logic_error(fmt::format("fit: {}: image {}'s {} is {} on the chip and {} in "
+                                             "the reference",
+                                             what, i, k == 0 ? "loss" : "correct flag", chip, want));
+      }
+  }
+
+  void check_validation(const std::vector<std::uint8_t>& m) {
+    std::vector<float> images;
+    std::vector<std::int32_t> labels;
+    gather(test_, val_real_, images, labels);
+    const nn::StepRecords rec = nn::reference_evaluate(g_, t_, prog_.layout.plan(), ref_->weights,
+                                                       images.data(), labels.data(), val_real_);
+    check_records(m, rec, val_real_,
+                  fmt::format("validation after step {}, test images from {}", iterations_,
+                              val_first_));
+  }
+
   void check_step(driver::FitDriver& drv, const std::vector<std::uint8_t>& m) {
     const compiler::TrainingLayout& L = prog_.layout;
-    std::vector<float> images(batch_index_.size() * g_.input.size());
-    std::vector<std::int32_t> labels(batch_index_.size());
-    for (std::size_t i = 0; i < batch_index_.size(); ++i) {
-      for (std::uint64_t p = 0; p < g_.input.size(); ++p)
-        images[i * g_.input.size() + p] =
-            train_.images.pixels[batch_index_[i] * g_.input.size() + p];
-      labels[i] = train_.labels[batch_index_[i]];
-    }
+    std::vector<float> images;
+    std::vector<std::int32_t> labels;
+    gather(train_, batch_index_.size(), images, labels);
     const nn::StepRecords rec = nn::reference_step(g_, t_, L.plan(), opt_.optimizer, *ref_,
                                                    images.data(), labels.data(), batch_);
-    for (std::size_t i = 0; i < labels.size(); ++i) {
-      const float chip_loss = get_f32(&m[L.records_addr + 8 * i]);
-      if (std::memcmp(&chip_loss, &rec.loss[i], 4) != 0)
-        throw std::logic_error(
-            fmt::format("fit: step {}: image {}'s loss is {} on the chip and {} "
-                        "in the reference",
-                        iterations_, i, chip_loss, rec.loss[i]));
-    }
+    check_records(m, rec, labels.size(), fmt::format("step {}", iterations_));
     drv_weights_.assign(L.replicas, {});
     for (std::uint32_t r = 0; r < L.replicas; ++r)
       for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
@@ -279,6 +310,7 @@ class Fit {
       if (e.val_loss) {
         x["val_loss"] = *e.val_loss;
         x["val_accuracy"] = *e.val_accuracy;
+        x["val_images"] = e.val_images;
       }
       x["simulated_seconds"] = static_cast<double>(e.cycles) / cfg_.clock_hz();
       ep.push_back(x);
@@ -310,7 +342,7 @@ class Fit {
   std::vector<EpochLog> epochs_;
   std::vector<Cycle> step_cycles_;
   bool validating_ = false;
-  std::uint64_t val_first_ = 0;
+  std::uint64_t val_first_ = 0, val_real_ = 0;  // first test image of the batch, images counted
   double val_loss_ = 0, val_correct_ = 0;
   Cycle val_cycles_ = 0;
   std::vector<std::vector<std::vector<std::uint8_t>>> drv_weights_;

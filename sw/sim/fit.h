@@ -25,7 +25,9 @@ struct FitOptions {
   std::uint32_t epochs = 5;
   std::uint32_t steps_per_epoch = 60;
   std::uint32_t batch = 0;            // global; 0: the training images // steps_per_epoch (Keras)
-  std::uint32_t validation_freq = 0;  // validate after every this many epochs; 0: after the last
+  // Validate after every this many epochs, as Keras (none when it exceeds the epochs); 0: after
+  // the last epoch.
+  std::uint32_t validation_freq = 0;
   nn::Optimizer optimizer;
   bool check = true;  // the reference beside the chip, bit for bit after every step
   std::string trace;  // a Chrome trace-event JSON is wanted for this file

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include <unistd.h>
+
 #include "common/cli.h"
 
 namespace tpu {
@@ -21,8 +23,10 @@ using ::testing::HasSubstr;
 
 std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
 
+// Per process: test runs of several checkouts on one machine must not share directories.
 fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("tpusim-fit-" + name);
+  const fs::path d =
+      fs::temp_directory_path() / ("tpusim-fit-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -69,8 +73,10 @@ TEST_P(FitSharedTensors, TrainBitExactOnEveryTrainingChip) {
   for (const std::string chip : {"v2", "v3", "v4"}) {
     const auto r = test::run_tpusim("fit --chip " + source("configs/chips/" + chip + ".json") +
                                     " --model " + source("tb/system/fit/data/" + GetParam()) +
-                                    " --epochs 1 --steps-per-epoch 2 --batch 16");
+                                    " --epochs 1 --steps-per-epoch 2 --batch 16"
+                                    " --validation-freq 2");  // no validation: Keras's rule
     EXPECT_EQ(r.status, 0) << chip << ": " << r.out;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("val_loss"))) << chip;
     EXPECT_THAT(r.out, HasSubstr("2/2 - ")) << chip;
   }
 }
@@ -81,11 +87,24 @@ INSTANTIATE_TEST_SUITE_P(Models, FitSharedTensors,
                            return p.param.substr(0, p.param.find('.'));
                          });
 
+// 10,000 test images in global batches of 24: 416 whole batches and 16 images padded to a
+// 417th; every image counts once, checked bit for bit against the reference's forward.
+TEST(FitCli, ValidationCountsEveryTestImageWhenTheLastBatchIsPartial) {
+  const fs::path d = scratch("partial");
+  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") +
+                                  " --epochs 1 --steps-per-epoch 1 --batch 24 --json " +
+                                  (d / "fit.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = read_json(d / "fit.json");
+  EXPECT_EQ(j["epochs"][0]["val_images"], 10000);
+  fs::remove_all(d);
+}
+
 TEST(FitCli, SgdAndMomentumStepsAreBitExactToo) {
   for (const std::string opt : {"sgd", "momentum"}) {
     const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") +
                                     " --epochs 1 --steps-per-epoch 3 --batch 8 --optimizer " + opt +
-                                    " --learning-rate 0.0001");
+                                    " --learning-rate 0.0001 --validation-freq 2");
     EXPECT_EQ(r.status, 0) << opt << ": " << r.out;
     EXPECT_THAT(r.out, HasSubstr("3/3 - ")) << opt;
   }
