@@ -60,6 +60,27 @@ TEST_P(FitChips, TrainsTheTutorialsNetworkBitExactWithTheReferenceEveryStep) {
 
 INSTANTIATE_TEST_SUITE_P(TrainingChips, FitChips, ::testing::Values("v2", "v3", "v4"));
 
+// The second convolution's input gradient (stride 2, valid: dY dilated by the stride, read by
+// the window with the flipped kernel) feeds the first's kernel gradient, so a mismatch in either
+// ends the run with status 3.
+class FitTwoConvolutions : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FitTwoConvolutions, AStridedConvolutionsInputGradientTrainsBitExactEveryStep) {
+  const fs::path d = scratch("two-conv-" + GetParam());
+  const auto r = test::run_tpusim(
+      "fit --chip " + source("configs/chips/" + GetParam() + ".json") + " --model " +
+      source("tb/system/fit/data/two_conv.json") +
+      " --epochs 2 --steps-per-epoch 2 --batch 16 --json " + (d / "fit.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Epoch 2/2\n2/2 - "));
+  const auto j = read_json(d / "fit.json");
+  EXPECT_EQ(j["steps"], 4);
+  EXPECT_EQ(j["checked"], true);
+  fs::remove_all(d);
+}
+
+INSTANTIATE_TEST_SUITE_P(TrainingChips, FitTwoConvolutions, ::testing::Values("v2", "v3", "v4"));
+
 TEST(FitCli, SgdAndMomentumStepsAreBitExactToo) {
   for (const std::string opt : {"sgd", "momentum"}) {
     const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") +
