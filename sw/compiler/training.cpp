@@ -787,14 +787,20 @@ class TrainingCompiler {
             mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{K} * kE);
           }
         };
-        // This pass's sum, then one add into the running sum (nn::reference_step's order).
+        // This pass's sum, then one add into the running sum (nn::reference_step's order). When
+        // the chunk spans every column its rows are contiguous in the gradient too: one add.
         const std::uint64_t part = stage_ub_[1];
         gm.drain = [&](Code& oc, std::uint64_t r0, std::uint32_t rows, std::uint32_t c0,
                        std::uint32_t cc, std::uint32_t acc) {
           oc.push_back(drain_fp32(acc, rows, cc, part, std::uint64_t{cc} * kF, zero_records_ub(),
                                   Act::Linear));
+          const std::uint64_t g0 = grad_ub_[k] + (r0 * N + c0) * kF;
+          if (cc == N) {
+            eltwise(oc, isa::EltOp::Add, g0, part, g0, std::uint64_t{rows} * cc);
+            return;
+          }
           for (std::uint32_t r = 0; r < rows; ++r) {
-            const std::uint64_t g = grad_ub_[k] + ((r0 + r) * N + c0) * kF;
+            const std::uint64_t g = g0 + std::uint64_t{r} * N * kF;
             eltwise(oc, isa::EltOp::Add, g, part + std::uint64_t{r} * cc * kF, g, cc);
           }
         };
