@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hw/common/error.h"
+#include "sw/compiler/emit.h"
 #include "sw/compiler/memory.h"
 #include "sw/ir/ops.h"
 
@@ -329,22 +330,13 @@ class TrainingCompiler {
     return {m, acc};
   }
 
-  void eltwise(Code& out, isa::EltOp op, std::uint64_t a, std::uint64_t b, std::uint64_t dst,
-               std::uint64_t count) {
-    constexpr std::uint64_t kMax = std::numeric_limits<std::uint32_t>::max();
-    for (std::uint64_t k = 0; k < count; k += kMax) {
-      isa::Eltwise e;
-      e.a = ub(a + k * kF), e.b = ub(b + k * kF), e.dst = ub(dst + k * kF);
-      e.count = static_cast<std::uint32_t>(std::min(kMax, count - k));
-      e.op = op;
-      e.type = DType::Fp32;
-      out.push_back(e);
-    }
+  // Every value the lowering adds or fills is fp32.
+  static void eltwise(Code& out, isa::EltOp op, std::uint64_t a, std::uint64_t b,
+                      std::uint64_t dst, std::uint64_t count) {
+    emit_eltwise(out, op, a, b, dst, count, DType::Fp32);
   }
-  void zero_fill(Code& out, std::uint64_t dst, std::uint64_t count) {
-    const std::uint64_t piece = zeros_bytes_ / kF;
-    for (std::uint64_t k = 0; k < count; k += piece)
-      eltwise(out, isa::EltOp::Max, zeros_ub_, zeros_ub_, dst + k * kF, std::min(piece, count - k));
+  void zero_fill(Code& out, std::uint64_t dst, std::uint64_t count) const {
+    emit_zero_fill(out, zeros_ub_, zeros_bytes_, dst, count, DType::Fp32);
   }
   // fp32 -> bf16 (map identity with the unit records: x * 1 + 0).
   void to_bf16(Code& out, std::uint64_t src, std::uint64_t dst, std::uint64_t count) {
