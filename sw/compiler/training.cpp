@@ -137,9 +137,6 @@ class TrainingCompiler {
         fail(g_.ops[o.op],
              "fit does not lower a tensor read by two layers yet (its gradient "
              "is a sum)");
-    for (const Op& l : g_.ops)
-      if ((l.kind == OpKind::Conv2D && (l.dilation_h != 1 || l.dilation_w != 1)))
-        fail(l, "fit does not lower dilated convolutions yet");
   }
 
   // ---- planning ----------------------------------------------------------------------------
@@ -445,6 +442,8 @@ class TrainingCompiler {
     w.stride_w = static_cast<std::uint16_t>(global ? 1 : l.stride_w);
     w.pad_top = static_cast<std::uint16_t>(global ? 0 : p.top);
     w.pad_left = static_cast<std::uint16_t>(global ? 0 : p.left);
+    w.dilation_h = static_cast<std::uint16_t>(global ? 1 : l.dilation_h);
+    w.dilation_w = static_cast<std::uint16_t>(global ? 1 : l.dilation_w);
     w.out_h = static_cast<std::uint16_t>(l.out.h);
     w.out_w = static_cast<std::uint16_t>(l.out.w);
     return w;

@@ -84,6 +84,22 @@ TEST_P(FitTwoConvolutions, AStridedConvolutionsInputGradientTrainsBitExactEveryS
 
 INSTANTIATE_TEST_SUITE_P(TrainingChips, FitTwoConvolutions, ::testing::Values("v2", "v3", "v4"));
 
+// A dilated convolution after another: its forward, kernel gradient and input gradient all read
+// the window with the dilation.
+class FitDilatedConvolution : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FitDilatedConvolution, ADilatedConvolutionTrainsBitExactEveryStep) {
+  const auto r = test::run_tpusim("fit --chip " +
+                                  source("configs/chips/" + GetParam() + ".json") + " --model " +
+                                  source("tb/system/fit/data/dilated_conv.json") +
+                                  " --epochs 1 --steps-per-epoch 2 --batch 16");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Epoch 1/1\n2/2 - "));
+}
+
+INSTANTIATE_TEST_SUITE_P(TrainingChips, FitDilatedConvolution,
+                         ::testing::Values("v2", "v3", "v4"));
+
 TEST(FitCli, SgdAndMomentumStepsAreBitExactToo) {
   for (const std::string opt : {"sgd", "momentum"}) {
     const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") +
