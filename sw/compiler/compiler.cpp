@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "hw/common/error.h"
+#include "sw/compiler/emit.h"
 #include "sw/compiler/lifetimes.h"
 #include "sw/compiler/memory.h"
 #include "sw/compiler/rewrite.h"
@@ -744,20 +745,6 @@ class Compiler {
                     l.name, ir::name_of(l.kind)));
   }
 
-  void emit_eltwise(std::vector<isa::Instruction>& out, isa::EltOp op, std::uint64_t a,
-                    std::uint64_t b, std::uint64_t dst, std::uint64_t count, DType type) {
-    const std::uint64_t es = size_of(type);
-    constexpr std::uint64_t kMax = std::numeric_limits<std::uint32_t>::max();
-    for (std::uint64_t k = 0; k < count; k += kMax) {
-      isa::Eltwise e;
-      e.a = ub(a + k * es), e.b = ub(b + k * es), e.dst = ub(dst + k * es);
-      e.count = static_cast<std::uint32_t>(std::min(kMax, count - k));
-      e.op = op;
-      e.type = type;
-      out.push_back(e);
-    }
-  }
-
   // A standalone ReLU: max(x, +0) against the zero region, in pieces of its size.
   void emit_relu(std::vector<isa::Instruction>& out, std::uint64_t src, std::uint64_t dst,
                  std::uint64_t count, DType type) {
@@ -769,10 +756,7 @@ class Compiler {
 
   void emit_zero_fill(std::vector<isa::Instruction>& out, std::uint64_t dst, std::uint64_t count,
                       DType type) {
-    const std::uint64_t es = size_of(type), piece = zeros_bytes_ / es;
-    for (std::uint64_t k = 0; k < count; k += piece)
-      emit_eltwise(out, isa::EltOp::Max, zeros_ub_, zeros_ub_, dst + k * es,
-                   std::min(piece, count - k), type);
+    compiler::emit_zero_fill(out, zeros_ub_, zeros_bytes_, dst, count, type);
   }
 
   // ZeroPadding2D read by something other than a convolution: per image, the border from the

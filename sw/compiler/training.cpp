@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hw/common/error.h"
+#include "sw/compiler/emit.h"
 #include "sw/compiler/memory.h"
 #include "sw/ir/ops.h"
 
@@ -121,18 +122,20 @@ class TrainingCompiler {
           fmt::format("--batch {}: the global batch must split evenly over the {} "
                       "TensorCores of {}",
                       global_, cfg_.tensor_cores, cfg_.name));
-    for (const ir::GradOp& o : t_.ops)
-      if (o.kind == GradKind::ConvInput)
-        fail(g_.ops[o.op],
-             "fit does not lower a convolution's input gradient yet (only a "
-             "first convolution, whose input is the images, trains)");
-    for (const Op& l : g_.ops) {
-      if ((l.kind == OpKind::Conv2D && (l.dilation_h != 1 || l.dilation_w != 1)))
-        fail(l, "fit does not lower dilated convolutions yet");
+    for (const ir::GradOp& o : t_.ops) {
+      if (o.kind != GradKind::ConvInput) continue;
+      // Its window (conv_input): dY's channels per window position, the stride as in_dilation.
+      const Op& l = g_.ops[o.op];
+      if (std::uint64_t{l.kernel_h} * l.kernel_w * l.out.c > 65536 || l.stride_h > 255 ||
+          l.stride_w > 255)
+        fail(l,
+             "fit lowers a convolution's input gradient only with kernel_h x kernel_w x "
+             "filters <= 65536 window elements and strides <= 255");
+    }
+    for (const Op& l : g_.ops)
       if (l.kind == OpKind::BatchNormalization)
         fail(l, "fit does not lower BatchNormalization in training mode yet (the gradient "
                 "rules and the training reference have it)");
-    }
   }
 
   // ---- planning ----------------------------------------------------------------------------
@@ -328,22 +331,13 @@ class TrainingCompiler {
     return {m, acc};
   }
 
-  void eltwise(Code& out, isa::EltOp op, std::uint64_t a, std::uint64_t b, std::uint64_t dst,
-               std::uint64_t count) {
-    constexpr std::uint64_t kMax = std::numeric_limits<std::uint32_t>::max();
-    for (std::uint64_t k = 0; k < count; k += kMax) {
-      isa::Eltwise e;
-      e.a = ub(a + k * kF), e.b = ub(b + k * kF), e.dst = ub(dst + k * kF);
-      e.count = static_cast<std::uint32_t>(std::min(kMax, count - k));
-      e.op = op;
-      e.type = DType::Fp32;
-      out.push_back(e);
-    }
+  // Every value the lowering adds or fills is fp32.
+  static void eltwise(Code& out, isa::EltOp op, std::uint64_t a, std::uint64_t b,
+                      std::uint64_t dst, std::uint64_t count) {
+    emit_eltwise(out, op, a, b, dst, count, DType::Fp32);
   }
-  void zero_fill(Code& out, std::uint64_t dst, std::uint64_t count) {
-    const std::uint64_t piece = zeros_bytes_ / kF;
-    for (std::uint64_t k = 0; k < count; k += piece)
-      eltwise(out, isa::EltOp::Max, zeros_ub_, zeros_ub_, dst + k * kF, std::min(piece, count - k));
+  void zero_fill(Code& out, std::uint64_t dst, std::uint64_t count) const {
+    emit_zero_fill(out, zeros_ub_, zeros_bytes_, dst, count, DType::Fp32);
   }
   // fp32 -> bf16 (map identity with the unit records: x * 1 + 0).
   void to_bf16(Code& out, std::uint64_t src, std::uint64_t dst, std::uint64_t count) {
@@ -452,6 +446,8 @@ class TrainingCompiler {
     w.stride_w = static_cast<std::uint16_t>(global ? 1 : l.stride_w);
     w.pad_top = static_cast<std::uint16_t>(global ? 0 : p.top);
     w.pad_left = static_cast<std::uint16_t>(global ? 0 : p.left);
+    w.dilation_h = static_cast<std::uint16_t>(global ? 1 : l.dilation_h);
+    w.dilation_w = static_cast<std::uint16_t>(global ? 1 : l.dilation_w);
     w.out_h = static_cast<std::uint16_t>(l.out.h);
     w.out_w = static_cast<std::uint16_t>(l.out.w);
     return w;
@@ -786,14 +782,20 @@ class TrainingCompiler {
             mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{K} * kE);
           }
         };
-        // This pass's sum, then one add into the running sum (nn::reference_step's order).
+        // This pass's sum, then one add into the running sum (nn::reference_step's order). When
+        // the chunk spans every column its rows are contiguous in the gradient too: one add.
         const std::uint64_t part = stage_ub_[1];
         gm.drain = [&](Code& oc, std::uint64_t r0, std::uint32_t rows, std::uint32_t c0,
                        std::uint32_t cc, std::uint32_t acc) {
           oc.push_back(drain_fp32(acc, rows, cc, part, std::uint64_t{cc} * kF, zero_records_,
                                   Act::Linear));
+          const std::uint64_t g0 = grad_ub_[k] + (r0 * N + c0) * kF;
+          if (cc == N) {
+            eltwise(oc, isa::EltOp::Add, g0, part, g0, std::uint64_t{rows} * cc);
+            return;
+          }
           for (std::uint32_t r = 0; r < rows; ++r) {
-            const std::uint64_t g = grad_ub_[k] + ((r0 + r) * N + c0) * kF;
+            const std::uint64_t g = g0 + std::uint64_t{r} * N * kF;
             eltwise(oc, isa::EltOp::Add, g, part + std::uint64_t{r} * cc * kF, g, cc);
           }
         };
@@ -813,11 +815,82 @@ class TrainingCompiler {
         out.push_back(r);
         return;
       }
-      case GradKind::ConvInput: fail(l, "fit does not lower a convolution's input gradient yet");
+      case GradKind::ConvInput: conv_input(out, o, n); return;
       case GradKind::BatchNormGamma:
       case GradKind::BatchNormInput:
         fail(l, "fit does not lower BatchNormalization in training mode yet");
     }
+  }
+
+  // dX of a convolution (docs/isa.md §1.1): a windowed product over dY dilated by the forward
+  // stride with the flipped kernel. Per dX pixel, the window's positions (fy, fx) in row-major
+  // order, each position's contraction over the output channels in tiles of R rows, all adding
+  // into the same accumulators (nn::reference_step's conv_input_grad). Tiles never straddle two
+  // positions, so this loop is written out instead of `gemm`'s, which tiles K as one run.
+  void conv_input(Code& out, const ir::GradOp& o, std::uint32_t n) {
+    const Op& l = g_.ops[o.op];
+    const std::uint64_t dz = grad_of(o.inputs[0]);
+    const std::uint32_t co = l.out.c, ci = l.in.c, kh = l.kernel_h, kw = l.kernel_w;
+    dz_bf16(out, o.op, dz, std::uint64_t{n} * l.out.size());
+    const std::uint64_t kernel = kernel_ub_.at(o.op), dzb = grad_bf16(o.op);
+    const std::uint64_t dst = o.accumulate ? scratch_for(o) : grad_of(o.output);
+    const ir::Pads p = ir::window_pads(l);
+    isa::SetWindow w;
+    w.in_h = static_cast<std::uint16_t>(l.out.h);
+    w.in_w = static_cast<std::uint16_t>(l.out.w);
+    w.in_c = static_cast<std::uint16_t>(co);
+    w.kernel_h = static_cast<std::uint16_t>(kh);
+    w.kernel_w = static_cast<std::uint16_t>(kw);
+    w.dilation_h = static_cast<std::uint16_t>(l.dilation_h);
+    w.dilation_w = static_cast<std::uint16_t>(l.dilation_w);
+    w.in_dilation_h = static_cast<std::uint8_t>(l.stride_h);
+    w.in_dilation_w = static_cast<std::uint8_t>(l.stride_w);
+    w.pad_top = static_cast<std::uint16_t>((kh - 1) * l.dilation_h - p.top);
+    w.pad_left = static_cast<std::uint16_t>((kw - 1) * l.dilation_w - p.left);
+    w.out_h = static_cast<std::uint16_t>(l.in.h);
+    w.out_w = static_cast<std::uint16_t>(l.in.w);
+    out.push_back(w);
+    const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols;
+    const std::uint64_t rows = std::uint64_t{n} * l.in.h * l.in.w;
+    for (std::uint32_t n0 = 0; n0 < ci; n0 += C) {
+      const std::uint32_t nc = std::min(C, ci - n0);
+      for (std::uint64_t r0 = 0; r0 < rows; r0 += acc_slot_) {
+        const auto rr = static_cast<std::uint32_t>(std::min<std::uint64_t>(acc_slot_, rows - r0));
+        const auto [m, acc] = next_slot();
+        bool first = true;
+        for (std::uint32_t fy = 0; fy < kh; ++fy)
+          for (std::uint32_t fx = 0; fx < kw; ++fx) {
+            // Window position (fy, fx) reads the forward kernel's position (ky, kx).
+            const std::uint64_t pos = std::uint64_t{kh - 1 - fy} * kw + (kw - 1 - fx);
+            for (std::uint32_t c0 = 0; c0 < co; c0 += R) {
+              const std::uint32_t cr = std::min(R, co - c0);
+              // The stored block W[ky][kx][n0 .. n0+nc)[c0 .. c0+cr), transposed to cr x nc.
+              isa::ReadWeights rw =
+                  ub_tile(kernel + ((pos * ci + n0) * co + c0) * kE, nc, cr,
+                          std::uint64_t{co} * kE, true);
+              rw.mxu = static_cast<std::uint8_t>(m);
+              out.push_back(rw);
+              isa::MatMul mm;
+              mm.mxu = static_cast<std::uint8_t>(m);
+              mm.accumulate = !first;
+              mm.swap_weights = true;
+              mm.window = true;
+              mm.src = ub(dzb);
+              mm.dst = AccAddr(acc);
+              mm.rows = rr;
+              mm.first_pixel = static_cast<std::uint32_t>(r0);
+              mm.k_first = static_cast<std::uint16_t>((std::uint64_t{fy} * kw + fx) * co + c0);
+              out.push_back(mm);
+              first = false;
+            }
+          }
+        out.push_back(drain_fp32(acc, rr, nc, dst + (r0 * ci + n0) * kF, std::uint64_t{ci} * kF,
+                                 zero_records_, Act::Linear));
+      }
+    }
+    if (o.accumulate)
+      eltwise(out, isa::EltOp::Add, grad_of(o.output), dst, grad_of(o.output),
+              std::uint64_t{n} * l.in.size());
   }
 
   // The bf16 copy of operation i's output gradient for the MXU, made once per pass.

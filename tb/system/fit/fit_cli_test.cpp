@@ -4,14 +4,13 @@
 // and one clear line for what cannot train.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-
-#include <unistd.h>
 
 #include "common/cli.h"
 
@@ -99,6 +98,43 @@ TEST(FitCli, ValidationCountsEveryTestImageWhenTheLastBatchIsPartial) {
   EXPECT_EQ(j["epochs"][0]["val_images"], 10000);
   fs::remove_all(d);
 }
+
+// The second convolution's input gradient (stride 2, valid: dY dilated by the stride, read by
+// the window with the flipped kernel) feeds the first's kernel gradient, so a mismatch in either
+// ends the run with status 3.
+class FitTwoConvolutions : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FitTwoConvolutions, AStridedConvolutionsInputGradientTrainsBitExactEveryStep) {
+  const fs::path d = scratch("two-conv-" + GetParam());
+  const auto r = test::run_tpusim(
+      "fit --chip " + source("configs/chips/" + GetParam() + ".json") + " --model " +
+      source("tb/system/fit/data/two_conv.json") +
+      " --epochs 2 --steps-per-epoch 2 --batch 16 --json " + (d / "fit.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Epoch 2/2\n2/2 - "));
+  const auto j = read_json(d / "fit.json");
+  EXPECT_EQ(j["steps"], 4);
+  EXPECT_EQ(j["checked"], true);
+  fs::remove_all(d);
+}
+
+INSTANTIATE_TEST_SUITE_P(TrainingChips, FitTwoConvolutions, ::testing::Values("v2", "v3", "v4"));
+
+// A dilated convolution after another: its forward, kernel gradient and input gradient all read
+// the window with the dilation.
+class FitDilatedConvolution : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FitDilatedConvolution, ADilatedConvolutionTrainsBitExactEveryStep) {
+  const auto r = test::run_tpusim("fit --chip " +
+                                  source("configs/chips/" + GetParam() + ".json") + " --model " +
+                                  source("tb/system/fit/data/dilated_conv.json") +
+                                  " --epochs 1 --steps-per-epoch 2 --batch 16");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Epoch 1/1\n2/2 - "));
+}
+
+INSTANTIATE_TEST_SUITE_P(TrainingChips, FitDilatedConvolution,
+                         ::testing::Values("v2", "v3", "v4"));
 
 TEST(FitCli, SgdAndMomentumStepsAreBitExactToo) {
   for (const std::string opt : {"sgd", "momentum"}) {

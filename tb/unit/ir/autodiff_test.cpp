@@ -208,6 +208,27 @@ TEST(AutodiffFiniteDifferences, StridedSamePaddedDilatedConvolutionsAndAveragePo
       2);
 }
 
+// The second convolution's input gradient (stride 2, valid: the last row and column of its input
+// are read by no window and get zero) carries the first's kernel gradient (fit's two_conv.json,
+// shrunk; tanh keeps every path differentiable at the sample).
+TEST(AutodiffFiniteDifferences, AStridedValidConvolutionAfterASamePaddedOne) {
+  expect_gradients_match_finite_differences(
+      model_of(json::array({layer("Conv2D", {{"name", "c1"},
+                                             {"filters", 3},
+                                             {"kernel_size", {3, 3}},
+                                             {"padding", "same"},
+                                             {"activation", "tanh"}}),
+                            layer("Conv2D", {{"name", "c2"},
+                                             {"filters", 4},
+                                             {"kernel_size", {3, 3}},
+                                             {"strides", {2, 2}},
+                                             {"activation", "tanh"}}),
+                            layer("Flatten", {{"name", "f"}}),
+                            layer("Dense", {{"name", "d"}, {"units", 3}, {"activation", "softmax"}})}),
+               json::array({8, 8, 2})),
+      4);
+}
+
 TEST(AutodiffFiniteDifferences, DenseLayersWithRelu6ASharedTensorAndGlobalMaxPooling) {
   expect_gradients_match_finite_differences(
       model_of(

@@ -88,6 +88,29 @@ Graph batch_norm_cnn() {
       "bn.json");
 }
 
+// tb/system/fit/data/two_conv.json shrunk: a "same" convolution, then a strided "valid" one
+// whose window never reads the last row and column (their input gradient is zero).
+Graph two_conv() {
+  return importers::parse_model(
+      json{{"name", "two_conv"},
+           {"input", {8, 8, 2}},
+           {"layers",
+            json::array(
+                {layer("Conv2D", {{"name", "c1"},
+                                  {"filters", 4},
+                                  {"kernel_size", {3, 3}},
+                                  {"padding", "same"},
+                                  {"activation", "relu"}}),
+                 layer("Conv2D", {{"name", "c2"},
+                                  {"filters", 6},
+                                  {"kernel_size", {3, 3}},
+                                  {"strides", {2, 2}},
+                                  {"activation", "relu"}}),
+                 layer("Flatten", {{"name", "f"}}),
+                 layer("Dense", {{"name", "d"}, {"units", 4}, {"activation", "softmax"}})})}},
+      "two_conv.json");
+}
+
 struct Batch {
   std::vector<float> images;
   std::vector<std::int32_t> labels;
@@ -140,6 +163,7 @@ void expect_close_to_float64(const Graph& g, const TrainPlan& plan, std::size_t 
 TEST(TrainingReference, GradientsAgreeWithTheFloat64DefinitionsWithinBf16Precision) {
   expect_close_to_float64(small_cnn(), TrainPlan{128, 1, 0}, 6);
   expect_close_to_float64(strided_cnn(), TrainPlan{128, 1, 0}, 6);
+  expect_close_to_float64(two_conv(), TrainPlan{128, 1, 0}, 6);
   // BatchNormalization's statistics are the pass's: one replica, one pass, as float64's.
   expect_close_to_float64(batch_norm_cnn(), TrainPlan{128, 1, 0}, 6);
 }
@@ -147,6 +171,8 @@ TEST(TrainingReference, GradientsAgreeWithTheFloat64DefinitionsWithinBf16Precisi
 TEST(TrainingReference, SmallTilesReplicasAndMicroBatchesChangeOnlyTheOrderOfSums) {
   expect_close_to_float64(small_cnn(), TrainPlan{8, 2, 2}, 8);
   expect_close_to_float64(strided_cnn(), TrainPlan{5, 2, 1}, 4);
+  // 4 rows per tile: c2's 6 output channels take two tiles per kernel position.
+  expect_close_to_float64(two_conv(), TrainPlan{4, 2, 1}, 4);
 }
 
 TEST(TrainingReference, TheSamePlanAndInputsGiveTheSameWeightsBitForBit) {
