@@ -125,6 +125,7 @@ void visit_fields(Eltwise& i, F&& f) {
   f("count", i.count);
   f("shift", i.shift);
   f("multiplier", i.multiplier);
+  f("b_period", i.b_period);
   f("op", i.op);
   f("type", i.type);
 }

@@ -255,6 +255,7 @@ struct Codec {
     field(16, i.count);
     field(20, i.shift);
     field(24, i.multiplier);
+    field(28, i.b_period);
   }
   void operands(Softmax& i) {
     field(4, i.src);
@@ -359,9 +360,9 @@ bool enums_valid(const Instruction& inst) {
   if (auto* p = std::get_if<Pool>(&inst))
     return static_cast<std::uint8_t>(p->kind) <= 1 && element_type(p->type);
   if (auto* e = std::get_if<Eltwise>(&inst))
-    return static_cast<std::uint8_t>(e->op) <= 8 && element_type(e->type);
+    return static_cast<std::uint8_t>(e->op) <= 9 && element_type(e->type);
   if (auto* m = std::get_if<Map>(&inst))
-    return static_cast<std::uint8_t>(m->func) <= 7 && element_type(m->in_type) &&
+    return static_cast<std::uint8_t>(m->func) <= 8 && element_type(m->in_type) &&
            element_type(m->out_type);
   if (auto* u = std::get_if<Update>(&inst)) return static_cast<std::uint8_t>(u->kind) <= 2;
   // Every data type decodes (the vector unit refuses all but fp32, naming the instruction), so
@@ -512,6 +513,7 @@ std::string_view name_of(EltOp v) {
     case EltOp::Relu6Grad: return "relu6_grad";
     case EltOp::SigmoidGrad: return "sigmoid_grad";
     case EltOp::TanhGrad: return "tanh_grad";
+    case EltOp::Div: return "div";
   }
   return "?";
 }
@@ -525,6 +527,7 @@ std::string_view name_of(MapFunc v) {
     case MapFunc::Sigmoid: return "sigmoid";
     case MapFunc::Tanh: return "tanh";
     case MapFunc::Prelu: return "prelu";
+    case MapFunc::Rsqrt: return "rsqrt";
   }
   return "?";
 }

@@ -54,7 +54,8 @@ enum class ActFunc : std::uint8_t {
 };
 enum class PoolKind : std::uint8_t { Max = 0, Avg = 1 };
 // The *_grad ops are the activations' backward on fp32: a is the forward activation's output y,
-// b the incoming gradient dy (numerics/gradient.h).
+// b the incoming gradient dy (numerics/gradient.h). Div is one IEEE-754 fp32 division (fp32 only,
+// as the *_grad ops): BatchNormalization's training arithmetic divides per element.
 enum class EltOp : std::uint8_t {
   Add = 0,
   Mul = 1,
@@ -64,12 +65,14 @@ enum class EltOp : std::uint8_t {
   ReluGrad = 5,
   Relu6Grad = 6,
   SigmoidGrad = 7,
-  TanhGrad = 8
+  TanhGrad = 8,
+  Div = 9
 };
 enum class ReduceOp : std::uint8_t { Sum = 0, Max = 1 };
 // Map's functions; leaky_relu, elu and prelu take the channel record's alpha (prelu is leaky_relu
 // by another name: the compiler writes one alpha per channel for PReLU, the same alpha in every
-// record for LeakyReLU).
+// record for LeakyReLU). rsqrt (numerics::rsqrt, fp32 in and out only) is BatchNormalization's
+// 1/sqrt(variance + epsilon) in training mode: a = 1, b = epsilon per channel.
 enum class MapFunc : std::uint8_t {
   Identity = 0,
   Relu = 1,
@@ -78,7 +81,8 @@ enum class MapFunc : std::uint8_t {
   Elu = 4,
   Sigmoid = 5,
   Tanh = 6,
-  Prelu = 7
+  Prelu = 7,
+  Rsqrt = 8
 };
 // Update's optimizers and the fp32 record each reads at `params`.
 enum class UpdateKind : std::uint8_t {
@@ -202,9 +206,11 @@ struct Pool {
   std::uint8_t pad_top = 0, pad_left = 0;
   std::uint16_t out_h = 0, out_w = 0;
 };
-// dst[i] = a[i] op b[i] for i < count, of int8, bf16 or fp32 elements. int8 saturates; int8 Mul
-// rounds (a*b) >> shift when multiplier is 0, else requantizes a*b by the Q31 multiplier and the
-// signed shift as Activate does.
+// dst[i] = a[i] op b[j] for i < count, of int8, bf16 or fp32 elements, with j = i when b_period
+// is 0 and j = i mod b_period otherwise: b then holds b_period elements, broadcast along a (1: a
+// scalar; C: one value per channel of an NHWC tensor). int8 saturates; int8 Mul rounds
+// (a*b) >> shift when multiplier is 0, else requantizes a*b by the Q31 multiplier and the signed
+// shift as Activate does.
 struct Eltwise {
   UbAddr a, b, dst;
   std::uint32_t count = 0;
@@ -212,6 +218,7 @@ struct Eltwise {
   EltOp op = EltOp::Add;
   DType type = DType::Int8;
   std::int32_t multiplier = 0;  // int8 Mul: Q31 multiplier, or 0 for the plain rounding shift
+  std::uint32_t b_period = 0;   // elements of b, 0 = count (no broadcast), else 1..count
 };
 // For r < rows: the `cols` fp32 values at src + r*src_stride, softmax across them (as Activate's
 // softmax), written as fp32 at dst + r*dst_stride. For rows wider than an accumulator entry,

@@ -109,9 +109,11 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
             write(Space::UnifiedBuffer, "dst", i.dst.value(),
                   std::uint64_t{i.images} * oh * ow * i.channels * e);
         } else if constexpr (std::is_same_v<T, Eltwise>) {
+          // A broadcast b (b_period > 0) is b_period elements, whatever count is.
           const std::uint64_t n = std::uint64_t{i.count} * size_of(i.type);
+          const std::uint64_t b_elems = i.b_period != 0 ? i.b_period : i.count;
           read(Space::UnifiedBuffer, "a", i.a.value(), n);
-          read(Space::UnifiedBuffer, "b", i.b.value(), n);
+          read(Space::UnifiedBuffer, "b", i.b.value(), b_elems * size_of(i.type));
           write(Space::UnifiedBuffer, "dst", i.dst.value(), n);
         } else if constexpr (std::is_same_v<T, Map>) {
           read(Space::UnifiedBuffer, "src", i.src.value(),

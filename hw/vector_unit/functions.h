@@ -1,6 +1,6 @@
 // The Activate and Map instructions' elementwise functions (isa::ActFunc, isa::MapFunc) on fp32:
-// each is the numerics library's definition (numerics/activation.h), which the reference
-// inference in sw/nn follows too without this header. Softmax is a row function
+// each is the numerics library's definition (numerics/activation.h; rsqrt numerics/batch_norm.h),
+// which the reference inference in sw/nn follows too without this header. Softmax is a row function
 // (numerics::softmax_row).
 #pragma once
 
@@ -8,6 +8,7 @@
 
 #include "hw/isa/isa.h"
 #include "numerics/activation.h"
+#include "numerics/batch_norm.h"
 
 namespace tpu {
 
@@ -35,6 +36,7 @@ inline float map_float(isa::MapFunc f, float x, float alpha) {
     case isa::MapFunc::Elu: return numerics::elu(x, alpha);
     case isa::MapFunc::Sigmoid: return numerics::sigmoid(x);
     case isa::MapFunc::Tanh: return numerics::tanh_act(x);
+    case isa::MapFunc::Rsqrt: return numerics::rsqrt(x);
   }
   assert(false && "map function out of range (the decoder rejects it)");
   return x;

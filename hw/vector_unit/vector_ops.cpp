@@ -18,7 +18,8 @@
 //             avg): images*channels*(sum over oy of the window's rows inside the image)*(sum over
 //             ox of its columns inside), = images*out_h*out_w*channels*kernel_h*kernel_w when
 //             nothing is padded.
-//   eltwise   one per output element: count.
+//   eltwise   one per output element: count; div kDivElementOps per element (a division holds a
+//             lane for as long as that many multiply-add passes: docs/timing-model.md).
 //   copy      none: the bytes only pass through the unit's port.
 //   map       one per element: count (conversion in, x*a+b, the function and conversion out are
 //             one lane pipeline pass, as activate's).
@@ -36,7 +37,9 @@
 //   pool      UB read images*in_h*in_w*channels*size(type) (every input element once: line
 //             buffers hold the kernel_h rows a window revisits); UB written
 //             images*out_h*out_w*channels*size(type).
-//   eltwise   UB read 2*count*size(type); UB written count*size(type).
+//   eltwise   UB read count*size(type) for a, plus count*size(type) for b, or b_period*size(type)
+//             when b is broadcast (b_period > 0: its b_period elements are read once into the
+//             lanes and reused); UB written count*size(type).
 //   copy      UB read rows*row_bytes (a repeated row, src_stride 0, is read again each time); UB
 //             written rows*row_bytes.
 //   map       UB read count*size(in) + 12*channels (the records); UB written count*size(out).
@@ -55,7 +58,9 @@
 //   pool      src and dst extents must not overlap (a window reads inputs after earlier outputs
 //             are written).
 //   eltwise   dst must either not overlap a (or b) or start at the same address (in place:
-//             element i depends only on element i); a and b may overlap freely.
+//             element i depends only on element i); a and b may overlap freely. A broadcast b
+//             shorter than count (0 < b_period < count) must not overlap dst at all: element
+//             b_period reads b[0] again after element 0 has written it.
 //   copy      src and dst extents must not overlap (a row written could be one still to read),
 //             and dst_stride >= row_bytes (written rows must not overlap each other).
 //   map       dst must not overlap the records, and either not overlap src or start at src with
@@ -106,6 +111,12 @@ namespace {
 
 constexpr std::uint64_t kParamRecordBytes = 12;  // {bias, scale, shift}, 32-bit little-endian
 constexpr std::uint64_t kXentRecordBytes = 8;    // xent's {loss, correct}, two fp32
+// Element operations of one eltwise fp32 division: a reciprocal issues at a quarter of the rate of
+// an fp32 add or multiply-add (NVIDIA's CUDA C Programming Guide, "Throughput of Native Arithmetic
+// Instructions": 16 against 64 results per clock per multiprocessor on compute capability 7.x,
+// 32 against 128 on 5.x), and a correctly rounded quotient is that reciprocal refined by
+// multiply-adds on the same lane (docs/timing-model.md, docs/energy-model.md).
+constexpr std::uint64_t kDivElementOps = 4;
 
 std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) {
   std::uint64_t r = 0;
@@ -169,10 +180,11 @@ void store_i8(std::uint8_t* p, std::int8_t v) { *p = static_cast<std::uint8_t>(v
 
 bool known(isa::ActFunc f) { return f <= isa::ActFunc::Softmax; }
 bool known(isa::PoolKind k) { return k <= isa::PoolKind::Avg; }
-bool known(isa::EltOp o) { return o <= isa::EltOp::TanhGrad; }
+bool known(isa::EltOp o) { return o <= isa::EltOp::Div; }
 bool known(isa::ReduceOp o) { return o <= isa::ReduceOp::Max; }
-bool is_grad(isa::EltOp o) { return o >= isa::EltOp::ReluGrad && o <= isa::EltOp::TanhGrad; }
-bool known(isa::MapFunc f) { return f <= isa::MapFunc::Prelu; }
+// The eltwise ops that compute on fp32 only: the gradient ops and div.
+bool fp32_only(isa::EltOp o) { return o >= isa::EltOp::ReluGrad && o <= isa::EltOp::Div; }
+bool known(isa::MapFunc f) { return f <= isa::MapFunc::Rsqrt; }
 bool known(DType t) { return t <= DType::Fp32; }
 
 // The element types the vector unit's elementwise instructions compute on.
@@ -981,10 +993,15 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
     throw ProgramError(fmt::format("{}: op = {} is not an elementwise operation", op,
                                    static_cast<unsigned>(e.op)));
   check_element_type(op, "type", e.type);
-  if (is_grad(e.op) && e.type != DType::Fp32)
-    throw ProgramError(fmt::format("{}: op {} with type = {} (the gradient ops take fp32 only)", op,
-                                   isa::name_of(e.op), name_of(e.type)));
+  if (fp32_only(e.op) && e.type != DType::Fp32)
+    throw ProgramError(
+        fmt::format("{}: op {} with type = {} (the gradient ops and div take fp32 only)", op,
+                    isa::name_of(e.op), name_of(e.type)));
   check_at_least_1(op, "count", e.count);
+  if (e.b_period > e.count)
+    throw ProgramError(
+        fmt::format("{}: b_period = {} (must be 0, no broadcast, or 1..count = {}: b's elements)",
+                    op, e.b_period, e.count));
   const bool int8_mul = e.type == DType::Int8 && e.op == isa::EltOp::Mul;
   if (!int8_mul && (e.shift != 0 || e.multiplier != 0))
     throw ProgramError(fmt::format(
@@ -1004,20 +1021,35 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
   const std::uint64_t len = std::uint64_t{e.count} * size_of(e.type);
   const std::uint64_t a = e.a.value(), b = e.b.value(), dst = e.dst.value();
   const std::string what = fmt::format("count {} x {}", e.count, name_of(e.type));
+  // b holds `period` elements; element i reads b[i mod period] (period = count: b[i]).
+  const std::uint32_t period = e.b_period != 0 ? e.b_period : e.count;
+  const std::uint64_t b_len = std::uint64_t{period} * size_of(e.type);
   check_ub(op, "a", a, len, what, ub);
-  check_ub(op, "b", b, len, what, ub);
+  check_ub(op, "b", b, b_len,
+           e.b_period != 0 ? fmt::format("b_period {} x {}", e.b_period, name_of(e.type)) : what,
+           ub);
   check_ub(op, "dst", dst, len, what, ub);
-  for (const auto& [name, src] : {std::pair{"a", a}, std::pair{"b", b}})
-    if (dst != src && overlaps(dst, len, src, len))
-      throw ProgramError(
-          fmt::format("{}: dst = {:#x} overlaps {} = {:#x} ({} bytes each; dst must equal {} or "
-                      "not overlap it)",
-                      op, dst, name, src, len, name));
+  if (dst != a && overlaps(dst, len, a, len))
+    throw ProgramError(
+        fmt::format("{}: dst = {:#x} overlaps a = {:#x} ({} bytes each; dst must equal a or "
+                    "not overlap it)",
+                    op, dst, a, len));
+  if (period < e.count && overlaps(dst, len, b, b_len))
+    throw ProgramError(fmt::format(
+        "{}: dst = {:#x} + {} bytes overlaps b = {:#x} + {} bytes (a broadcast b, b_period = {} < "
+        "count = {}, must not overlap dst: later elements read it again)",
+        op, dst, len, b, b_len, e.b_period, e.count));
+  if (period == e.count && dst != b && overlaps(dst, len, b, b_len))
+    throw ProgramError(
+        fmt::format("{}: dst = {:#x} overlaps b = {:#x} ({} bytes each; dst must equal b or "
+                    "not overlap it)",
+                    op, dst, b, len));
 
   std::uint8_t* const base = ub.data;
-  for (std::uint64_t i = 0; i < e.count; ++i) {
+  std::uint64_t j = 0;  // i mod period, b's element
+  for (std::uint64_t i = 0; i < e.count; ++i, j = j + 1 == period ? 0 : j + 1) {
     if (e.type == DType::Int8) {
-      const std::int8_t x = load_i8(base + a + i), y = load_i8(base + b + i);
+      const std::int8_t x = load_i8(base + a + i), y = load_i8(base + b + j);
       std::int8_t r = 0;
       switch (e.op) {
         case isa::EltOp::Add: r = numerics::add_int8(x, y); break;
@@ -1028,11 +1060,11 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
           break;
         case isa::EltOp::Max: r = std::max(x, y); break;
         case isa::EltOp::Min: r = std::min(x, y); break;
-        default: break;  // the gradient ops: fp32 only, refused above
+        default: break;  // the gradient ops and div: fp32 only, refused above
       }
       store_i8(base + dst + i, r);
     } else if (e.type == DType::Bf16) {
-      const Bf16 x = load_bf16(base + a + 2 * i), y = load_bf16(base + b + 2 * i);
+      const Bf16 x = load_bf16(base + a + 2 * i), y = load_bf16(base + b + 2 * j);
       Bf16 r;
       switch (e.op) {
         case isa::EltOp::Add: r = numerics::add_bf16(x, y); break;
@@ -1040,13 +1072,14 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
         case isa::EltOp::Mul: r = numerics::mul_bf16(x, y); break;
         case isa::EltOp::Max: r = numerics::max_bf16(x, y); break;
         case isa::EltOp::Min: r = numerics::min_bf16(x, y); break;
-        default: break;  // the gradient ops: fp32 only, refused above
+        default: break;  // the gradient ops and div: fp32 only, refused above
       }
       store_bf16(base + dst + 2 * i, r);
     } else {
-      // fp32 add, subtract and multiply are single IEEE-754 operations.
+      // fp32 add, subtract, multiply and divide are single IEEE-754 operations (round to
+      // nearest even; x / 0 is a signed infinity, 0 / 0 NaN).
       const float x = bits_to_float(load_u32(base + a + 4 * i));
-      const float y = bits_to_float(load_u32(base + b + 4 * i));
+      const float y = bits_to_float(load_u32(base + b + 4 * j));
       float r = 0.0f;
       switch (e.op) {
         case isa::EltOp::Add: r = x + y; break;
@@ -1058,6 +1091,7 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
         case isa::EltOp::Relu6Grad: r = numerics::relu6_grad(x, y); break;
         case isa::EltOp::SigmoidGrad: r = numerics::sigmoid_grad(x, y); break;
         case isa::EltOp::TanhGrad: r = numerics::tanh_grad(x, y); break;
+        case isa::EltOp::Div: r = x / y; break;
       }
       store_u32(base + dst + 4 * i, float_to_bits(r));
     }
@@ -1152,6 +1186,12 @@ void VectorOps::map(const isa::Map& m, UbView ub) const {
         fmt::format("{}: func = {} is not a map function", op, static_cast<unsigned>(m.func)));
   check_element_type(op, "in", m.in_type);
   check_element_type(op, "out", m.out_type);
+  if (m.func == isa::MapFunc::Rsqrt)
+    for (const auto& [name, type] : {std::pair{"in", m.in_type}, std::pair{"out", m.out_type}})
+      if (type != DType::Fp32)
+        throw ProgramError(
+            fmt::format("{}: func rsqrt with {} = {} (rsqrt takes fp32 in and out only)", op, name,
+                        name_of(type)));
   check_at_least_1(op, "count", m.count);
   check_at_least_1(op, "channels", m.channels);
   check_map_scale(op, "in_scale", m.in_scale, "in", m.in_type);
@@ -1560,11 +1600,14 @@ VectorCost VectorOps::cost(const isa::PoolGrad& g, const isa::SetWindow& w) cons
   return c;
 }
 
+// One lane pass per element, kDivElementOps for a division; a read, b read (its b_period elements
+// once when broadcast), dst written.
 VectorCost VectorOps::cost(const isa::Eltwise& e) const {
   VectorCost c;
   const std::uint64_t len = std::uint64_t{e.count} * size_of(e.type);
-  c.element_ops = e.count;
-  c.ub_bytes_read = 2 * len;
+  const std::uint64_t b_elems = e.b_period != 0 ? e.b_period : e.count;
+  c.element_ops = std::uint64_t{e.count} * (e.op == isa::EltOp::Div ? kDivElementOps : 1);
+  c.ub_bytes_read = len + b_elems * size_of(e.type);
   c.ub_bytes_written = len;
   finish(c, cfg_);
   return c;

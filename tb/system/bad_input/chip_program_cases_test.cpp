@@ -322,6 +322,32 @@ std::vector<Case> cases() {
          {win, pool_grad([&](PoolGrad& g) { g.dy = UbAddr(near_ub_end); })}, 1, {hex(near_ub_end)}),
       on(kOnV1, "eltwise_relu_grad_of_int8", {eltwise([](Eltwise& e) { e.op = EltOp::ReluGrad; })},
          0, {"relu_grad", "int8"}),
+      // BatchNormalization's additions: a broadcast b (b_period), div and map's rsqrt. The
+      // broadcast b's range is the footprint's, checked at issue; the rest at execution.
+      on(kOnV1, "eltwise_broadcast_operand_past_the_unified_buffer", {eltwise([&](Eltwise& e) {
+           e.b = UbAddr(near_ub_end);
+           e.b_period = 17;
+         })},
+         0, {"b range", hex(near_ub_end), "+ 17 bytes"}),
+      on(kOnV1, "eltwise_b_period_longer_than_count",
+         {eltwise([](Eltwise& e) { e.b_period = 65; })}, 0,
+         {"eltwise: b_period = 65", "1..count = 64"}),
+      on(kOnV1, "eltwise_onto_its_broadcast_operand", {eltwise([](Eltwise& e) {
+           e.b_period = 8;
+           e.dst = e.b;
+         })},
+         0, {"dst = 0x1000", "overlaps b", "b_period = 8 < count = 64"}),
+      on(kOnV1, "eltwise_div_of_bf16", {eltwise([](Eltwise& e) {
+           e.op = EltOp::Div;
+           e.type = DType::Bf16;
+         })},
+         0, {"eltwise: op div with type = bf16", "fp32 only"}),
+      on(kOnV1, "map_rsqrt_of_int8", {mapped([](Map& m) {
+           m.func = MapFunc::Rsqrt;
+           m.in_scale = 1.0f;
+           m.out_type = DType::Fp32;
+         })},
+         0, {"map: func rsqrt with in = int8", "fp32 in and out only"}),
   };
 }
 

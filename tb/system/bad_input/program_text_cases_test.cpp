@@ -46,7 +46,9 @@ std::vector<Case> asm_cases() {
       text("flag_without_value_for_a_number", "tag id\n", "id"),
       text("unknown_function", "activate func=gelu\n", "func"),
       text("pool_of_int32", "pool type=int32\n", "type"),
-      text("eltwise_unknown_op", "eltwise op=div\n", "op"),
+      text("eltwise_unknown_op", "eltwise op=pow\n", "op"),
+      text("eltwise_b_period_past_32_bits", "eltwise b_period=4294967296\n", "b_period"),
+      text("eltwise_negative_b_period", "eltwise b_period=-7\n", "b_period"),
       text("eltwise_shift_past_8_signed_bits", "eltwise shift=-129\n", "shift"),
       text("pool_stride_past_8_bits", "pool stride_h=256\n", "stride_h"),
       text("map_scale_not_a_number", "map in_scale=0.5.5\n", "in_scale"),
@@ -73,11 +75,11 @@ std::vector<Case> binary_cases() {
   std::string pool_int32 = words({isa::Pool{}});
   pool_int32[3] = static_cast<char>(static_cast<std::uint8_t>(DType::Int32));
   std::string bad_op = words({isa::Nop{}, isa::Nop{}, isa::Eltwise{}});
-  bad_op[64 + 2] = 9;  // 0..8 are ops (relu_grad..tanh_grad are 5..8)
+  bad_op[64 + 2] = 10;  // 0..9 are ops (relu_grad..tanh_grad are 5..8, div 9)
   std::string illegal = words({isa::Nop{}, isa::Nop{}, isa::Nop{}});
   illegal[64] = 0x7e;
   std::string bad_map = words({isa::Map{}});
-  bad_map[2] = 8;
+  bad_map[2] = 9;  // 0..8 are functions (rsqrt 8)
   std::string bad_update = words({isa::Update{}});
   bad_update[2] = 3;
   return {
@@ -91,8 +93,8 @@ std::vector<Case> binary_cases() {
       binary("activation_function_9", bad_func, "out of range"),
       binary("activation_type_4", bad_type, "out of range"),
       binary("pool_of_int32", pool_int32, "out of range"),
-      binary("eltwise_op_9", bad_op, "instruction 2"),
-      binary("map_function_8", bad_map, "out of range"),
+      binary("eltwise_op_10", bad_op, "instruction 2"),
+      binary("map_function_9", bad_map, "out of range"),
       binary("update_kind_3", bad_update, "out of range"),
       binary("binary_garbage", garbage(32 * 64, 7), "instruction 0"),
       // 32 bytes of text: one word whose opcode is 'r' (0x72).

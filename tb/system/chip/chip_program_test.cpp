@@ -15,6 +15,7 @@
 #include "hw/isa/semantics.h"
 #include "hw/vector_unit/vector_ops.h"
 #include "numerics/activation.h"
+#include "numerics/batch_norm.h"
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
@@ -479,6 +480,84 @@ TEST(VectorProgram, XentAndAdamUpdateOnV3MatchTheNumericsDefinitions) {
     ASSERT_EQ(get<std::uint32_t>(mem, 0x6000 + 4 * i), bits_of(w[i])) << i;
     ASSERT_EQ(get<std::uint32_t>(mem, 0x6800 + 4 * i), bits_of(m[i])) << i;
     ASSERT_EQ(get<std::uint32_t>(mem, 0x7000 + 4 * i), bits_of(s[i])) << i;
+  }
+  expect_vector_costs(sim, program, 1);
+}
+
+// BatchNormalization's training forward on v3 with the instructions it needed (docs/isa.md §4.9,
+// §4.16): the batch sums of x and x² by reduce, the mean and E[x²] divided by the row count
+// broadcast as a scalar (b_period = 1), rsqrt(variance + ε) by map, then ((x − mean)·rsqrt)·γ + β
+// with each per-channel value broadcast along the NHWC rows (b_period = C), and the backward's
+// (x − mean) / (variance + ε) by div. Every bit against numerics/batch_norm.h, and the layer's
+// cycles, lane operations and unified-buffer bytes against the vector unit's cost formula.
+TEST(VectorProgram, BatchNormForwardOnV3BroadcastsPerChannelValuesAndDivides) {
+  constexpr std::uint32_t N = 2 * 4 * 4, C = 6, NC = N * C;
+  constexpr float kEps = 1e-3f;
+  Simulation sim(shipped("v3"), 1 << 16);
+  std::vector<std::uint8_t>& mem = sim.host.memory;
+  std::mt19937 rng(47);
+  std::uniform_real_distribution<float> v(-3.0f, 5.0f), g(0.5f, 2.0f);
+  std::vector<float> x(NC), gamma(C), beta(C);
+  for (std::uint32_t i = 0; i < NC; ++i) put(mem, 4 * i, x[i] = v(rng));
+  // Constants at host 0x1000 -> UB 0x3000: the row count, channel records {1, ε, 0}, γ, β, ε.
+  put(mem, 0x1000, static_cast<float>(N));
+  for (std::uint32_t c = 0; c < C; ++c) {
+    put(mem, 0x1100 + 12 * c, 1.0f);
+    put(mem, 0x1100 + 12 * c + 4, kEps);
+    put(mem, 0x1100 + 12 * c + 8, 0.0f);
+    put(mem, 0x1200 + 4 * c, gamma[c] = g(rng));
+    put(mem, 0x1240 + 4 * c, beta[c] = v(rng));
+  }
+  put(mem, 0x1280, kEps);
+  const std::string text = fmt::format(
+      "read_host src=0x0 dst=0x0 bytes={xb}\n"
+      "read_host src=0x1000 dst=0x3000 bytes=0x300\n"
+      "sync\n"
+      "tag id=1\n"
+      "reduce src=0x0 dst=0x2000 rows={N} cols={C} stride={cb} op=sum type=fp32\n"
+      "eltwise a=0x0 b=0x0 dst=0x1000 count={NC} op=mul type=fp32\n"
+      "reduce src=0x1000 dst=0x2040 rows={N} cols={C} stride={cb} op=sum type=fp32\n"
+      "eltwise a=0x2000 b=0x3000 dst=0x2080 count={C} b_period=1 op=div type=fp32\n"
+      "eltwise a=0x2040 b=0x3000 dst=0x20c0 count={C} b_period=1 op=div type=fp32\n"
+      "eltwise a=0x2080 b=0x2080 dst=0x2100 count={C} op=mul type=fp32\n"
+      "eltwise a=0x20c0 b=0x2100 dst=0x2140 count={C} op=sub type=fp32\n"
+      "map src=0x2140 dst=0x2180 params=0x3100 count={C} channels={C} func=rsqrt in=fp32 "
+      "out=fp32\n"
+      "eltwise a=0x2140 b=0x3280 dst=0x21c0 count={C} b_period=1 op=add type=fp32\n"
+      "eltwise a=0x0 b=0x2080 dst=0x4000 count={NC} b_period={C} op=sub type=fp32\n"
+      "eltwise a=0x4000 b=0x2180 dst=0x5000 count={NC} b_period={C} op=mul type=fp32\n"
+      "eltwise a=0x5000 b=0x3200 dst=0x5000 count={NC} b_period={C} op=mul type=fp32\n"
+      "eltwise a=0x5000 b=0x3240 dst=0x5000 count={NC} b_period={C} op=add type=fp32\n"
+      "eltwise a=0x4000 b=0x21c0 dst=0x7000 count={NC} b_period={C} op=div type=fp32\n"
+      "tag id=2\n"
+      "write_host src=0x5000 dst=0x8000 bytes={xb}\n"
+      "write_host src=0x7000 dst=0x9000 bytes={xb}\n"
+      "write_host src=0x2180 dst=0xa000 bytes={cb}\n"
+      "halt\n",
+      fmt::arg("N", N), fmt::arg("C", C), fmt::arg("NC", NC), fmt::arg("xb", 4 * NC),
+      fmt::arg("cb", 4 * C));
+  const std::vector<isa::Instruction> program = isa::assemble(text, "batch_norm.s");
+  sim.host.programs[0] = program;
+  sim.host.programs[1] = {isa::Halt{}};
+  sim.run();
+
+  for (std::uint32_t c = 0; c < C; ++c) {
+    float sum = 0.0f, squares = 0.0f;
+    for (std::uint32_t r = 0; r < N; ++r) {
+      sum = sum + x[r * C + c];
+      squares = squares + x[r * C + c] * x[r * C + c];
+    }
+    const numerics::BatchStats st =
+        numerics::batch_stats(sum, squares, static_cast<float>(N), kEps);
+    ASSERT_EQ(get<std::uint32_t>(mem, 0xa000 + 4 * c), bits_of(st.rsqrt)) << c;
+    for (std::uint32_t r = 0; r < N; ++r) {
+      const std::uint32_t i = r * C + c;
+      ASSERT_EQ(get<std::uint32_t>(mem, 0x8000 + 4 * i),
+                bits_of(numerics::batch_norm(x[i], st, gamma[c], beta[c])))
+          << r << " " << c;
+      ASSERT_EQ(get<std::uint32_t>(mem, 0x9000 + 4 * i), bits_of((x[i] - st.mean) / st.var_eps))
+          << r << " " << c;
+    }
   }
   expect_vector_costs(sim, program, 1);
 }

@@ -34,11 +34,12 @@ const std::vector<std::string> kTypeNames = {"int8", "int32", "bf16", "fp32"};
 const std::vector<std::string> kElementTypeNames = {"int8", "bf16", "fp32"};
 const std::vector<std::string> kFuncNames = {"none", "relu", "relu6", "sigmoid", "tanh", "softmax"};
 const std::vector<std::string> kKindNames = {"max", "avg"};
-const std::vector<std::string> kOpNames = {
-    "add", "mul", "max", "min", "sub", "relu_grad", "relu6_grad", "sigmoid_grad", "tanh_grad"};
+const std::vector<std::string> kOpNames = {"add",       "mul",       "max",        "min",
+                                           "sub",       "relu_grad", "relu6_grad", "sigmoid_grad",
+                                           "tanh_grad", "div"};
 const std::vector<std::string> kReduceOpNames = {"sum", "max"};
-const std::vector<std::string> kMapFuncNames = {"identity", "relu",    "relu6", "leaky_relu",
-                                                "elu",      "sigmoid", "tanh",  "prelu"};
+const std::vector<std::string> kMapFuncNames = {"identity", "relu", "relu6", "leaky_relu", "elu",
+                                                "sigmoid",  "tanh", "prelu", "rsqrt"};
 const std::vector<std::string> kSourceNames = {"mem", "ub"};
 const std::vector<std::string> kUpdateKindNames = {"sgd", "momentum", "adam"};
 

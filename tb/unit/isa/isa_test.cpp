@@ -47,8 +47,8 @@ DocField enumeration(const std::string& name, std::size_t offset, std::vector<un
 DocField flag(const std::string& name, int bit) { return {name, 1, 0, bit, {}}; }
 
 // docs/isa.md §3.1 enum codes: data type 0 int8, 1 int32, 2 bf16, 3 fp32; func 0..5; kind 0..1;
-// op 0..8. Pool and eltwise take int8, bf16 and fp32 (§4.8, §4.9); reduce and pool_grad decode
-// every data type (§4.17, §4.18: the vector unit refuses all but fp32).
+// op 0..9; map func 0..8. Pool and eltwise take int8, bf16 and fp32 (§4.8, §4.9); reduce and
+// pool_grad decode every data type (§4.17, §4.18: the vector unit refuses all but fp32).
 const std::vector<unsigned> kAllTypes = {0, 1, 2, 3};
 const std::vector<unsigned> kElementTypes = {0, 2, 3};
 
@@ -110,9 +110,9 @@ const std::vector<DocLayout>& doc_layouts() {
       {0x0a,
        "eltwise",
        Eltwise{},
-       {enumeration("op", 2, {0, 1, 2, 3, 4, 5, 6, 7, 8}), enumeration("type", 3, kElementTypes),
+       {enumeration("op", 2, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}), enumeration("type", 3, kElementTypes),
         integer("a", 4, 4), integer("b", 8, 4), integer("dst", 12, 4), integer("count", 16, 4),
-        integer("shift", 20, 1), integer("multiplier", 24, 4)}},
+        integer("shift", 20, 1), integer("multiplier", 24, 4), integer("b_period", 28, 4)}},
       {0x0b, "sync", Sync{}, {flag("all_cores", 0)}},
       {0x0c, "tag", Tag{}, {integer("id", 4, 4)}},
       {0x0d,
@@ -129,7 +129,7 @@ const std::vector<DocLayout>& doc_layouts() {
       {0x11,
        "map",
        Map{},
-       {enumeration("func", 2, {0, 1, 2, 3, 4, 5, 6, 7}), enumeration("out", 3, kElementTypes),
+       {enumeration("func", 2, {0, 1, 2, 3, 4, 5, 6, 7, 8}), enumeration("out", 3, kElementTypes),
         integer("src", 4, 4), integer("dst", 8, 4), integer("params", 12, 4),
         integer("count", 16, 4), integer("channels", 20, 2), enumeration("in", 22, kElementTypes),
         integer("in_scale", 24, 4), integer("out_scale", 28, 4)}},

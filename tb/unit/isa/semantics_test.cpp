@@ -210,6 +210,11 @@ TEST(Semantics, PoolEltwiseAndSoftmaxFollowTheirGeometry) {
   EXPECT_EQ(ranges(e), (std::vector<Range>{{Space::UnifiedBuffer, 0, 100, false, "a"},
                                            {Space::UnifiedBuffer, 100, 200, false, "b"},
                                            {Space::UnifiedBuffer, 200, 300, true, "dst"}}));
+  // A broadcast b is its b_period elements, whatever count is (docs/isa.md §6.1).
+  e.b_period = 7;
+  EXPECT_EQ(ranges(e), (std::vector<Range>{{Space::UnifiedBuffer, 0, 100, false, "a"},
+                                           {Space::UnifiedBuffer, 100, 114, false, "b"},
+                                           {Space::UnifiedBuffer, 200, 300, true, "dst"}}));
   Softmax s;
   s.src = UbAddr(0), s.dst = UbAddr(0x800), s.rows = 3, s.cols = 10, s.src_stride = 64;
   s.dst_stride = 48;

@@ -24,6 +24,7 @@
 #include "hw/isa/fields.h"
 #include "hw/vector_unit/functions.h"
 #include "numerics/activation.h"
+#include "numerics/batch_norm.h"
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
 #include "numerics/fixed_point.h"
@@ -971,6 +972,7 @@ float fp32_op(isa::EltOp op, float x, float y) {
     case isa::EltOp::Relu6Grad: return x > 0.0f && x < 6.0f ? y : 0.0f;
     case isa::EltOp::SigmoidGrad: return r(double{y} * r(double{x} * r(1.0 - double{x})));
     case isa::EltOp::TanhGrad: return r(double{y} * r(1.0 - double{r(double{x} * x)}));
+    case isa::EltOp::Div: return r(double{x} / y);  // float64 keeps 2*24+2 bits: one rounding
   }
   return 0.0f;
 }
@@ -1187,6 +1189,228 @@ TEST(VectorEltwise, RejectsBadFieldsNamingThem) {
     e.type = DType::Int32;
     expect_program_error([&] { run(e); }, {"type", "int32", "int8, bf16, fp32"});
   }
+}
+
+// ---- eltwise: a broadcast b (b_period) and div ----
+
+// docs/isa.md §4.9: with b_period = p > 0, element i reads b[i mod p]; p = 1 is a scalar, p = 7 one
+// value per channel of a 7-channel NHWC tensor, p = count the unbroadcast form. Every type, with
+// the int8 ops' saturation and the float ops' fp32 rounding, against the written rule with an
+// explicit i % p; b's bytes after its p elements are never read (they hold NaN or -128 here).
+TEST(VectorEltwise, ABroadcastBReadsElementIModuloBPeriod) {
+  constexpr std::uint32_t kCount = 3 * 7 * 5;  // 5 pixels of 7 channels, 3 images
+  for (DType type : {DType::Int8, DType::Bf16, DType::Fp32})
+    for (std::uint32_t p : {1u, 7u, kCount}) {
+      Core core;
+      VectorOps ops(core.cfg);
+      std::mt19937 rng(23 + p);
+      std::uniform_real_distribution<float> v(-100.0f, 100.0f);
+      std::uniform_int_distribution<int> q(-128, 127);
+      isa::Eltwise e = eltwise_case(type, kCount, 0x100, 0x2100, 0x4100);
+      e.b_period = p;
+      const std::uint64_t es = size_of(type);
+      std::vector<float> af(kCount), bf(kCount);
+      std::vector<int> ai(kCount), bi(kCount);
+      for (std::uint32_t i = 0; i < kCount; ++i) {
+        ai[i] = q(rng), bi[i] = i < p ? q(rng) : -128;
+        af[i] = v(rng), bf[i] = i < p ? v(rng) : std::numeric_limits<float>::quiet_NaN();
+        if (type == DType::Int8) {
+          core.put8(e.a.value() + i, ai[i]);
+          core.put8(e.b.value() + i, bi[i]);
+        } else if (type == DType::Bf16) {
+          af[i] = exact::bf16(af[i]), bf[i] = exact::bf16(bf[i]);
+          core.put_bf16(e.a.value() + 2 * i, af[i]);
+          core.put_bf16(e.b.value() + 2 * i, bf[i]);
+        } else {
+          core.put32(e.a.value() + 4 * i, bits_of(af[i]));
+          core.put32(e.b.value() + 4 * i, bits_of(bf[i]));
+        }
+      }
+      for (isa::EltOp op : kEltOps) {
+        e.op = op;
+        ops.eltwise(e, core.ub_view());
+        for (std::uint32_t i = 0; i < kCount; ++i) {
+          const std::uint32_t j = i % p;
+          const std::uint64_t at = e.dst.value() + es * i;
+          if (type == DType::Int8) {
+            int expect = 0;
+            switch (op) {
+              case isa::EltOp::Add: expect = ai[i] + bi[j]; break;
+              case isa::EltOp::Sub: expect = ai[i] - bi[j]; break;
+              case isa::EltOp::Mul: expect = ai[i] * bi[j]; break;
+              case isa::EltOp::Max: expect = std::max(ai[i], bi[j]); break;
+              default: expect = std::min(ai[i], bi[j]); break;
+            }
+            ASSERT_EQ(core.get8(at), std::clamp(expect, -128, 127))
+                << isa::name_of(op) << " p " << p << " i " << i;
+          } else {
+            float expect = fp32_op(op, af[i], bf[j]);
+            if (type == DType::Bf16) expect = exact::bf16(expect);
+            const float got = type == DType::Bf16 ? core.get_bf16(at) : float_of(core.get32(at));
+            ASSERT_EQ(bits_of(got), bits_of(expect))
+                << name_of(type) << " " << isa::name_of(op) << " p " << p << " i " << i;
+          }
+        }
+      }
+    }
+}
+
+// b_period = count is b_period = 0: the same bytes out, for every op of an fp32 pair.
+TEST(VectorEltwise, BPeriodEqualToCountIsTheUnbroadcastForm) {
+  Core core;
+  VectorOps ops(core.cfg);
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> v(-5.0f, 5.0f);
+  isa::Eltwise e = eltwise_case(DType::Fp32, 200, 0x100, 0x1100, 0x2100);
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    core.put32(e.a.value() + 4 * i, bits_of(v(rng)));
+    core.put32(e.b.value() + 4 * i, bits_of(v(rng)));
+  }
+  for (isa::EltOp op : {isa::EltOp::Add, isa::EltOp::Mul, isa::EltOp::Div, isa::EltOp::TanhGrad}) {
+    e.op = op;
+    e.b_period = 0;
+    ops.eltwise(e, core.ub_view());
+    const std::vector<std::uint8_t> unbroadcast(core.ub.begin() + 0x2100,
+                                                core.ub.begin() + 0x2100 + 4 * e.count);
+    e.b_period = e.count;
+    ops.eltwise(e, core.ub_view());
+    EXPECT_TRUE(std::equal(unbroadcast.begin(), unbroadcast.end(), core.ub.begin() + 0x2100))
+        << isa::name_of(op);
+  }
+}
+
+std::uint32_t edge_fp32_bits(std::mt19937& rng, bool one_nan);  // below, with the fast paths
+
+// docs/isa.md §4.9: div is one IEEE-754 fp32 division rounded to nearest even: x / ±0 is a signed
+// infinity, 0 / 0 and inf / inf NaN, a NaN operand NaN, x / ±inf a signed zero, subnormal
+// quotients and overflow to inf as IEEE says; random pairs against the float64 quotient rounded
+// once (exact for division: float64 has more than 2*24+2 bits).
+TEST(VectorEltwise, DivIsOneIeeeFp32DivisionIncludingZerosInfinitiesAndNan) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  struct Row {
+    float a, b, expect;
+  };
+  const std::vector<Row> rows = {{1.0f, 0.0f, inf},
+                                 {-1.0f, 0.0f, -inf},
+                                 {1.0f, -0.0f, -inf},
+                                 {-3.0f, -0.0f, inf},
+                                 {0.0f, 0.0f, nan},
+                                 {-0.0f, 0.0f, nan},
+                                 {inf, inf, nan},
+                                 {-inf, 2.0f, -inf},
+                                 {nan, 1.0f, nan},
+                                 {1.0f, nan, nan},
+                                 {1.0f, inf, 0.0f},
+                                 {-1.0f, inf, -0.0f},
+                                 {0.0f, -5.0f, -0.0f},
+                                 {1.0f, 3.0f, 1.0f / 3.0f},
+                                 {tiny, 2.0f, 0.0f},          // a tie to even: 0
+                                 {3 * tiny, 2.0f, 2 * tiny},  // 1.5 -> 2
+                                 {3.0e38f, 0.5f, inf},
+                                 {6.0f, 3.0f, 2.0f},
+                                 {1.0f, 1e-40f, inf}};
+  Core core;
+  VectorOps ops(core.cfg);
+  isa::Eltwise e = eltwise_case(DType::Fp32, 4000, 0x100, 0x4100, 0x8100);
+  e.op = isa::EltOp::Div;
+  std::mt19937 rng(31);
+  std::vector<float> a(e.count), b(e.count);
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    if (i < rows.size()) {
+      a[i] = rows[i].a, b[i] = rows[i].b;
+    } else {
+      a[i] = float_of(edge_fp32_bits(rng, false)), b[i] = float_of(edge_fp32_bits(rng, false));
+    }
+    core.put32(e.a.value() + 4 * i, bits_of(a[i]));
+    core.put32(e.b.value() + 4 * i, bits_of(b[i]));
+  }
+  ops.eltwise(e, core.ub_view());
+  for (std::uint32_t i = 0; i < e.count; ++i) {
+    const float got = float_of(core.get32(e.dst.value() + 4 * i));
+    const float expect = i < rows.size() ? rows[i].expect : fp32_op(isa::EltOp::Div, a[i], b[i]);
+    if (std::isnan(expect))
+      ASSERT_TRUE(std::isnan(got)) << a[i] << " / " << b[i];
+    else
+      ASSERT_EQ(bits_of(got), bits_of(expect)) << a[i] << " / " << b[i] << " = " << got;
+  }
+}
+
+// div by a broadcast divisor, in place on a: a per-channel variance divides every pixel's value
+// of its channel (BatchNormalization's backward), and a scalar count divides every value.
+TEST(VectorEltwise, DivByABroadcastDivisorInPlace) {
+  Core core;
+  VectorOps ops(core.cfg);
+  constexpr std::uint32_t kChannels = 5, kPixels = 40;
+  isa::Eltwise e = eltwise_case(DType::Fp32, kChannels * kPixels, 0x100, 0x2000, 0x100);
+  e.op = isa::EltOp::Div;
+  std::mt19937 rng(37);
+  std::uniform_real_distribution<float> v(-8.0f, 8.0f), var(0.01f, 4.0f);
+  std::vector<float> x(e.count), d{var(rng), var(rng), var(rng), var(rng), 0.0f};
+  for (std::uint32_t i = 0; i < e.count; ++i)
+    core.put32(e.a.value() + 4 * i, bits_of(x[i] = v(rng)));
+  for (std::uint32_t c = 0; c < kChannels; ++c) core.put32(e.b.value() + 4 * c, bits_of(d[c]));
+  for (std::uint32_t p : {kChannels, 1u}) {
+    e.b_period = p;
+    ops.eltwise(e, core.ub_view());
+    for (std::uint32_t i = 0; i < e.count; ++i) {
+      x[i] = x[i] / d[i % p];
+      ASSERT_EQ(core.get32(e.dst.value() + 4 * i), bits_of(x[i])) << "p " << p << " i " << i;
+    }
+  }
+}
+
+// docs/isa.md §4.9: div decodes with any element type but executes on fp32 only; the refusal
+// names the op and the type and writes nothing.
+TEST(VectorEltwise, DivRefusesEveryTypeButFp32NamingOpAndType) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const std::vector<std::uint8_t> before = core.ub;
+  for (DType type : {DType::Int8, DType::Bf16}) {
+    isa::Eltwise e = eltwise_case(type, 16, 0x100, 0x200, 0x300);
+    e.op = isa::EltOp::Div;
+    expect_program_error([&] { ops.eltwise(e, core.ub_view()); },
+                         {"eltwise", "op div", std::string(name_of(type)), "fp32 only"});
+  }
+  EXPECT_EQ(core.ub, before);
+}
+
+// b_period > count is refused; a broadcast b needs only its b_period elements inside the unified
+// buffer; a b shorter than count may not overlap dst (not even in place), one of count elements
+// may be dst itself.
+TEST(VectorEltwise, BroadcastChecksItsPeriodRangeAndOverlapBeforeWritingAnything) {
+  Core core;
+  VectorOps ops(core.cfg);
+  const auto end = static_cast<std::uint32_t>(core.ub.size());
+  isa::Eltwise ok = eltwise_case(DType::Fp32, 16, 0x100, 0x200, 0x300);
+  ok.b_period = 4;
+  const auto run = [&](const isa::Eltwise& e) { ops.eltwise(e, core.ub_view()); };
+  expect_refusals<isa::Eltwise>(
+      core, ok, run,
+      {
+          {[](isa::Eltwise& e) { e.b_period = 17; },
+           {"eltwise", "b_period = 17", "0", "1..count = 16"}},
+          {[&](isa::Eltwise& e) { e.b = UbAddr(end - 15); },
+           {"b = 0x", "b_period 4 x fp32", "reaches past the end"}},
+          {[](isa::Eltwise& e) { e.dst = e.b; },
+           {"dst = 0x200", "overlaps b = 0x200", "b_period = 4 < count = 16"}},
+          {[](isa::Eltwise& e) { e.dst = UbAddr(e.b.value() - 60); }, {"dst", "overlaps b"}},
+          {[](isa::Eltwise& e) {
+             e.b_period = 0;
+             e.dst = UbAddr(e.b.value() + 4);
+           },
+           {"dst", "overlaps b", "must equal b"}},
+      });
+  // 16 bytes at the very end hold a period of 4 fp32 values; count 16 would not fit there.
+  isa::Eltwise at_end = ok;
+  at_end.b = UbAddr(end - 16);
+  EXPECT_NO_THROW(run(at_end));
+  // In place on b is allowed when b has count elements.
+  isa::Eltwise on_b = ok;
+  on_b.b_period = on_b.count;
+  on_b.dst = on_b.b;
+  EXPECT_NO_THROW(run(on_b));
 }
 
 // ---- copy ----
@@ -1637,6 +1861,7 @@ float map_function(isa::MapFunc f, float x, float alpha) {
     case isa::MapFunc::Sigmoid: return numerics::sigmoid(x);
     case isa::MapFunc::Tanh: return numerics::tanh_act(x);
     case isa::MapFunc::Prelu: return numerics::leaky_relu(x, alpha);
+    case isa::MapFunc::Rsqrt: return numerics::rsqrt(x);
   }
   return 0.0f;
 }
@@ -1794,7 +2019,7 @@ TEST(VectorMap, RejectsBadFieldsNamingThemBeforeWritingAnything) {
           {[](isa::Map& m) { m.in_scale = -1.0f; }, {"in_scale = -1"}},
           {[](isa::Map& m) { m.out_scale = 0.5f; }, {"out_scale = 0.5", "out bf16", "must be 0"}},
           {[](isa::Map& m) { m.in_type = DType::Int32; }, {"in = int32", "int8, bf16, fp32"}},
-          {[](isa::Map& m) { m.func = static_cast<isa::MapFunc>(8); }, {"func = 8"}},
+          {[](isa::Map& m) { m.func = static_cast<isa::MapFunc>(9); }, {"func = 9"}},
           {[&](isa::Map& m) {
              m.params = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 12 * 6));
            },
@@ -1804,6 +2029,87 @@ TEST(VectorMap, RejectsBadFieldsNamingThemBeforeWritingAnything) {
           {[](isa::Map& m) { m.dst = UbAddr(m.src.value() + 1); }, {"dst", "overlaps src"}},
           {[&](isa::Map& m) { m.src = UbAddr(static_cast<std::uint32_t>(core.ub.size() - 63)); },
            {"src = 0x", "count 64 x int8"}},
+      });
+}
+
+// docs/isa.md §4.16: rsqrt is numerics::rsqrt of t = x·a + b (two fp32 operations), fp32 in and
+// out: BatchNormalization's rsqrt(variance + epsilon) with a = 1 and b = epsilon gives the bits of
+// numerics::batch_stats' rsqrt; zeros, negatives, infinities and NaN as the double-precision
+// 1/sqrt rounded once gives them.
+TEST(VectorMap, RsqrtOfVariancePlusEpsilonIsNumericsRsqrtPerChannel) {
+  Core core;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kEps = 1e-3f;
+  std::vector<float> var = {0.0f, 1.0f, 4.0f, 2.0f, 1e-30f, 3.0e38f, -0.5f, 0.25f, 7.0f, 1e6f};
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> v(0.0f, 10.0f);
+  while (var.size() < 300) var.push_back(v(rng));
+  isa::Map m = map_case(isa::MapFunc::Rsqrt, DType::Fp32, DType::Fp32,
+                        static_cast<std::uint32_t>(var.size()));
+  m.channels = static_cast<std::uint16_t>(var.size());  // one record per channel, as BN's
+  for (std::uint32_t c = 0; c < m.channels; ++c) {
+    core.put32(m.src.value() + 4 * c, bits_of(var[c]));
+    core.put32(m.params.value() + 12 * c, bits_of(1.0f));
+    core.put32(m.params.value() + 12 * c + 4, bits_of(kEps));
+    core.put32(m.params.value() + 12 * c + 8, 0);
+  }
+  VectorOps(core.cfg).map(m, core.ub_view());
+  for (std::uint32_t c = 0; c < m.channels; ++c) {
+    const float got = float_of(core.get32(m.dst.value() + 4 * c));
+    const float t = var[c] + kEps;
+    const float expect = static_cast<float>(1.0 / std::sqrt(static_cast<double>(t)));
+    if (std::isnan(expect)) {
+      ASSERT_TRUE(std::isnan(got)) << var[c];
+      continue;
+    }
+    ASSERT_EQ(bits_of(got), bits_of(expect)) << var[c];
+    // The statistics of a channel whose mean is 0 and whose E[x²] is var[c]: variance = var[c].
+    ASSERT_EQ(bits_of(got), bits_of(numerics::batch_stats(0.0f, var[c], 1.0f, kEps).rsqrt))
+        << var[c];
+  }
+  // The special values of t itself, with a = 1 and b = -0 (t = x exactly, -0 too: -0 + +0 would
+  // be +0).
+  const std::vector<std::pair<float, float>> special = {{0.0f, inf},  {-0.0f, -inf}, {inf, 0.0f},
+                                                        {-1.0f, nan}, {nan, nan},    {0.25f, 2.0f}};
+  isa::Map s = map_case(isa::MapFunc::Rsqrt, DType::Fp32, DType::Fp32,
+                        static_cast<std::uint32_t>(special.size()));
+  s.channels = 1;
+  core.put32(s.params.value(), bits_of(1.0f));
+  core.put32(s.params.value() + 4, bits_of(-0.0f));
+  for (std::size_t i = 0; i < special.size(); ++i)
+    core.put32(s.src.value() + 4 * i, bits_of(special[i].first));
+  VectorOps(core.cfg).map(s, core.ub_view());
+  for (std::size_t i = 0; i < special.size(); ++i) {
+    const float got = float_of(core.get32(s.dst.value() + 4 * i));
+    if (std::isnan(special[i].second))
+      EXPECT_TRUE(std::isnan(got)) << special[i].first;
+    else
+      EXPECT_EQ(bits_of(got), bits_of(special[i].second)) << special[i].first;
+  }
+}
+
+// rsqrt takes fp32 in and out only (the decoder accepts every element type with it): the
+// refusal names the function, the field and its type, and writes nothing.
+TEST(VectorMap, RsqrtRefusesEveryTypeButFp32NamingTheField) {
+  Core core;
+  VectorOps ops(core.cfg);
+  expect_refusals<isa::Map>(
+      core, map_case(isa::MapFunc::Rsqrt, DType::Fp32, DType::Fp32, 64),
+      [&](const isa::Map& m) { ops.map(m, core.ub_view()); },
+      {
+          {[](isa::Map& m) {
+             m.in_type = DType::Int8;
+             m.in_scale = 0.5f;
+           },
+           {"map", "func rsqrt", "in = int8", "fp32 in and out only"}},
+          {[](isa::Map& m) { m.in_type = DType::Bf16; }, {"func rsqrt", "in = bf16"}},
+          {[](isa::Map& m) {
+             m.out_type = DType::Int8;
+             m.out_scale = 0.5f;
+           },
+           {"func rsqrt", "out = int8"}},
+          {[](isa::Map& m) { m.out_type = DType::Bf16; }, {"func rsqrt", "out = bf16"}},
       });
 }
 
@@ -2412,6 +2718,68 @@ TEST(VectorCost, UnifiedBufferPortBoundsTheCostWhenNarrow) {
   EXPECT_EQ(c.cycles, cfg.vector_unit.latency_cycles +
                           ceil_div(3u * e.count, cfg.vector_unit.bytes_per_cycle));
   EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, 3u * e.count));
+}
+
+// docs/timing-model.md, "Broadcast and division": a broadcast b is read once (b_period elements),
+// the lanes do one pass per element, and a division holds a lane for 4 element operations; the
+// cycles follow the formula from the config, on the test config and on narrow- and wide-port
+// variants (port-bound and lane-bound).
+TEST(VectorCost, EltwiseReadsABroadcastBOnceAndCountsFourOpsPerDivision) {
+  ChipConfig cfg = test_config();
+  for (std::uint32_t port : {cfg.vector_unit.bytes_per_cycle, 4u, 1u << 20}) {
+    cfg.vector_unit.bytes_per_cycle = port;
+    const VectorOps ops(cfg);
+    for (DType type : {DType::Int8, DType::Bf16, DType::Fp32})
+      for (isa::EltOp op : {isa::EltOp::Add, isa::EltOp::Mul, isa::EltOp::Div})
+        for (std::uint32_t p : {0u, 1u, 64u, 5000u}) {
+          if (op == isa::EltOp::Div && type != DType::Fp32) continue;
+          isa::Eltwise e = eltwise_case(type, 5000, 0, 0x8000, 0x10000);
+          e.op = op;
+          e.b_period = p;
+          const VectorCost c = ops.cost(e);
+          const std::uint64_t es = size_of(type);
+          EXPECT_EQ(c.element_ops, std::uint64_t{e.count} * (op == isa::EltOp::Div ? 4 : 1));
+          EXPECT_EQ(c.ub_bytes_read, e.count * es + (p == 0 ? e.count : p) * es);
+          EXPECT_EQ(c.ub_bytes_written, e.count * es);
+          EXPECT_EQ(c.acc_bytes_read, 0u);
+          EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written))
+              << name_of(type) << " " << isa::name_of(op) << " p " << p << " port " << port;
+        }
+  }
+  // b_period = 0 costs exactly what every eltwise cost before the field existed.
+  isa::Eltwise e = eltwise_case(DType::Fp32, 5000, 0, 0x8000, 0x10000);
+  const VectorCost old = VectorOps(cfg).cost(e);
+  EXPECT_EQ(old.ub_bytes_read, 2u * 4 * e.count);
+  EXPECT_EQ(old.element_ops, e.count);
+}
+
+// A division is lane-bound where an add is port-bound once the port is wide: four times the
+// lane term of the same add.
+TEST(VectorCost, ADivisionTakesFourTimesTheLaneCyclesOfAnAdd) {
+  ChipConfig cfg = test_config();
+  cfg.vector_unit.bytes_per_cycle = 1 << 20;  // the port never limits
+  const std::uint64_t latency = cfg.vector_unit.latency_cycles;
+  const std::uint64_t slots = std::uint64_t{cfg.vector_unit.lanes} * cfg.vector_unit.sublanes;
+  isa::Eltwise e = eltwise_case(DType::Fp32, 4096, 0, 0x8000, 0x10000);
+  const std::uint64_t add = VectorOps(cfg).cost(e).cycles - latency;
+  e.op = isa::EltOp::Div;
+  const std::uint64_t div = VectorOps(cfg).cost(e).cycles - latency;
+  EXPECT_EQ(add, ceil_div(e.count, slots));
+  EXPECT_EQ(div, ceil_div(4 * e.count, slots));
+  EXPECT_EQ(div, 4 * add);
+}
+
+// rsqrt is one of map's functions: one pass per element, as sigmoid.
+TEST(VectorCost, MapRsqrtCostsWhatMapSigmoidCosts) {
+  const ChipConfig cfg = test_config();
+  const VectorOps ops(cfg);
+  const VectorCost r = ops.cost(map_case(isa::MapFunc::Rsqrt, DType::Fp32, DType::Fp32, 512));
+  const VectorCost s = ops.cost(map_case(isa::MapFunc::Sigmoid, DType::Fp32, DType::Fp32, 512));
+  EXPECT_EQ(r.element_ops, 512u);
+  EXPECT_EQ(r.cycles, s.cycles);
+  EXPECT_EQ(r.ub_bytes_read, s.ub_bytes_read);
+  EXPECT_EQ(r.ub_bytes_written, s.ub_bytes_written);
+  EXPECT_EQ(r.cycles, formula(cfg, r.element_ops, r.ub_bytes_read + r.ub_bytes_written));
 }
 
 // One op per element; the input and the channel records read, the output written.
