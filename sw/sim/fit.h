@@ -28,15 +28,16 @@ struct FitOptions {
   std::uint32_t validation_freq = 0;  // validate after every this many epochs; 0: after the last
   nn::Optimizer optimizer;
   bool check = true;  // the reference beside the chip, bit for bit after every step
-  std::string trace;  // a Chrome trace-event JSON is wanted for this file
+  std::string
+      trace;  // a Chrome trace-event JSON of the first and the last step is wanted for this file
   // Called with each line Keras would print ("Epoch 1/5", "60/60 - ..."), as it happens.
   std::function<void(const std::string&)> log;
 };
 
 struct FitResult {
   nlohmann::ordered_json report;  // tpusim.fit/1 (docs/report.md)
-  std::string trace_json;
-  nn::Weights weights;  // the chip's, after the last step
+  std::string trace_json;  // when FitOptions::trace names a file: its content (docs/trace.md)
+  nn::Weights weights;     // the chip's, after the last step
 };
 
 // Throws InputError for bad inputs and ProgramError when the chip stops; a step whose weights
