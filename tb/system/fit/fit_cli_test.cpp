@@ -147,6 +147,13 @@ TEST(FitReport, StepSplitAddsUpToTheStepsCycles) {
   EXPECT_EQ(last["cycles"], j["per_step"][1]["cycles"]);
   EXPECT_GT(last["tflops"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(last["energy_j"].get<double>(), j["per_step"][1]["energy_j"].get<double>());
+  // The counters restart after every step: each MXU cycle of the last step is in one bucket.
+  const auto chip = read_json(source("configs/chips/v3.json"));
+  double mxu_cycles = 0;
+  for (const auto& [bucket, cycles] : last["mxu_cycles"].items())
+    mxu_cycles += cycles.get<double>();
+  EXPECT_DOUBLE_EQ(mxu_cycles, last["cycles"].get<double>() * chip["tensor_cores"].get<double>() *
+                                   chip["mxu"]["count"].get<double>());
   // The epoch's split and energy are its steps'.
   double epoch_cycles = 0;
   for (const auto& p : parts) epoch_cycles += j["epochs"][0]["split_cycles"][p].get<double>();
