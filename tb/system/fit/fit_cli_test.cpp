@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -35,18 +36,27 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(in);
 }
 
-// The tpusim.fit/1 report of `tpusim fit --chip v3 <args>` (null, and a failure, when it fails).
-nlohmann::json v3_report(const std::string& name, const std::string& args) {
+// What `tpusim fit --chip v3 <args> <option> FILE` writes into FILE (empty, and a failure, when
+// it fails); `name` keeps the scratch directories of tests running at once apart.
+std::string v3_output(const std::string& name, const std::string& args, const std::string& option) {
   const fs::path d = scratch(name);
+  const fs::path file = d / "out";
   const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") + " " + args +
-                                  " --json " + (d / "fit.json").string());
+                                  " " + option + " " + file.string());
   if (r.status != 0) {
     ADD_FAILURE() << r.out;
-    return nullptr;
+    return "";
   }
-  const auto j = read_json(d / "fit.json");
+  std::ifstream in(file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   fs::remove_all(d);
-  return j;
+  return text;
+}
+
+// The tpusim.fit/1 report (null when the run fails).
+nlohmann::json v3_report(const std::string& name, const std::string& args) {
+  const std::string text = v3_output(name, args, "--json");
+  return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
 }
 
 class FitChips : public ::testing::TestWithParam<std::string> {};
@@ -191,14 +201,22 @@ TEST(FitReport, LastStepHasAForwardAndABackwardRowPerLayer) {
   EXPECT_DOUBLE_EQ(2 * macs, last["flops"].get<double>());
 }
 
+TEST(FitReport, MarkdownHasTheEpochsTheSplitAndThePerTagTable) {
+  const std::string md =
+      v3_output("markdown", "--epochs 1 --steps-per-epoch 2 --batch 16", "--markdown");
+  EXPECT_THAT(md, HasSubstr("# fashion_mnist_cnn trained on tpu-v3\n"));
+  EXPECT_THAT(md, HasSubstr("| epoch | loss | accuracy |"));
+  EXPECT_THAT(md, HasSubstr("## Step 2 (the last)"));
+  EXPECT_THAT(md, HasSubstr("| communication | "));
+  EXPECT_THAT(md, HasSubstr("| conv2d (backward) | Conv2D | "));
+}
+
 // --trace: the first and the last step only, slices named by instruction and layer.
 TEST(FitTrace, TracesTheFirstAndTheLastStep) {
-  const fs::path d = scratch("trace");
-  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") +
-                                  " --epochs 1 --steps-per-epoch 3 --batch 16 --trace " +
-                                  (d / "fit.trace.json").string());
-  ASSERT_EQ(r.status, 0) << r.out;
-  const auto t = read_json(d / "fit.trace.json");
+  const std::string text =
+      v3_output("trace", "--epochs 1 --steps-per-epoch 3 --batch 16", "--trace");
+  ASSERT_FALSE(text.empty());
+  const auto t = nlohmann::json::parse(text);
   ASSERT_TRUE(t["traceEvents"].is_array());
   std::uint64_t slices = 0;
   bool backward = false, exchange = false, infeed = false;
@@ -223,7 +241,6 @@ TEST(FitTrace, TracesTheFirstAndTheLastStep) {
   for (auto it = std::next(core0.begin()); it != core0.end(); ++it)
     jump = std::max(jump, *it - *std::prev(it));
   EXPECT_GT(jump, (*core0.rbegin() - *core0.begin()) / 4);
-  fs::remove_all(d);
 }
 
 }  // namespace
