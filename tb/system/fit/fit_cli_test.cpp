@@ -4,6 +4,7 @@
 // and one clear line for what cannot train.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -24,8 +25,10 @@ using ::testing::HasSubstr;
 
 std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
 
+// Per process: other checkouts' tests may run the same cases at the same time.
 fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("tpusim-fit-" + name);
+  const fs::path d =
+      fs::temp_directory_path() / ("tpusim-fit-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
