@@ -45,15 +45,32 @@ LayerCounters Chip::counters() const {
   LayerCounters all;
   for (const auto& c : cores) all += c->counters();
   Counters& host = all.at(0);
-  host.host_bytes_in += hif->instruction_bytes() + hif->memory_bytes_written();
-  host.host_bytes_out += hif->memory_bytes_read();
-  host.off_chip_bytes_written += hif->memory_bytes_written();
-  host.off_chip_bytes_read += hif->memory_bytes_read();
+  const std::uint64_t instructions = hif->instruction_bytes() - taken_instruction_bytes_;
+  const std::uint64_t written = hif->memory_bytes_written() - taken_bytes_written_;
+  const std::uint64_t read = hif->memory_bytes_read() - taken_bytes_read_;
+  host.host_bytes_in += instructions + written;
+  host.host_bytes_out += read;
+  host.off_chip_bytes_written += written;
+  host.off_chip_bytes_read += read;
+  return all;
+}
+
+LayerCounters Chip::take_counters(Cycle end) {
+  finish(end);
+  LayerCounters all = counters();
+  for (auto& c : cores) c->reset_counters();
+  taken_instruction_bytes_ = hif->instruction_bytes();
+  taken_bytes_written_ = hif->memory_bytes_written();
+  taken_bytes_read_ = hif->memory_bytes_read();
   return all;
 }
 
 void Chip::enable_trace(Trace& trace) {
   for (auto& c : cores) c->sequencer->set_trace(&trace, c->id());
+}
+
+void Chip::disable_trace() {
+  for (auto& c : cores) c->sequencer->set_trace(nullptr, c->id());
 }
 
 void Chip::finish(Cycle end) {

@@ -36,8 +36,15 @@ class Chip : public sc_core::sc_module {
   [[nodiscard]] LayerCounters counters() const;
   // Records an execution trace into `trace` (call before sc_start; `trace` outlives the run).
   void enable_trace(Trace& trace);
+  // Stops recording (between programs, with no instruction in flight).
+  void disable_trace();
   // Closes the cycle accounting at `end` (after the run).
   void finish(Cycle end);
+  // For a host that runs program after program on one elaboration (fit's steps): closes the
+  // accounting at `end` (every core halted, no instruction in flight), returns the activity since
+  // the previous call (or the start) and starts the counters afresh. Per core, the layers'
+  // cycles add up to `end` minus the previous call's `end`.
+  LayerCounters take_counters(Cycle end);
   // Raised when core `c` retires a Halt: the interrupt the host waits for.
   [[nodiscard]] const sc_core::sc_event& halted_event(std::uint32_t c) const {
     return cores[c]->sequencer->halted_event();
@@ -60,6 +67,9 @@ class Chip : public sc_core::sc_module {
 
  private:
   static BandwidthResource* make_off_chip_bw(const ChipConfig& cfg, const Clock& clock);
+
+  // The host interface's byte counts already returned by take_counters.
+  std::uint64_t taken_instruction_bytes_ = 0, taken_bytes_written_ = 0, taken_bytes_read_ = 0;
 };
 
 }  // namespace tpu

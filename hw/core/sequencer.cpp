@@ -69,7 +69,7 @@ void Sequencer::run() {
 
 void Sequencer::finish(Cycle end) {
   // Instruction i is the oldest unfinished one from max(done of 0..i-1) to max(done of 0..i).
-  Cycle retired = 0;
+  Cycle retired = closed_at_;
   for (std::size_t i = 0; i < ledger_done_.size(); ++i)
     if (ledger_done_[i] > retired) {
       counters_.at(ledger_layer_[i]).cycles +=
@@ -87,6 +87,7 @@ void Sequencer::finish(Cycle end) {
   ledger_done_.clear();
   ledger_layer_.clear();
   ledger_started_.clear();
+  closed_at_ = std::max(end, retired);
 }
 
 void Sequencer::check_acc(const InFlight& f, const char* field, std::uint64_t first,
@@ -203,6 +204,7 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
   f->unit = unit_queue_id(unit);
   f->ledger = &ledger_done_;
   f->ledger_started = &ledger_started_;
+  f->ledger_slot = ledger_done_.size() - 1;  // run() recorded it before issuing
   scoreboard_.issue(f);
   const Cycle t0 = clock_.now();
   target->write(f);

@@ -64,7 +64,9 @@ class Sequencer : public sc_core::sc_module {
   // Charges every cycle of the run to a layer: the layer of the oldest unfinished instruction
   // (retirement order), the cycles after the last one to the last layer. Per core, the layers'
   // cycles add up to `end`. Also records each layer's span: from the first start to the last
-  // completion of its instructions that units ran.
+  // completion of its instructions that units ran. A host that runs program after program (fit's
+  // steps) may call it after each, with every instruction finished: each call charges the cycles
+  // since the previous one, so per core they add up to `end` minus the previous call's `end`.
   void finish(Cycle end);
   const sc_core::sc_event& halted_event() const { return halted_event_; }
   // Records every instruction's slice and the sequencer's stalls into `trace` (before the run).
@@ -96,6 +98,7 @@ class Sequencer : public sc_core::sc_module {
   std::vector<std::uint32_t> ledger_layer_;
   std::vector<Cycle> ledger_done_;
   std::vector<Cycle> ledger_started_;  // instructions a unit runs: when it started them
+  Cycle closed_at_ = 0;                // the previous finish's end: cycles before are charged
   isa::SetWindow window_{};
   // Tile shapes (rows, cols) read into each MXU's FIFO and not yet swapped in, and the shape
   // resident after the last swap: a MatMul's K is the resident tile's row count.

@@ -31,6 +31,8 @@ class TensorCore : public sc_core::sc_module {
 
   [[nodiscard]] std::uint32_t id() const { return id_; }
   [[nodiscard]] const LayerCounters& counters() const { return counters_; }
+  // Starts the counters afresh (between programs, with no instruction in flight).
+  void reset_counters() { counters_ = LayerCounters{}; }
   // Closes the MXU cycle accounting at the chip's last cycle.
   void finish(Cycle end);
 

@@ -291,9 +291,10 @@ void Mxu::take_weights(const InFlight& f) {
 }
 
 void Mxu::wait_for_operands(InFlight& f) {
-  // 1. Nothing was queued since the last feed ended: idle (non-matrix work).
-  if (clock_.now() > last_feed_end_)
-    add_bucket(&MxuBuckets::idle, f.layer, clock_.now() - last_feed_end_);
+  // 1. Nothing was queued since the last feed ended (or the last finish, which charged the
+  // cycles before it): idle (non-matrix work).
+  const Cycle idle_from = std::max(last_feed_end_, accounted_until_);
+  if (clock_.now() > idle_from) add_bucket(&MxuBuckets::idle, f.layer, clock_.now() - idle_from);
   // 2. Operands still being produced or read by another unit.
   const Cycle t = clock_.now();
   f.wait_deps(clock_);

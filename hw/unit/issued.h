@@ -44,6 +44,7 @@ struct InFlight {
   // Sequencer::finish).
   std::vector<Cycle>* ledger = nullptr;
   std::vector<Cycle>* ledger_started = nullptr;
+  std::size_t ledger_slot = 0;  // its entry in both (Sequencer::finish empties the ledger)
   // When tracing: where the slice goes, and the core it ran on.
   Trace* trace = nullptr;
   std::uint32_t core = 0;

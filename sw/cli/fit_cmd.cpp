@@ -6,6 +6,7 @@
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/io/output.h"
+#include "sw/report/formats.h"
 
 namespace tpu::cli {
 
@@ -36,6 +37,12 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
   app->add_flag("--no-check", cmd.no_check,
                 "Skip the bit-exact comparison with the training reference after every step");
   app->add_option("--json", cmd.json, "Write the tpusim.fit/1 report here");
+  app->add_option("--markdown", cmd.markdown,
+                  "Write the report as Markdown here: the epochs, the last step's split and its "
+                  "per-tag table");
+  app->add_option("--trace", o.trace,
+                  "Write a Chrome trace-event JSON of the first and the last step here (opens in "
+                  "ui.perfetto.dev; docs/trace.md)");
 }
 
 void run_fit(FitCommand& cmd) {
@@ -45,13 +52,17 @@ void run_fit(FitCommand& cmd) {
                      : cmd.optimizer == "momentum" ? nn::OptimizerKind::Momentum
                                                    : nn::OptimizerKind::Adam;
   io::OutputSet out;
-  std::optional<std::size_t> json;
+  std::optional<std::size_t> json, markdown, trace;
   if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");
+  if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
+  if (!o.trace.empty()) trace = out.add(o.trace, "--trace output");
   const ChipConfig cfg = load_chip_config(cmd.chip);
   out.check({{o.model, "model"}});
   o.log = [](const std::string& line) { std::cerr << line << "\n"; };
-  const sim::FitResult r = sim::fit_session(cfg, o);
+  sim::FitResult r = sim::fit_session(cfg, o);
   if (json) out.set(*json, r.report.dump(2) + "\n");
+  if (markdown) out.set(*markdown, report::fit_markdown(r.report));
+  if (trace) out.set(*trace, std::move(r.trace_json));
   out.commit();
 }
 

@@ -1,5 +1,5 @@
 // `tpusim fit`: the tutorial's model.fit on the simulated chip (docs/training.md): Keras's log on
-// standard error, a tpusim.fit/1 report (--json) and a trace (--trace).
+// standard error, a tpusim.fit/1 report (--json, --markdown) and a trace (--trace).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,6 +15,7 @@ struct FitCommand {
   std::string optimizer = "adam";
   bool no_check = false;
   std::string json;
+  std::string markdown;
 };
 
 void add_fit_options(CLI::App* app, FitCommand& cmd);

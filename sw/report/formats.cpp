@@ -81,14 +81,14 @@ std::string thousands(double v) {
   return n < 0 ? "-" + s : s;
 }
 
-std::string layers_markdown(const ordered_json& run) {
+// `layers` rows of a run or a fit step; `total` the cycles their shares are of.
+std::string layers_markdown(const ordered_json& layers, double total) {
   std::string s =
       md_header({"layer", "type", "cycles", "share of cycles (%)", "G MAC", "utilization (%)",
                  "T ops/s", "off-chip bytes", "MAC per off-chip B", "energy (µJ)",
                  "MXU active / w.stall / w.shift / hazard / in.stall / "
                  "idle (cycles)"});
-  const double total = num(run.at("totals"), "cycles");
-  for (const auto& l : run.at("layers")) {
+  for (const auto& l : layers) {
     const auto& b = l.at("mxu_cycles");
     std::string buckets;
     for (const char* k : kBuckets) buckets += (buckets.empty() ? "" : " / ") + thousands(num(b, k));
@@ -102,6 +102,10 @@ std::string layers_markdown(const ordered_json& run) {
          fmt::format("{:.1f}", 1e6 * num(l, "energy_j")), buckets});
   }
   return s;
+}
+
+std::string layers_markdown(const ordered_json& run) {
+  return layers_markdown(run.at("layers"), num(run.at("totals"), "cycles"));
 }
 
 struct Column {
@@ -268,6 +272,48 @@ std::string run_markdown(const ordered_json& run) {
   }
   s += md_header(eh) + md_row(ev) + "\n";
   s += "Per layer (cycles by retirement, docs/report.md):\n\n" + layers_markdown(run);
+  return s;
+}
+
+std::string fit_markdown(const ordered_json& fit) {
+  std::string s = fmt::format("# {} trained on {}\n\n", fit.at("model").get<std::string>(),
+                              fit.at("chip").get<std::string>());
+  s += fmt::format(
+      "Steps: {}, each a global batch of {} images ({} replicas, micro-batches of {}); {} at "
+      "learning rate {:g}; {}.\n\n",
+      fit.at("steps").get<std::uint64_t>(), fit.at("global_batch").get<std::uint64_t>(),
+      fit.at("replicas").get<std::uint64_t>(), fit.at("micro_batch").get<std::uint64_t>(),
+      fit.at("optimizer").get<std::string>(), num(fit, "learning_rate"),
+      fit.at("checked").get<bool>() ? "every step checked bit for bit against the reference"
+                                    : "not checked (--no-check)");
+  s += md_header({"epoch", "loss", "accuracy", "val_loss", "val_accuracy", "simulated s",
+                  "validation simulated s", "energy (J)"});
+  for (const auto& e : fit.at("epochs")) {
+    auto opt = [&](const char* k) {
+      return e.contains(k) ? fmt::format("{:.4f}", num(e, k)) : std::string("-");
+    };
+    s += md_row({cell(num(e, "epoch")), fmt::format("{:.4f}", num(e, "loss")),
+                 fmt::format("{:.4f}", num(e, "accuracy")), opt("val_loss"), opt("val_accuracy"),
+                 fmt::format("{:.6f}", num(e, "simulated_seconds")),
+                 e.contains("val_simulated_seconds")
+                     ? fmt::format("{:.6f}", num(e, "val_simulated_seconds"))
+                     : "-",
+                 fmt::format("{:.4f}", num(e, "energy_j"))});
+  }
+  if (!fit.contains("step")) return s;
+  const auto& last = fit.at("step").at("last");
+  const double cycles = num(last, "cycles");
+  s += fmt::format(
+      "\n## Step {} (the last)\n\n{} cycles = {:.6f} s simulated, {:.3f} TFLOPS, MXU "
+      "utilization {:.2f}%, {:.3f} mJ\n\nThe step split (by retirement, docs/training.md):\n\n",
+      last.at("step").get<std::uint64_t>(), thousands(cycles), num(last, "seconds"),
+      num(last, "tflops"), 100 * num(last, "utilization"), 1e3 * num(last, "energy_j"));
+  s += md_header({"part", "cycles", "share of cycles (%)"});
+  for (const auto& [part, c] : last.at("split_cycles").items())
+    s += md_row({part, thousands(c.get<double>()),
+                 fmt::format("{:.1f}", 100 * ratio(c.get<double>(), cycles))});
+  s += "\nPer tag (rates over each row's span, docs/report.md):\n\n" +
+       layers_markdown(last.at("layers"), cycles);
   return s;
 }
 

@@ -24,6 +24,8 @@ std::vector<std::pair<std::string, std::string>> csv_reports(const nlohmann::ord
 
 // The run's totals and its per-layer table.
 std::string run_markdown(const nlohmann::ordered_json& run);
+// A fit report (tpusim.fit/1): the epochs, the last step's split and its per-tag table.
+std::string fit_markdown(const nlohmann::ordered_json& fit);
 // Chips side by side (one row each), then per chip its per-layer table.
 std::string compare_markdown(const nlohmann::ordered_json& comparison);
 // One row per chip with the totals, units in the column names.

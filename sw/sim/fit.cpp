@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <stdexcept>
 
 #include "hw/chip/chip.h"
+#include "hw/chip/energy.h"
 #include "hw/common/error.h"
 #include "numerics/bf16.h"
 #include "sw/compiler/training.h"
@@ -19,6 +22,8 @@
 #include "sw/driver/fit_driver.h"
 #include "sw/import/import.h"
 #include "sw/ir/autodiff.h"
+#include "sw/report/trace_writer.h"
+#include "sw/sim/activity.h"
 
 namespace tpu::sim {
 namespace {
@@ -39,11 +44,26 @@ float get_f32(const std::uint8_t* p) {
   return v;
 }
 
+// The report's step split (docs/training.md): every cycle of a step lands in the part of the
+// tag its sequencer retired it under (the Counters' retirement cycles, as `run` splits layers).
+enum class Part { Infeed, Forward, Loss, Backward, Communication, Update };
+constexpr std::size_t kParts = 6;
+constexpr std::array<const char*, kParts> kPartNames = {"infeed",   "forward",       "loss",
+                                                        "backward", "communication", "update"};
+
 struct EpochLog {
   double loss = 0, correct = 0, images = 0;
   std::optional<double> val_loss, val_accuracy;
   std::uint64_t val_images = 0;
+  Cycle cycles = 0, val_cycles = 0;
+  std::array<double, kParts> parts{};
+  double energy_j = 0;
+};
+
+struct StepLog {
   Cycle cycles = 0;
+  std::array<double, kParts> parts{};  // cycles, averaged over the cores: they add up to `cycles`
+  double energy_j = 0;
 };
 
 class Fit {
@@ -77,6 +97,7 @@ class Fit {
     shuffle_rng_.seed(opt_.seed ^ data::kShuffleStream);
 
     Chip chip("chip", cfg_);
+    chip_ = &chip;
     driver::FitDriver drv(
         "driver", chip, prog_,
         [this](std::uint64_t, std::vector<std::uint8_t>& m) { return before(m); },
@@ -88,6 +109,8 @@ class Fit {
     FitResult r;
     r.weights = chip_weights(drv_weights_);
     r.report = report(now_s() - t0);
+    if (!opt_.trace.empty()) r.trace_json = report::chrome_trace_json(trace_, cfg_, tag_names());
+    chip_ = nullptr;
     return r;
   }
 
@@ -95,6 +118,9 @@ class Fit {
   // ---- the host loop (Keras's fit) ---------------------------------------------------------
 
   Next before(std::vector<std::uint8_t>& m) {
+    // What ran since the last program (setup, the host's reads of the check) is no step's.
+    chip_->take_counters(chip_->clock().now());
+    chip_->disable_trace();
     if (validating_) return next_validation(m);
     if (step_in_epoch_ == 0) {
       if (epoch_ == opt_.epochs) return Next::Stop;
@@ -116,6 +142,7 @@ class Fit {
                           static_cast<float>(std::pow(static_cast<double>(o.beta1), t)),
                           static_cast<float>(std::pow(static_cast<double>(o.beta2), t))};
     for (int k = 0; k < 6; ++k) put_f32(&m[prog_.layout.optimizer_addr + 4 * k], rec[k]);
+    if (!opt_.trace.empty() && traced_step(iterations_ + 1)) chip_->enable_trace(trace_);
     return Next::Step;
   }
 
@@ -153,6 +180,7 @@ class Fit {
   }
 
   void after(driver::FitDriver& drv, const std::vector<std::uint8_t>& m, Cycle begin, Cycle end) {
+    const LayerCounters counters = chip_->take_counters(end);
     const compiler::TrainingLayout& L = prog_.layout;
     double loss = 0, correct = 0;
     const std::size_t counted = validating_ ? val_real_ : batch_index_.size();
@@ -170,7 +198,7 @@ class Fit {
     }
     e.loss += loss, e.correct += correct, e.images += static_cast<double>(batch_index_.size());
     e.cycles += end - begin;
-    step_cycles_.push_back(end - begin);
+    log_step(counters, end - begin);
     ++iterations_;
     if (opt_.check) check_step(drv, m);
     if (++step_in_epoch_ == opt_.steps_per_epoch) {
@@ -179,7 +207,7 @@ class Fit {
       const std::uint32_t freq = opt_.validation_freq ? opt_.validation_freq : opt_.epochs;
       if (epoch_ % freq == 0) {  // Keras's validation_freq: after epochs freq, 2 freq, ...
         validating_ = true;
-        val_first_ = 0, val_loss_ = 0, val_correct_ = 0;
+        val_first_ = 0, val_loss_ = 0, val_correct_ = 0, val_cycles_ = 0;
       } else {
         finish_epoch();
       }
@@ -192,6 +220,7 @@ class Fit {
       e.val_loss = val_loss_ / static_cast<double>(val_first_);
       e.val_accuracy = val_correct_ / static_cast<double>(val_first_);
       e.val_images = val_first_;
+      e.val_cycles = val_cycles_;
       val_first_ = 0;
     }
     const double ms = static_cast<double>(e.cycles) / cfg_.clock_hz() * 1e3 / opt_.steps_per_epoch;
@@ -206,6 +235,82 @@ class Fit {
 
   void log(const std::string& s) const {
     if (opt_.log) opt_.log(s);
+  }
+
+  // ---- the step's accounting (docs/training.md, "The report's step split") ------------------
+
+  // Tag ids (compiler::compile_training): 0 the host I/O, 1 + i the forward of operation i,
+  // 1 + n + i its backward, then the loss, the gradient exchange and the update.
+  Part part_of(std::uint32_t tag) const {
+    const std::size_t n = g_.ops.size();
+    if (tag == 0) return Part::Infeed;
+    if (tag <= n) return Part::Forward;
+    if (tag <= 2 * n) return Part::Backward;
+    if (tag == 2 * n + 1) return Part::Loss;
+    if (tag == 2 * n + 2) return Part::Communication;
+    return Part::Update;
+  }
+
+  // The operation a forward or backward tag belongs to.
+  std::optional<std::size_t> op_of(std::uint32_t tag) const {
+    const std::size_t n = g_.ops.size();
+    if (tag == 0 || tag > 2 * n) return std::nullopt;
+    return tag <= n ? tag - 1 : tag - 1 - n;
+  }
+
+  // The network's multiply-accumulates under a tag in one step (the operation table's MACs of
+  // the global batch): a forward pass, and per backward product (a Conv2D's or Dense's input
+  // gradient, its kernel gradient) as many again.
+  std::uint64_t network_macs(std::uint32_t tag) const {
+    const std::optional<std::size_t> op = op_of(tag);
+    if (!op) return 0;
+    const std::uint64_t pass = g_.ops[*op].macs() * batch_;
+    if (part_of(tag) == Part::Forward) return pass;
+    std::uint64_t macs = 0;
+    for (const ir::GradOp& o : t_.ops)
+      if (o.op == *op &&
+          (o.kind == ir::GradKind::ConvInput || o.kind == ir::GradKind::ConvKernel ||
+           o.kind == ir::GradKind::DenseInput || o.kind == ir::GradKind::DenseKernel))
+        macs += pass;
+    return macs;
+  }
+
+  std::uint64_t step_macs() const {
+    std::uint64_t macs = 0;
+    for (std::size_t tag = 0; tag < prog_.step.layers.size(); ++tag)
+      macs += network_macs(static_cast<std::uint32_t>(tag));
+    return macs;
+  }
+
+  // The trace's and the layer rows' names: the compiler's, tag 0 being the step's host I/O.
+  std::vector<std::string> tag_names() const {
+    std::vector<std::string> names;
+    for (const compiler::LayerInfo& l : prog_.step.layers) names.push_back(l.name);
+    names[0] = "infeed";
+    return names;
+  }
+
+  // The first and the last training step (1-based) are traced: a full fit's trace would hold
+  // every instruction of hundreds of steps.
+  bool traced_step(std::uint64_t step) const {
+    return step == 1 || step == std::uint64_t{opt_.epochs} * opt_.steps_per_epoch;
+  }
+
+  double seconds(double cycles) const { return cycles / cfg_.clock_hz(); }
+
+  void log_step(const LayerCounters& counters, Cycle cycles) {
+    StepLog st;
+    st.cycles = cycles;
+    for (const auto& [tag, c] : counters.by_layer())
+      st.parts[static_cast<std::size_t>(part_of(tag))] +=
+          static_cast<double>(c.cycles) / cfg_.tensor_cores;
+    st.energy_j =
+        energy_of(cfg_.energy, counters.total(), seconds(static_cast<double>(cycles))).total_j();
+    EpochLog& e = epochs_.back();
+    for (std::size_t k = 0; k < kParts; ++k) e.parts[k] += st.parts[k];
+    e.energy_j += st.energy_j;
+    steps_.push_back(st);
+    last_counters_ = counters;
   }
 
   // ---- the check ---------------------------------------------------------------------------
@@ -312,17 +417,74 @@ class Fit {
         x["val_accuracy"] = *e.val_accuracy;
         x["val_images"] = e.val_images;
       }
-      x["simulated_seconds"] = static_cast<double>(e.cycles) / cfg_.clock_hz();
+      x["simulated_seconds"] = seconds(static_cast<double>(e.cycles));
+      x["split_cycles"] = parts_json(e.parts);
+      x["energy_j"] = e.energy_j;
+      if (e.val_loss) x["val_simulated_seconds"] = seconds(static_cast<double>(e.val_cycles));
       ep.push_back(x);
     }
     j["epochs"] = ep;
-    if (!step_cycles_.empty()) {
-      std::vector<Cycle> s = step_cycles_;
+    if (!steps_.empty()) {
+      std::vector<Cycle> s;
+      for (const StepLog& st : steps_) s.push_back(st.cycles);
       std::sort(s.begin(), s.end());
       j["step"] = {{"cycles_median", s[s.size() / 2]},
-                   {"seconds_median", static_cast<double>(s[s.size() / 2]) / cfg_.clock_hz()}};
+                   {"seconds_median", seconds(static_cast<double>(s[s.size() / 2]))},
+                   {"last", last_step_json()}};
+      const double flops = 2.0 * static_cast<double>(step_macs());
+      const double peak_macs = static_cast<double>(cfg_.peak_macs_per_cycle());
+      ordered_json per = ordered_json::array();
+      for (std::size_t i = 0; i < steps_.size(); ++i) {
+        const auto cycles = static_cast<double>(steps_[i].cycles);
+        per.push_back({{"step", i + 1},
+                       {"cycles", steps_[i].cycles},
+                       {"split_cycles", parts_json(steps_[i].parts)},
+                       {"tflops", flops / seconds(cycles) / 1e12},
+                       {"utilization", flops / 2 / (peak_macs * cycles)},
+                       {"energy_j", steps_[i].energy_j}});
+      }
+      j["per_step"] = per;
     }
     j["host"] = {{"wall_seconds", wall}};
+    if (!opt_.trace.empty()) j["host"]["trace_file"] = opt_.trace;
+    return j;
+  }
+
+  static ordered_json parts_json(const std::array<double, kParts>& parts) {
+    ordered_json j;
+    for (std::size_t k = 0; k < kParts; ++k) j[kPartNames[k]] = parts[k];
+    return j;
+  }
+
+  // The last training step in full: its split, rates and energy as `run` reports its totals, and
+  // one row per tag — the forward and the backward of each Keras layer among them.
+  ordered_json last_step_json() const {
+    const StepLog& st = steps_.back();
+    const auto cycles = static_cast<double>(st.cycles);
+    const std::uint64_t macs = step_macs();
+    ordered_json j;
+    j["step"] = steps_.size();
+    j["cycles"] = st.cycles;
+    j["split_cycles"] = parts_json(st.parts);
+    j["flops"] = 2.0 * static_cast<double>(macs);
+    j["tflops"] = 2.0 * static_cast<double>(macs) / seconds(cycles) / 1e12;
+    j.update(activity_json(cfg_, last_counters_.total(), cycles, cycles, batch_, macs));
+    const std::vector<std::string> names = tag_names();
+    ordered_json rows = ordered_json::array();
+    for (const auto& [tag, c] : last_counters_.by_layer()) {
+      const double cyc = static_cast<double>(c.cycles) / cfg_.tensor_cores;
+      ordered_json row;
+      row["tag"] = tag;
+      row["name"] = tag < names.size() ? names[tag] : fmt::format("tag {}", tag);
+      if (const std::optional<std::size_t> op = op_of(tag)) row["layer"] = g_.ops[*op].name;
+      row["phase"] = kPartNames[static_cast<std::size_t>(part_of(tag))];
+      if (tag < prog_.step.layers.size()) row["type"] = prog_.step.layers[tag].type;
+      row["cycles"] = cyc;
+      row.update(
+          activity_json(cfg_, c, cyc, static_cast<double>(c.span()), batch_, network_macs(tag)));
+      rows.push_back(row);
+    }
+    j["layers"] = rows;
     return j;
   }
 
@@ -340,7 +502,10 @@ class Fit {
   std::uint32_t epoch_ = 0, step_in_epoch_ = 0;
   std::uint64_t iterations_ = 0;
   std::vector<EpochLog> epochs_;
-  std::vector<Cycle> step_cycles_;
+  std::vector<StepLog> steps_;
+  LayerCounters last_counters_;  // the last training step's
+  Chip* chip_ = nullptr;         // while run() simulates
+  Trace trace_;
   bool validating_ = false;
   std::uint64_t val_first_ = 0, val_real_ = 0;  // first test image of the batch, images counted
   double val_loss_ = 0, val_correct_ = 0;

@@ -3,7 +3,8 @@
 // training set streamed a global batch per step in a new shuffled order every epoch, the loss
 // records read back after every step, validation on the test set, and — with the check on — the
 // training reference run on the same batches beside the chip, whose master weights must match it
-// bit for bit after every step. One simulation per process.
+// bit for bit after every step. The report splits every step by the tags of its instructions
+// (docs/training.md, "The report's step split"). One simulation per process.
 #pragma once
 
 #include <cstdint>
@@ -30,15 +31,16 @@ struct FitOptions {
   std::uint32_t validation_freq = 0;
   nn::Optimizer optimizer;
   bool check = true;  // the reference beside the chip, bit for bit after every step
-  std::string trace;  // a Chrome trace-event JSON is wanted for this file
+  // A Chrome trace-event JSON of the first and the last step is wanted for this file.
+  std::string trace;
   // Called with each line Keras would print ("Epoch 1/5", "60/60 - ..."), as it happens.
   std::function<void(const std::string&)> log;
 };
 
 struct FitResult {
   nlohmann::ordered_json report;  // tpusim.fit/1 (docs/report.md)
-  std::string trace_json;
-  nn::Weights weights;  // the chip's, after the last step
+  std::string trace_json;  // when FitOptions::trace names a file: its content (docs/trace.md)
+  nn::Weights weights;     // the chip's, after the last step
 };
 
 // Throws InputError for bad inputs and ProgramError when the chip stops; a step whose weights

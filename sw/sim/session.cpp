@@ -11,7 +11,6 @@
 #include <system_error>
 
 #include "hw/chip/chip.h"
-#include "hw/chip/energy.h"
 #include "hw/common/error.h"
 #include "sw/compiler/compiler.h"
 #include "sw/compiler/rewrite.h"
@@ -25,6 +24,7 @@
 #include "sw/nn/reference.h"
 #include "sw/nn/weights.h"
 #include "sw/report/trace_writer.h"
+#include "sw/sim/activity.h"
 #include "sw/sim/host_memory.h"
 #include "sw/sim/workload.h"
 
@@ -36,76 +36,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-ordered_json buckets_json(const MxuBuckets& b) {
-  return {{"active", b.active},
-          {"weight_stall", b.weight_stall},
-          {"weight_shift", b.weight_shift},
-          {"data_hazard", b.data_hazard},
-          {"input_stall", b.input_stall},
-          {"idle", b.idle}};
-}
-
-// Bytes moved per memory level (docs/report.md).
-ordered_json bytes_json(const Counters& c) {
-  return {{"host_link", c.host_bytes_in + c.host_bytes_out},
-          {"host_link_in", c.host_bytes_in},
-          {"host_link_out", c.host_bytes_out},
-          {"off_chip", c.off_chip_bytes_read + c.off_chip_bytes_written},
-          {"off_chip_read", c.off_chip_bytes_read},
-          {"off_chip_write", c.off_chip_bytes_written},
-          {"off_chip_weights", c.weight_bytes_off_chip},
-          {"unified_buffer_read", c.ub_bytes_read},
-          {"unified_buffer_write", c.ub_bytes_written},
-          {"mxu_input", c.mxu_input_bytes},
-          {"weights", c.weight_bytes},
-          {"accumulators_read", c.acc_bytes_read},
-          {"accumulators_write", c.acc_bytes_written}};
-}
-
-// What a stretch of `cycles` (a layer, or the whole run) did: the keys layers[] and totals
-// share. `cycles` may be fractional (a layer's average over the cores); energy and power use it,
-// so layers add up to the run. Rates (ops/s, utilization, images/s) use `span_cycles`, the time
-// the work actually took: for a layer, from its first instruction's start to its last one's end
-// (docs/report.md) — layers overlap, so a layer's retirement cycles can be shorter than its work.
-// `macs` is the network's work in the stretch (the operation table's MACs): the array may do
-// more — a DepthwiseConv2D multiplies a block-diagonal kernel, mostly zeros — and its energy
-// counts what the array did (c.macs), while ops and utilization count what the network asks.
-ordered_json activity_json(const ChipConfig& cfg, const Counters& c, double cycles,
-                           double span_cycles, std::uint64_t images, std::uint64_t network_macs) {
-  const double seconds = cycles / cfg.clock_hz();
-  const double span_seconds = span_cycles / cfg.clock_hz();
-  const double macs = static_cast<double>(network_macs);
-  const double ops = 2.0 * macs;
-  const double peak_macs = static_cast<double>(cfg.peak_macs_per_cycle());
-  const EnergyBreakdown e = energy_of(cfg.energy, c, seconds);
-  const std::uint64_t off_chip = c.off_chip_bytes_read + c.off_chip_bytes_written;
-  auto per = [](double num, double den) { return den > 0 ? num / den : 0.0; };
-  ordered_json j;
-  j["seconds"] = seconds;
-  j["span_cycles"] = span_cycles;
-  j["images_per_s"] = per(static_cast<double>(images), span_seconds);
-  j["macs"] = network_macs;
-  j["ops"] = ops;
-  j["ops_per_s"] = per(ops, span_seconds);
-  j["peak_ops_per_s"] = cfg.peak_ops_per_s();
-  j["utilization"] = per(macs, peak_macs * span_cycles);
-  j["energy_j"] = e.total_j();
-  j["energy_per_image_j"] = e.total_j() / static_cast<double>(images);
-  j["avg_power_w"] = per(e.total_j(), seconds);
-  j["ops_per_j"] = per(ops, e.total_j());
-  j["bytes_off_chip"] = off_chip;
-  j["bytes_host_link"] = c.host_bytes_in + c.host_bytes_out;
-  j["bytes"] = bytes_json(c);
-  // Operational intensity (Williams et al. 2009): work per byte of the slowest memory.
-  j["macs_per_off_chip_byte"] = per(macs, static_cast<double>(off_chip));
-  j["instructions"] = c.instructions;
-  j["vector_ops"] = c.vector_ops;
-  j["weight_tiles"] = c.weight_tiles;
-  j["mxu_cycles"] = buckets_json(c.mxu);
-  j["energy"] = e.to_json();
-  return j;
 }
 
 struct Simulated {

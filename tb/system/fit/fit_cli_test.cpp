@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/cli.h"
 
@@ -34,6 +37,29 @@ fs::path scratch(const std::string& name) {
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);
   return nlohmann::json::parse(in);
+}
+
+// What `tpusim fit --chip v3 <args> <option> FILE` writes into FILE (empty, and a failure, when
+// it fails); `name` keeps the scratch directories of tests running at once apart.
+std::string v3_output(const std::string& name, const std::string& args, const std::string& option) {
+  const fs::path d = scratch(name);
+  const fs::path file = d / "out";
+  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") + " " + args +
+                                  " " + option + " " + file.string());
+  if (r.status != 0) {
+    ADD_FAILURE() << r.out;
+    return "";
+  }
+  std::ifstream in(file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove_all(d);
+  return text;
+}
+
+// The tpusim.fit/1 report (null when the run fails).
+nlohmann::json v3_report(const std::string& name, const std::string& args) {
+  const std::string text = v3_output(name, args, "--json");
+  return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
 }
 
 class FitChips : public ::testing::TestWithParam<std::string> {};
@@ -180,6 +206,118 @@ TEST(FitCli, AModelThatCannotTrainNamesEveryLayerThatCannot) {
   EXPECT_THAT(r.out, HasSubstr("layer zp (ZeroPadding2D)"));
   EXPECT_THAT(r.out, HasSubstr("layer drop (Dropout)"));
   fs::remove_all(d);
+}
+
+// The step split of the report (docs/training.md, "The report's step split"): every cycle of a
+// step lands in exactly one part, so the parts add up to the step's cycles.
+TEST(FitReport, StepSplitAddsUpToTheStepsCycles) {
+  const auto j = v3_report("split", "--epochs 1 --steps-per-epoch 2 --batch 16");
+  ASSERT_FALSE(j.is_null());
+  const std::vector<std::string> parts = {"infeed",   "forward",       "loss",
+                                          "backward", "communication", "update"};
+  ASSERT_EQ(j["per_step"].size(), 2u);
+  for (const auto& s : j["per_step"]) {
+    double sum = 0;
+    ASSERT_EQ(s["split_cycles"].size(), parts.size());
+    for (const auto& p : parts) {
+      EXPECT_GT(s["split_cycles"][p].get<double>(), 0.0) << p;
+      sum += s["split_cycles"][p].get<double>();
+    }
+    EXPECT_DOUBLE_EQ(sum, s["cycles"].get<double>());
+    EXPECT_GT(s["tflops"].get<double>(), 0.0);
+    EXPECT_GT(s["utilization"].get<double>(), 0.0);
+    EXPECT_LT(s["utilization"].get<double>(), 1.0);
+    EXPECT_GT(s["energy_j"].get<double>(), 0.0);
+  }
+  const auto& last = j["step"]["last"];
+  EXPECT_EQ(last["step"], 2);
+  EXPECT_EQ(last["cycles"], j["per_step"][1]["cycles"]);
+  EXPECT_GT(last["tflops"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(last["energy_j"].get<double>(), j["per_step"][1]["energy_j"].get<double>());
+  // The counters restart after every step: each MXU cycle of the last step is in one bucket.
+  const auto chip = read_json(source("configs/chips/v3.json"));
+  double mxu_cycles = 0;
+  for (const auto& [bucket, cycles] : last["mxu_cycles"].items())
+    mxu_cycles += cycles.get<double>();
+  EXPECT_DOUBLE_EQ(mxu_cycles, last["cycles"].get<double>() * chip["tensor_cores"].get<double>() *
+                                   chip["mxu"]["count"].get<double>());
+  // The epoch's split and energy are its steps'.
+  double epoch_cycles = 0;
+  for (const auto& p : parts) epoch_cycles += j["epochs"][0]["split_cycles"][p].get<double>();
+  EXPECT_DOUBLE_EQ(epoch_cycles, j["per_step"][0]["cycles"].get<double>() +
+                                     j["per_step"][1]["cycles"].get<double>());
+  EXPECT_GT(j["epochs"][0]["val_simulated_seconds"].get<double>(), 0.0);
+}
+
+// One row per tag of the last step: the tutorial's layers that compute (all but the view and the
+// softmax, which the loss absorbs) each have a forward and a backward row, and the rows' cycles
+// and energy add up to the step's.
+TEST(FitReport, LastStepHasAForwardAndABackwardRowPerLayer) {
+  const auto j = v3_report("layers", "--epochs 1 --steps-per-epoch 2 --batch 16");
+  ASSERT_FALSE(j.is_null());
+  const auto& last = j["step"]["last"];
+  for (const std::string layer : {"conv2d", "max_pooling2d", "activation", "dense"})
+    for (const std::string phase : {"forward", "backward"}) {
+      const auto& rows = last["layers"];
+      const auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& x) {
+        return x.contains("layer") && x["layer"] == layer && x["phase"] == phase;
+      });
+      ASSERT_NE(row, rows.end()) << layer << " " << phase;
+      EXPECT_GT((*row)["cycles"].get<double>(), 0.0) << layer << " " << phase;
+      EXPECT_TRUE(row->contains("energy_j")) << layer << " " << phase;
+      EXPECT_TRUE(row->contains("mxu_cycles")) << layer << " " << phase;
+    }
+  double cycles = 0, energy = 0, macs = 0;
+  for (const auto& row : last["layers"]) {
+    cycles += row["cycles"].get<double>();
+    energy += row["energy_j"].get<double>();
+    macs += row["macs"].get<double>();
+  }
+  EXPECT_NEAR(cycles, last["cycles"].get<double>(), 1e-6);
+  EXPECT_NEAR(energy, last["energy_j"].get<double>(), 1e-9 * last["energy_j"].get<double>());
+  EXPECT_DOUBLE_EQ(2 * macs, last["flops"].get<double>());
+}
+
+TEST(FitReport, MarkdownHasTheEpochsTheSplitAndThePerTagTable) {
+  const std::string md =
+      v3_output("markdown", "--epochs 1 --steps-per-epoch 2 --batch 16", "--markdown");
+  EXPECT_THAT(md, HasSubstr("# fashion_mnist_cnn trained on tpu-v3\n"));
+  EXPECT_THAT(md, HasSubstr("| epoch | loss | accuracy |"));
+  EXPECT_THAT(md, HasSubstr("## Step 2 (the last)"));
+  EXPECT_THAT(md, HasSubstr("| communication | "));
+  EXPECT_THAT(md, HasSubstr("| conv2d (backward) | Conv2D | "));
+}
+
+// --trace: the first and the last step only, slices named by instruction and layer.
+TEST(FitTrace, TracesTheFirstAndTheLastStep) {
+  const std::string text =
+      v3_output("trace", "--epochs 1 --steps-per-epoch 3 --batch 16", "--trace");
+  ASSERT_FALSE(text.empty());
+  const auto t = nlohmann::json::parse(text);
+  ASSERT_TRUE(t["traceEvents"].is_array());
+  std::uint64_t slices = 0;
+  bool backward = false, exchange = false, infeed = false;
+  std::set<std::uint64_t> core0;  // instruction indices: they count on from step to step
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++slices;
+    const auto layer = e["args"]["layer"].get<std::string>();
+    backward |= layer == "dense (backward)";
+    exchange |= layer == "gradient exchange";
+    infeed |= layer == "infeed";
+    if (e["pid"] == 0) core0.insert(e["args"]["instruction"].get<std::uint64_t>());
+  }
+  EXPECT_GT(slices, 0u);
+  EXPECT_TRUE(backward);
+  EXPECT_TRUE(exchange);
+  EXPECT_TRUE(infeed);
+  // The middle step is not traced: core 0's instructions jump over a whole step's worth, a third
+  // of the span of the three steps' indices.
+  ASSERT_FALSE(core0.empty());
+  std::uint64_t jump = 0;
+  for (auto it = std::next(core0.begin()); it != core0.end(); ++it)
+    jump = std::max(jump, *it - *std::prev(it));
+  EXPECT_GT(jump, (*core0.rbegin() - *core0.begin()) / 4);
 }
 
 }  // namespace
