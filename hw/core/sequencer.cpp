@@ -68,22 +68,25 @@ void Sequencer::run() {
 }
 
 void Sequencer::finish(Cycle end) {
+  retire_ledger(end);
+  if (end > retired_) counters_.at(layer_).cycles += end - retired_;
+}
+
+void Sequencer::retire_ledger(Cycle end) {
   // Instruction i is the oldest unfinished one from max(done of 0..i-1) to max(done of 0..i).
-  Cycle retired = 0;
   for (std::size_t i = 0; i < ledger_done_.size(); ++i)
-    if (ledger_done_[i] > retired) {
+    if (ledger_done_[i] > retired_) {
       counters_.at(ledger_layer_[i]).cycles +=
-          std::min(ledger_done_[i], end) - std::min(retired, end);
-      retired = ledger_done_[i];
+          std::min(ledger_done_[i], end) - std::min(retired_, end);
+      retired_ = ledger_done_[i];
     }
-  const std::uint32_t last = ledger_layer_.empty() ? 0 : ledger_layer_.back();
-  if (end > retired) counters_.at(last).cycles += end - retired;
   for (std::size_t i = 0; i < ledger_started_.size(); ++i)
     if (ledger_started_[i] != kNoCycle) {
       Counters& c = counters_.at(ledger_layer_[i]);
       c.span_begin = std::min(c.span_begin, ledger_started_[i]);
       c.span_end = std::max(c.span_end, ledger_done_[i]);
     }
+  ledger_first_ += ledger_done_.size();
   ledger_done_.clear();
   ledger_layer_.clear();
   ledger_started_.clear();
@@ -149,6 +152,10 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
           const Cycle t0 = clock_.now();
           scoreboard_.drain();
           if (trace_) trace_->add_stall(core_id_, index, layer_, Stall::Halt, 0, t0, clock_.now());
+          // Every instruction so far is done by now, and finish's end is at or after every
+          // halt: their share of the cycles is final, and a long run (fit's thousands of
+          // steps) does not keep a ledger entry per instruction.
+          retire_ledger(clock_.now());
           ++halts_;
           halted_at_ = clock_.now();
           halted_event_.notify(sc_core::SC_ZERO_TIME);
@@ -201,6 +208,7 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
     case isa::UnitKind::Sequencer: break;
   }
   f->unit = unit_queue_id(unit);
+  f->ledger_slot = index - ledger_first_;
   f->ledger = &ledger_done_;
   f->ledger_started = &ledger_started_;
   scoreboard_.issue(f);

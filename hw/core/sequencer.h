@@ -65,6 +65,7 @@ class Sequencer : public sc_core::sc_module {
   // (retirement order), the cycles after the last one to the last layer. Per core, the layers'
   // cycles add up to `end`. Also records each layer's span: from the first start to the last
   // completion of its instructions that units ran.
+  // `end` must be at or after every halt.
   void finish(Cycle end);
   const sc_core::sc_event& halted_event() const { return halted_event_; }
   // Records every instruction's slice and the sequencer's stalls into `trace` (before the run).
@@ -78,6 +79,9 @@ class Sequencer : public sc_core::sc_module {
  private:
   void run();
   void issue(std::uint64_t index, const isa::Instruction& inst);
+  // Charges the ledger's instructions (all done, none after `end`) to their layers and empties
+  // it; retired_ carries the retirement front over.
+  void retire_ledger(Cycle end);
   void check_acc(const InFlight& f, const char* field, std::uint64_t first,
                  std::uint64_t count) const;
 
@@ -96,6 +100,8 @@ class Sequencer : public sc_core::sc_module {
   std::vector<std::uint32_t> ledger_layer_;
   std::vector<Cycle> ledger_done_;
   std::vector<Cycle> ledger_started_;  // instructions a unit runs: when it started them
+  std::uint64_t ledger_first_ = 0;     // the instruction index of the ledger's first entry
+  Cycle retired_ = 0;                  // the latest completion of the retired instructions
   isa::SetWindow window_{};
   // Tile shapes (rows, cols) read into each MXU's FIFO and not yet swapped in, and the shape
   // resident after the last swap: a MatMul's K is the resident tile's row count.

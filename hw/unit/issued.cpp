@@ -6,9 +6,9 @@ namespace tpu {
 
 void InFlight::complete_at(const Clock& clock, Cycle c) {
   done_at = c;
-  if (ledger) (*ledger)[index] = c;
+  if (ledger) (*ledger)[ledger_slot] = c;
   const Cycle begin = started_at == std::numeric_limits<Cycle>::max() ? issued_at : started_at;
-  if (ledger_started) (*ledger_started)[index] = std::min(begin, c);
+  if (ledger_started) (*ledger_started)[ledger_slot] = std::min(begin, c);
   if (trace) {
     const Cycle end = std::min(busy_until, c);
     trace->add(

@@ -43,6 +43,7 @@ struct InFlight {
   // Where the core's retirement ledger records done_at, and when the unit started it (see
   // Sequencer::finish).
   std::vector<Cycle>* ledger = nullptr;
+  std::size_t ledger_slot = 0;  // its entry in both
   std::vector<Cycle>* ledger_started = nullptr;
   // When tracing: where the slice goes, and the core it ran on.
   Trace* trace = nullptr;
