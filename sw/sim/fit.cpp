@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <system_error>
 
 #include "hw/chip/chip.h"
 #include "hw/common/error.h"
@@ -18,6 +20,7 @@
 #include "sw/data/shuffle.h"
 #include "sw/driver/fit_driver.h"
 #include "sw/import/import.h"
+#include "sw/io/signals.h"
 #include "sw/ir/autodiff.h"
 
 namespace tpu::sim {
@@ -116,6 +119,7 @@ class Fit {
                           static_cast<float>(std::pow(static_cast<double>(o.beta1), t)),
                           static_cast<float>(std::pow(static_cast<double>(o.beta2), t))};
     for (int k = 0; k < 6; ++k) put_f32(&m[prog_.layout.optimizer_addr + 4 * k], rec[k]);
+    if (opt_.check) start_reference();
     return Next::Step;
   }
 
@@ -207,18 +211,37 @@ class Fit {
 
   // ---- the check ---------------------------------------------------------------------------
 
+  // The reference's step on the batch before() chose runs on another core while the
+  // (single-threaded) kernel simulates the chip's: it shares nothing with the simulation but
+  // read-only inputs and its own state (ref_, which nothing else touches until check_step joins
+  // it). Its results do not depend on the thread it runs on.
+  void start_reference() {
+    const std::uint64_t px = g_.input.size();
+    ref_images_.resize(batch_index_.size() * px);
+    ref_labels_.resize(batch_index_.size());
+    for (std::size_t i = 0; i < batch_index_.size(); ++i) {
+      const std::uint8_t* src = &train_.images.pixels[batch_index_[i] * px];
+      std::copy(src, src + px, &ref_images_[i * px]);
+      ref_labels_[i] = train_.labels[batch_index_[i]];
+    }
+    auto step = [this, plan = prog_.layout.plan()] {
+      return nn::reference_step(g_, t_, plan, opt_.optimizer, *ref_, ref_images_.data(),
+                                ref_labels_.data(), batch_);
+    };
+    // The thread blocks the termination signals, so they reach the main thread only
+    // (sw/io/signals.h); a process that may not start a thread runs the step at the join.
+    io::SignalBlock block;
+    try {
+      reference_ = std::async(std::launch::async, step);
+    } catch (const std::system_error&) {
+      reference_ = std::async(std::launch::deferred, step);
+    }
+  }
+
   void check_step(driver::FitDriver& drv, const std::vector<std::uint8_t>& m) {
     const compiler::TrainingLayout& L = prog_.layout;
-    std::vector<float> images(batch_index_.size() * g_.input.size());
-    std::vector<std::int32_t> labels(batch_index_.size());
-    for (std::size_t i = 0; i < batch_index_.size(); ++i) {
-      for (std::uint64_t p = 0; p < g_.input.size(); ++p)
-        images[i * g_.input.size() + p] =
-            train_.images.pixels[batch_index_[i] * g_.input.size() + p];
-      labels[i] = train_.labels[batch_index_[i]];
-    }
-    const nn::StepRecords rec = nn::reference_step(g_, t_, L.plan(), opt_.optimizer, *ref_,
-                                                   images.data(), labels.data(), batch_);
+    const nn::StepRecords rec = reference_.get();
+    const std::vector<std::int32_t>& labels = ref_labels_;
     for (std::size_t i = 0; i < labels.size(); ++i) {
       const float chip_loss = get_f32(&m[L.records_addr + 8 * i]);
       if (std::memcmp(&chip_loss, &rec.loss[i], 4) != 0)
@@ -302,6 +325,9 @@ class Fit {
   data::Dataset train_, test_;
   compiler::TrainingProgram prog_;
   std::optional<nn::TrainState> ref_;
+  std::vector<float> ref_images_;  // the step's images and labels, for the reference's thread
+  std::vector<std::int32_t> ref_labels_;
+  std::future<nn::StepRecords> reference_;
   std::uint32_t batch_ = 0;
 
   std::vector<std::uint64_t> order_, batch_index_;
