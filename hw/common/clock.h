@@ -31,7 +31,15 @@ class Clock {
   [[nodiscard]] Cycle cycle_of(const sc_core::sc_time& t) const {
     return static_cast<Cycle>(std::llround(t.to_seconds() * 1e12 / period_ps_));
   }
-  [[nodiscard]] Cycle now() const { return cycle_of(sc_core::sc_time_stamp()); }
+  // Units ask many times per simulated instant; the conversion is done once per instant.
+  [[nodiscard]] Cycle now() const {
+    const sc_core::sc_time& t = sc_core::sc_time_stamp();
+    if (t.value() != now_ps_) {
+      now_cycle_ = cycle_of(t);
+      now_ps_ = t.value();
+    }
+    return now_cycle_;
+  }
   [[nodiscard]] double seconds(Cycles c) const { return static_cast<double>(c.value()) / hz_; }
 
   // Suspends the calling thread until absolute cycle `c` (returns at once if it has passed).
@@ -52,6 +60,10 @@ class Clock {
  private:
   double hz_;
   double period_ps_;
+  // The last instant now() converted (sc_time's picoseconds; none yet: the 2^64 ps that
+  // time_of refuses) and its cycle.
+  mutable sc_dt::uint64 now_ps_ = ~sc_dt::uint64{0};
+  mutable Cycle now_cycle_ = 0;
 };
 
 }  // namespace tpu

@@ -68,16 +68,21 @@ void Sequencer::run() {
 }
 
 void Sequencer::finish(Cycle end) {
+  retire_ledger(end);
+  if (end > retired_) counters_.at(layer_).cycles += end - retired_;
+  // A host that runs program after program (fit's steps) calls finish after each: the next
+  // call charges from here.
+  retired_ = std::max(end, retired_);
+}
+
+void Sequencer::retire_ledger(Cycle end) {
   // Instruction i is the oldest unfinished one from max(done of 0..i-1) to max(done of 0..i).
-  Cycle retired = closed_at_;
   for (std::size_t i = 0; i < ledger_done_.size(); ++i)
-    if (ledger_done_[i] > retired) {
+    if (ledger_done_[i] > retired_) {
       counters_.at(ledger_layer_[i]).cycles +=
-          std::min(ledger_done_[i], end) - std::min(retired, end);
-      retired = ledger_done_[i];
+          std::min(ledger_done_[i], end) - std::min(retired_, end);
+      retired_ = ledger_done_[i];
     }
-  const std::uint32_t last = ledger_layer_.empty() ? 0 : ledger_layer_.back();
-  if (end > retired) counters_.at(last).cycles += end - retired;
   for (std::size_t i = 0; i < ledger_started_.size(); ++i)
     if (ledger_started_[i] != kNoCycle) {
       Counters& c = counters_.at(ledger_layer_[i]);
@@ -87,7 +92,6 @@ void Sequencer::finish(Cycle end) {
   ledger_done_.clear();
   ledger_layer_.clear();
   ledger_started_.clear();
-  closed_at_ = std::max(end, retired);
 }
 
 void Sequencer::check_acc(const InFlight& f, const char* field, std::uint64_t first,
@@ -150,6 +154,10 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
           const Cycle t0 = clock_.now();
           scoreboard_.drain();
           if (trace_) trace_->add_stall(core_id_, index, layer_, Stall::Halt, 0, t0, clock_.now());
+          // Every instruction so far is done by now, and finish's end is at or after every
+          // halt: their share of the cycles is final, and a long run (fit's thousands of
+          // steps) does not keep a ledger entry per instruction.
+          retire_ledger(clock_.now());
           ++halts_;
           halted_at_ = clock_.now();
           halted_event_.notify(sc_core::SC_ZERO_TIME);

@@ -67,6 +67,7 @@ class Sequencer : public sc_core::sc_module {
   // completion of its instructions that units ran. A host that runs program after program (fit's
   // steps) may call it after each, with every instruction finished: each call charges the cycles
   // since the previous one, so per core they add up to `end` minus the previous call's `end`.
+  // `end` must be at or after every halt.
   void finish(Cycle end);
   const sc_core::sc_event& halted_event() const { return halted_event_; }
   // Records every instruction's slice and the sequencer's stalls into `trace` (before the run).
@@ -80,6 +81,9 @@ class Sequencer : public sc_core::sc_module {
  private:
   void run();
   void issue(std::uint64_t index, const isa::Instruction& inst);
+  // Charges the ledger's instructions (all done, none after `end`) to their layers and empties
+  // it; retired_ carries the retirement front over.
+  void retire_ledger(Cycle end);
   void check_acc(const InFlight& f, const char* field, std::uint64_t first,
                  std::uint64_t count) const;
 
@@ -98,7 +102,7 @@ class Sequencer : public sc_core::sc_module {
   std::vector<std::uint32_t> ledger_layer_;
   std::vector<Cycle> ledger_done_;
   std::vector<Cycle> ledger_started_;  // instructions a unit runs: when it started them
-  Cycle closed_at_ = 0;                // the previous finish's end: cycles before are charged
+  Cycle retired_ = 0;  // the latest completion of the retired instructions, or finish's end
   isa::SetWindow window_{};
   // Tile shapes (rows, cols) read into each MXU's FIFO and not yet swapped in, and the shape
   // resident after the last swap: a MatMul's K is the resident tile's row count.

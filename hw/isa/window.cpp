@@ -100,22 +100,30 @@ std::uint64_t window_span_w(const SetWindow& g) {
 namespace {
 
 // The smallest and largest element index, relative to the image's first element, that output
-// pixels [p_begin, p_end) of one image read; nullopt if all their reads are padding.
+// pixels [p_begin, p_end) of one image read; nullopt if all their reads are padding. For one
+// segment, the pixel a window position reads moves strictly forward in row-major order as the
+// output pixel does (strides are >= 1), so its smallest element is read by the first output
+// pixel whose read is not padding and its largest by the last: each segment scans inwards from
+// both ends of the range, which stops at once unless the range begins or ends in padding.
 std::optional<std::pair<std::uint64_t, std::uint64_t>> touched_in_image(
     const SetWindow& g, const std::vector<WindowSegment>& segs, std::uint64_t p_begin,
     std::uint64_t p_end) {
   std::optional<std::pair<std::uint64_t, std::uint64_t>> r;
-  for (std::uint64_t p = p_begin; p < p_end; ++p) {
-    const std::uint64_t oy = p / g.out_w, ox = p % g.out_w;
-    for (const WindowSegment& s : segs) {
-      const auto px = window_pixel(g, oy, ox, s.ky, s.kx);
-      if (!px) continue;
-      const std::uint64_t first = (px->first * g.in_w + px->second) * g.in_c + s.c;
-      const std::uint64_t last = first + s.count - 1;
-      if (!r) r.emplace(first, last);
-      r->first = std::min(r->first, first);
-      r->second = std::max(r->second, last);
-    }
+  const auto element = [&](std::uint64_t p, const WindowSegment& s) {
+    const auto px = window_pixel(g, p / g.out_w, p % g.out_w, s.ky, s.kx);
+    return px ? std::optional<std::uint64_t>((px->first * g.in_w + px->second) * g.in_c + s.c)
+              : std::nullopt;
+  };
+  for (const WindowSegment& s : segs) {
+    std::optional<std::uint64_t> first, last;
+    std::uint64_t p = p_begin;
+    for (; p < p_end && !first; ++p) first = element(p, s);
+    if (!first) continue;
+    for (std::uint64_t q = p_end; q-- > p - 1 && !last;) last = element(q, s);
+    const std::uint64_t hi = *last + s.count - 1;
+    if (!r) r.emplace(*first, hi);
+    r->first = std::min(r->first, *first);
+    r->second = std::max(r->second, hi);
   }
   return r;
 }

@@ -44,7 +44,8 @@ struct InFlight {
   // Sequencer::finish).
   std::vector<Cycle>* ledger = nullptr;
   std::vector<Cycle>* ledger_started = nullptr;
-  std::size_t ledger_slot = 0;  // its entry in both (Sequencer::finish empties the ledger)
+  // Its entry in both (the ledger is emptied at every halt and by Sequencer::finish).
+  std::size_t ledger_slot = 0;
   // When tracing: where the slice goes, and the core it ran on.
   Trace* trace = nullptr;
   std::uint32_t core = 0;

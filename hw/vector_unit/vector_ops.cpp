@@ -1162,18 +1162,64 @@ void check_map_scale(std::string_view op, std::string_view field, float scale,
 
 // Element i of a map's input as fp32 (numerics/quantize.h for int8), and y stored as the output
 // type (int8 by numerics::quantize_int8, bf16 rounded to nearest even).
-float map_load(const std::uint8_t* base, std::uint64_t i, DType type, float scale) {
-  switch (type) {
-    case DType::Int8: return numerics::dequantize_int8(load_i8(base + i), scale);
-    case DType::Bf16: return to_float(load_bf16(base + 2 * i));
-    default: return bits_to_float(load_u32(base + 4 * i));
+template <DType In>
+float map_load(const std::uint8_t* base, std::uint64_t i, float scale) {
+  if constexpr (In == DType::Int8) {
+    return numerics::dequantize_int8(load_i8(base + i), scale);
+  } else if constexpr (In == DType::Bf16) {
+    return to_float(load_bf16(base + 2 * i));
+  } else {
+    return bits_to_float(load_u32(base + 4 * i));
   }
 }
-void map_store(std::uint8_t* base, std::uint64_t i, DType type, float scale, float y) {
-  switch (type) {
-    case DType::Int8: return store_i8(base + i, numerics::quantize_int8(y, scale));
-    case DType::Bf16: return store_bf16(base + 2 * i, to_bf16(y));
-    default: return store_u32(base + 4 * i, float_to_bits(y));
+template <DType Out>
+void map_store(std::uint8_t* base, std::uint64_t i, float scale, float y) {
+  if constexpr (Out == DType::Int8) {
+    store_i8(base + i, numerics::quantize_int8(y, scale));
+  } else if constexpr (Out == DType::Bf16) {
+    store_bf16(base + 2 * i, to_bf16(y));
+  } else {
+    store_u32(base + 4 * i, float_to_bits(y));
+  }
+}
+
+// The elements of a map: x * a + b, the function, and the output conversion. The types and the
+// function are template arguments so that the per-element loop has no dispatch left in it.
+template <DType In, DType Out, isa::MapFunc F>
+void map_elements(const isa::Map& m, const std::uint8_t* in, std::uint8_t* out, const float* a,
+                  const float* b, const float* alpha) {
+  std::uint32_t c = 0;
+  for (std::uint64_t i = 0; i < m.count; ++i) {
+    const float x = map_load<In>(in, i, m.in_scale);
+    map_store<Out>(out, i, m.out_scale, map_float(F, numerics::affine(x, a[c], b[c]), alpha[c]));
+    c = c + 1 == m.channels ? 0 : c + 1;
+  }
+}
+
+template <DType In, DType Out>
+void map_elements(const isa::Map& m, const std::uint8_t* in, std::uint8_t* out, const float* a,
+                  const float* b, const float* alpha) {
+  using F = isa::MapFunc;
+  switch (m.func) {
+    case F::Identity: return map_elements<In, Out, F::Identity>(m, in, out, a, b, alpha);
+    case F::Relu: return map_elements<In, Out, F::Relu>(m, in, out, a, b, alpha);
+    case F::Relu6: return map_elements<In, Out, F::Relu6>(m, in, out, a, b, alpha);
+    case F::LeakyRelu: return map_elements<In, Out, F::LeakyRelu>(m, in, out, a, b, alpha);
+    case F::Elu: return map_elements<In, Out, F::Elu>(m, in, out, a, b, alpha);
+    case F::Sigmoid: return map_elements<In, Out, F::Sigmoid>(m, in, out, a, b, alpha);
+    case F::Tanh: return map_elements<In, Out, F::Tanh>(m, in, out, a, b, alpha);
+    case F::Prelu: return map_elements<In, Out, F::Prelu>(m, in, out, a, b, alpha);
+    case F::Rsqrt: return map_elements<In, Out, F::Rsqrt>(m, in, out, a, b, alpha);
+  }
+}
+
+template <DType In>
+void map_elements(const isa::Map& m, const std::uint8_t* in, std::uint8_t* out, const float* a,
+                  const float* b, const float* alpha) {
+  switch (m.out_type) {
+    case DType::Int8: return map_elements<In, DType::Int8>(m, in, out, a, b, alpha);
+    case DType::Bf16: return map_elements<In, DType::Bf16>(m, in, out, a, b, alpha);
+    default: return map_elements<In, DType::Fp32>(m, in, out, a, b, alpha);
   }
 }
 
@@ -1227,12 +1273,10 @@ void VectorOps::map(const isa::Map& m, UbView ub) const {
   }
   const std::uint8_t* in = ub.data + src;
   std::uint8_t* out = ub.data + dst;
-  std::uint32_t c = 0;
-  for (std::uint64_t i = 0; i < m.count; ++i) {
-    const float x = map_load(in, i, m.in_type, m.in_scale);
-    const float y = map_float(m.func, numerics::affine(x, a[c], b[c]), alpha[c]);
-    map_store(out, i, m.out_type, m.out_scale, y);
-    c = c + 1 == m.channels ? 0 : c + 1;
+  switch (m.in_type) {
+    case DType::Int8: return map_elements<DType::Int8>(m, in, out, a.data(), b.data(), alpha.data());
+    case DType::Bf16: return map_elements<DType::Bf16>(m, in, out, a.data(), b.data(), alpha.data());
+    default: return map_elements<DType::Fp32>(m, in, out, a.data(), b.data(), alpha.data());
   }
 }
 

@@ -81,13 +81,17 @@ Tensor transposed(const Tensor& m, std::size_t rows, std::size_t cols) {
   return t;
 }
 
-float activate(Act a, float x) {
+// The activation on every element; the switch outside the loop.
+void activate(Act a, Tensor& t) {
+  const auto each = [&t](auto f) {
+    for (float& v : t) v = f(v);
+  };
   switch (a) {
-    case Act::Linear: return x;
-    case Act::Relu: return numerics::relu(x);
-    case Act::Relu6: return numerics::relu6(x);
-    case Act::Sigmoid: return numerics::sigmoid(x);
-    case Act::Tanh: return numerics::tanh_act(x);
+    case Act::Linear: return;
+    case Act::Relu: return each([](float x) { return numerics::relu(x); });
+    case Act::Relu6: return each([](float x) { return numerics::relu6(x); });
+    case Act::Sigmoid: return each([](float x) { return numerics::sigmoid(x); });
+    case Act::Tanh: return each([](float x) { return numerics::tanh_act(x); });
     default: break;
   }
   throw std::logic_error("training reference: activation without a gradient rule");
@@ -218,21 +222,21 @@ struct Pass {
     const std::size_t in = l.in.size(), out = l.out.size(), c = l.in.c;
     const bool max = is_max_pool(l);
     Tensor y(n * out, 0.0f);
-    std::vector<bool> seen(out, false);
+    std::vector<char> seen(out / c);  // per output pixel: a tap has been taken (all channels)
     std::vector<float> count(out / c, 0.0f);
     for_taps(l, [&](std::size_t, std::size_t op, std::size_t) { count[op] += 1.0f; });
     for (std::size_t b = 0; b < n; ++b) {
-      std::fill(seen.begin(), seen.end(), false);
+      std::fill(seen.begin(), seen.end(), 0);
       for_taps(l, [&](std::size_t ip, std::size_t op, std::size_t) {
-        for (std::size_t ch = 0; ch < c; ++ch) {
-          float& o = y[b * out + op * c + ch];
-          const float v = x[b * in + ip * c + ch];
-          if (max)
-            o = seen[op * c + ch] ? numerics::max_float(o, v) : v;
-          else
-            o += v;
-          seen[op * c + ch] = true;
-        }
+        float* o = &y[b * out + op * c];
+        const float* v = &x[b * in + ip * c];
+        if (!max)
+          for (std::size_t ch = 0; ch < c; ++ch) o[ch] += v[ch];
+        else if (seen[op])
+          for (std::size_t ch = 0; ch < c; ++ch) o[ch] = numerics::max_float(o[ch], v[ch]);
+        else
+          std::copy_n(v, c, o);
+        seen[op] = 1;
       });
       if (!max)
         for (std::size_t o = 0; o < out; ++o) y[b * out + o] /= count[o / c];
@@ -253,13 +257,13 @@ struct Pass {
             continue;  // the loss reads the logits; nothing reads the softmax
           }
           out = std::move(z);
-          for (float& v : out) v = activate(l.activation, v);
+          activate(l.activation, out);
           break;
         }
         case OpKind::Activation:
           if (i == loss_op) continue;
           out = value(l.inputs[0]);
-          for (float& v : out) v = activate(l.activation, v);
+          activate(l.activation, out);
           break;
         case OpKind::Flatten:
         case OpKind::Reshape: out = value(l.inputs[0]); break;
@@ -428,7 +432,10 @@ struct Pass {
         case GradKind::Bias: {
           Tensor& acc = grads.at(o.output);
           const Tensor& dz = in(0);
-          for (std::size_t e = 0; e < dz.size(); ++e) acc[e % l.out.c] += dz[e];
+          // Row after row; each channel's sum in row order.
+          const std::size_t co = l.out.c;
+          for (std::size_t row = 0; row < dz.size() / co; ++row)
+            for (std::size_t c = 0; c < co; ++c) acc[c] += dz[row * co + c];
           continue;
         }
       }

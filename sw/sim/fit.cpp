@@ -7,10 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <system_error>
 
 #include "hw/chip/chip.h"
 #include "hw/chip/energy.h"
@@ -21,6 +23,7 @@
 #include "sw/data/shuffle.h"
 #include "sw/driver/fit_driver.h"
 #include "sw/import/import.h"
+#include "sw/io/signals.h"
 #include "sw/ir/autodiff.h"
 #include "sw/report/trace_writer.h"
 #include "sw/sim/activity.h"
@@ -143,6 +146,7 @@ class Fit {
                           static_cast<float>(std::pow(static_cast<double>(o.beta2), t))};
     for (int k = 0; k < 6; ++k) put_f32(&m[prog_.layout.optimizer_addr + 4 * k], rec[k]);
     if (!opt_.trace.empty() && traced_step(iterations_ + 1)) chip_->enable_trace(trace_);
+    if (opt_.check) start_reference();
     return Next::Step;
   }
 
@@ -354,14 +358,30 @@ class Fit {
                               val_first_));
   }
 
+  // The reference's step on the batch before() chose runs on another core while the
+  // (single-threaded) kernel simulates the chip's: it shares nothing with the simulation but
+  // read-only inputs and its own state (ref_, which nothing else touches until check_step joins
+  // it). Its results do not depend on the thread it runs on.
+  void start_reference() {
+    gather(train_, batch_index_.size(), ref_images_, ref_labels_);
+    auto step = [this, plan = prog_.layout.plan()] {
+      return nn::reference_step(g_, t_, plan, opt_.optimizer, *ref_, ref_images_.data(),
+                                ref_labels_.data(), batch_);
+    };
+    // The thread blocks the termination signals, so they reach the main thread only
+    // (sw/io/signals.h); a process that may not start a thread runs the step at the join.
+    io::SignalBlock block;
+    try {
+      reference_ = std::async(std::launch::async, step);
+    } catch (const std::system_error&) {
+      reference_ = std::async(std::launch::deferred, step);
+    }
+  }
+
   void check_step(driver::FitDriver& drv, const std::vector<std::uint8_t>& m) {
     const compiler::TrainingLayout& L = prog_.layout;
-    std::vector<float> images;
-    std::vector<std::int32_t> labels;
-    gather(train_, batch_index_.size(), images, labels);
-    const nn::StepRecords rec = nn::reference_step(g_, t_, L.plan(), opt_.optimizer, *ref_,
-                                                   images.data(), labels.data(), batch_);
-    check_records(m, rec, labels.size(), fmt::format("step {}", iterations_));
+    const nn::StepRecords rec = reference_.get();
+    check_records(m, rec, ref_labels_.size(), fmt::format("step {}", iterations_));
     drv_weights_.assign(L.replicas, {});
     for (std::uint32_t r = 0; r < L.replicas; ++r)
       for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
@@ -495,6 +515,9 @@ class Fit {
   data::Dataset train_, test_;
   compiler::TrainingProgram prog_;
   std::optional<nn::TrainState> ref_;
+  std::vector<float> ref_images_;  // the step's images and labels, for the reference's thread
+  std::vector<std::int32_t> ref_labels_;
+  std::future<nn::StepRecords> reference_;
   std::uint32_t batch_ = 0;
 
   std::vector<std::uint64_t> order_, batch_index_;
