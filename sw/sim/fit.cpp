@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <future>
 #include <limits>
 #include <numeric>
@@ -101,13 +102,31 @@ class Fit {
 
     Chip chip("chip", cfg_);
     chip_ = &chip;
+    // An error in the host loop (a mismatch with the reference is a bug in tpusim) stops the
+    // run and leaves the simulation as itself: thrown inside the kernel it would come out as an
+    // sc_report, which main() takes for bad input.
+    std::exception_ptr failure;
+    const auto guarded = [&failure](auto&& f) {
+      if (failure) return false;
+      try {
+        f();
+        return true;
+      } catch (...) {
+        failure = std::current_exception();
+        return false;
+      }
+    };
     driver::FitDriver drv(
         "driver", chip, prog_,
-        [this](std::uint64_t, std::vector<std::uint8_t>& m) { return before(m); },
-        [this, &drv](std::uint64_t, const std::vector<std::uint8_t>& m, Cycle b, Cycle e) {
-          after(drv, m, b, e);
-        });
+        [this, &guarded](std::uint64_t, std::vector<std::uint8_t>& m) {
+          Next next = Next::Stop;
+          guarded([&] { next = before(m); });
+          return next;
+        },
+        [this, &drv, &guarded](std::uint64_t, const std::vector<std::uint8_t>& m, Cycle b,
+                               Cycle e) { guarded([&] { after(drv, m, b, e); }); });
     sc_core::sc_start();
+    if (failure) std::rethrow_exception(failure);
     if (!drv.done()) throw ProgramError("the chip deadlocked during fit");
     FitResult r;
     r.weights = chip_weights(drv_weights_);
@@ -381,6 +400,7 @@ class Fit {
   void check_step(driver::FitDriver& drv, const std::vector<std::uint8_t>& m) {
     const compiler::TrainingLayout& L = prog_.layout;
     const nn::StepRecords rec = reference_.get();
+    if (opt_.reference_fault) opt_.reference_fault(iterations_, *ref_);
     check_records(m, rec, ref_labels_.size(), fmt::format("step {}", iterations_));
     drv_weights_.assign(L.replicas, {});
     for (std::uint32_t r = 0; r < L.replicas; ++r)

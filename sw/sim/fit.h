@@ -33,6 +33,9 @@ struct FitOptions {
   bool check = true;  // the reference beside the chip, bit for bit after every step
   // A Chrome trace-event JSON of the first and the last step is wanted for this file.
   std::string trace;
+  // Fault injection for tests: called with the step number and the reference's state after
+  // each checked step, before the chip's weights are compared with it.
+  std::function<void(std::uint64_t step, nn::TrainState&)> reference_fault;
   // Called with each line Keras would print ("Epoch 1/5", "60/60 - ..."), as it happens.
   std::function<void(const std::string&)> log;
 };
