@@ -276,6 +276,12 @@ def _read_compare(data, where):
     return out
 
 
+# A training step's parts, in the order a step runs them (tpusim.fit/1 split_cycles).
+FIT_PARTS = ["infeed", "forward", "loss", "backward", "communication", "update"]
+FIT_PART_COLOURS = {"infeed": "#9467bd", "forward": "#1f77b4", "loss": "#bcbd22",
+                    "backward": "#ff7f0e", "communication": "#d62728", "update": "#2ca02c"}
+
+
 class Fit:
     """One training run (tpusim.fit/1), reduced to what the page shows: it joins the comparison
     page as a "Training" section."""
@@ -311,6 +317,14 @@ class Fit:
         step = Checked(c.want("step", OBJECT) or {}, where, "step.")
         self.step_cycles = step.want("cycles_median", NUMBER)
         self.step_seconds = step.want("seconds_median", NUMBER)
+        # The last step's cycles by part (docs/training.md, "The report's step split").
+        self.split = {}
+        split = step.want("last.split_cycles", OBJECT)
+        for part in FIT_PARTS:
+            if split is not None:
+                self.split[part] = step.need(f"last.split_cycles.{part}", NUMBER, why)
+        self.last_tflops = step.want("last.tflops", NUMBER)
+        self.last_energy_j = step.want("last.energy_j", NUMBER)
         self.wall_seconds = c.want("host.wall_seconds", NUMBER)
 
 
@@ -774,6 +788,27 @@ def training_plot(fit, Figure, ticker):
                 caption)
 
 
+def step_split_plot(fit, Figure, ticker):
+    fig = Figure(figsize=(11, 1.9))
+    ax = fig.add_subplot()
+    total = sum(fit.split.values())
+    left = 0.0
+    for part in FIT_PARTS:
+        v = fit.split[part]
+        ax.barh([0], [v], left=left, color=FIT_PART_COLOURS[part],
+                label=f"{part} {100 * v / total:.1f} %" if total else part, height=0.6)
+        left += v
+    ax.set_yticks([])
+    ax.set_xlabel("cycles of the last step")
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(_tick))
+    ax.legend(fontsize=8, frameon=False, ncol=len(FIT_PARTS), loc="upper center",
+              bbox_to_anchor=(0.5, -0.55))
+    caption = (f"The last training step's {count(total)} cycles by part (step.last.split_cycles): "
+               "each cycle of a core charged to the part of its oldest unfinished instruction, "
+               "averaged over the cores (docs/training.md, \"The report's step split\").")
+    return Plot("step-split", fit.chip, _svg(fig), f"Step split of {fit.model} on {fit.chip}", caption)
+
+
 def training_section(fit, Figure, ticker):
     out = [f"<h2>Training: {esc(fit.model)} on {esc(fit.chip)}</h2>"]
     desc = [f"{fit.replicas:,} replicas (TensorCores)", f"global batch {fit.global_batch:,}"]
@@ -791,6 +826,15 @@ def training_section(fit, Figure, ticker):
         desc.append(f"host time {sig(fit.wall_seconds)} s")
     out.append(f"<p>{esc('; '.join(desc))}.</p>")
     out.append(training_plot(fit, Figure, ticker).html())
+    if fit.split:
+        extra = []
+        if fit.last_tflops is not None:
+            extra.append(f"{sig(fit.last_tflops)} TFLOPS")
+        if fit.last_energy_j is not None:
+            extra.append(f"{sig(fit.last_energy_j)} J")
+        if extra:
+            out.append(f"<p>Last step: {esc(', '.join(extra))}.</p>")
+        out.append(step_split_plot(fit, Figure, ticker).html())
     head = ["epoch", "loss", "accuracy (%)", "val_loss", "val_accuracy (%)", "simulated time (ms)"]
     rows = [[str(e["epoch"]), sig(e["loss"], 4), f"{100 * e['accuracy']:.2f}",
              sig(e["val_loss"], 4) if e["val_loss"] is not None else "—",

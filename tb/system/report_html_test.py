@@ -269,6 +269,7 @@ class ReportHtmlContent(ReportFixture):
         page = parse_page(out)
         want = expected_plots(self.reports)
         want[("training", FIT_REPORT["chip"])] = 1
+        want[("step-split", FIT_REPORT["chip"])] = 1
         self.assertEqual(count_plots(page.plots), want)
         with open(out) as f:
             text = f.read()
@@ -279,7 +280,8 @@ class ReportHtmlContent(ReportFixture):
 
     def test_a_fit_report_alone_makes_a_training_page(self):
         page = parse_page(self.render("fit_only.html", FIT_FILE))
-        self.assertEqual(count_plots(page.plots), {("training", FIT_REPORT["chip"]): 1})
+        self.assertEqual(count_plots(page.plots), {("training", FIT_REPORT["chip"]): 1,
+                                                   ("step-split", FIT_REPORT["chip"]): 1})
 
 
 class ReportBadInput(ReportFixture):
