@@ -16,9 +16,7 @@ namespace tpu::numerics {
 // 1/√x rounded once to fp32: the quotient and the root are taken in float64 (exact enough that
 // the one rounding to fp32 decides), so every implementation that follows this gives the same
 // bits. +inf for +0, NaN below 0.
-inline float rsqrt(float x) {
-  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(x)));
-}
+inline float rsqrt(float x) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(x))); }
 
 // A channel's statistics from its sums over `count` rows: sum = Σx and squares = Σ(x·x), each
 // summed in row order from +0 (the caller's loop or a `reduce`).
@@ -52,8 +50,8 @@ inline float batch_norm_gamma_grad(float dot, const BatchStats& s) { return dot 
 inline float batch_norm_input_scale(float gamma, const BatchStats& s, float count) {
   return (gamma * s.rsqrt) / count;
 }
-inline float batch_norm_input_grad(float x, float dy, const BatchStats& s, float count,
-                                   float dbeta, float dot, float k) {
+inline float batch_norm_input_grad(float x, float dy, const BatchStats& s, float count, float dbeta,
+                                   float dot, float k) {
   return k * ((dy * count - dbeta) - ((x - s.mean) * dot) / s.var_eps);
 }
 

@@ -1274,8 +1274,10 @@ void VectorOps::map(const isa::Map& m, UbView ub) const {
   const std::uint8_t* in = ub.data + src;
   std::uint8_t* out = ub.data + dst;
   switch (m.in_type) {
-    case DType::Int8: return map_elements<DType::Int8>(m, in, out, a.data(), b.data(), alpha.data());
-    case DType::Bf16: return map_elements<DType::Bf16>(m, in, out, a.data(), b.data(), alpha.data());
+    case DType::Int8:
+      return map_elements<DType::Int8>(m, in, out, a.data(), b.data(), alpha.data());
+    case DType::Bf16:
+      return map_elements<DType::Bf16>(m, in, out, a.data(), b.data(), alpha.data());
     default: return map_elements<DType::Fp32>(m, in, out, a.data(), b.data(), alpha.data());
   }
 }

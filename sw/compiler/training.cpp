@@ -134,8 +134,9 @@ class TrainingCompiler {
     }
     for (const Op& l : g_.ops)
       if (l.kind == OpKind::BatchNormalization)
-        fail(l, "fit does not lower BatchNormalization in training mode yet (the gradient "
-                "rules and the training reference have it)");
+        fail(l,
+             "fit does not lower BatchNormalization in training mode yet (the gradient "
+             "rules and the training reference have it)");
   }
 
   // ---- planning ----------------------------------------------------------------------------
@@ -332,8 +333,8 @@ class TrainingCompiler {
   }
 
   // Every value the lowering adds or fills is fp32.
-  static void eltwise(Code& out, isa::EltOp op, std::uint64_t a, std::uint64_t b,
-                      std::uint64_t dst, std::uint64_t count) {
+  static void eltwise(Code& out, isa::EltOp op, std::uint64_t a, std::uint64_t b, std::uint64_t dst,
+                      std::uint64_t count) {
     emit_eltwise(out, op, a, b, dst, count, DType::Fp32);
   }
   void zero_fill(Code& out, std::uint64_t dst, std::uint64_t count) const {
@@ -787,8 +788,8 @@ class TrainingCompiler {
         const std::uint64_t part = stage_ub_[1];
         gm.drain = [&](Code& oc, std::uint64_t r0, std::uint32_t rows, std::uint32_t c0,
                        std::uint32_t cc, std::uint32_t acc) {
-          oc.push_back(drain_fp32(acc, rows, cc, part, std::uint64_t{cc} * kF, zero_records_,
-                                  Act::Linear));
+          oc.push_back(
+              drain_fp32(acc, rows, cc, part, std::uint64_t{cc} * kF, zero_records_, Act::Linear));
           const std::uint64_t g0 = grad_ub_[k] + (r0 * N + c0) * kF;
           if (cc == N) {
             eltwise(oc, isa::EltOp::Add, g0, part, g0, std::uint64_t{rows} * cc);
@@ -865,9 +866,8 @@ class TrainingCompiler {
             for (std::uint32_t c0 = 0; c0 < co; c0 += R) {
               const std::uint32_t cr = std::min(R, co - c0);
               // The stored block W[ky][kx][n0 .. n0+nc)[c0 .. c0+cr), transposed to cr x nc.
-              isa::ReadWeights rw =
-                  ub_tile(kernel + ((pos * ci + n0) * co + c0) * kE, nc, cr,
-                          std::uint64_t{co} * kE, true);
+              isa::ReadWeights rw = ub_tile(kernel + ((pos * ci + n0) * co + c0) * kE, nc, cr,
+                                            std::uint64_t{co} * kE, true);
               rw.mxu = static_cast<std::uint8_t>(m);
               out.push_back(rw);
               isa::MatMul mm;

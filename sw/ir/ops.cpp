@@ -162,8 +162,7 @@ void grad_batch_norm(Backward& b, std::size_t i) {
   const TensorId dy = b.pre_activation_gradient(i);
   if (l.use_bias) b.to_parameter(i, Param::Beta, {GradKind::Bias, i, {dy}, {}});
   if (l.scale)
-    b.to_parameter(i, Param::Gamma,
-                   {GradKind::BatchNormGamma, i, {value_of(l.inputs[0]), dy}, {}});
+    b.to_parameter(i, Param::Gamma, {GradKind::BatchNormGamma, i, {value_of(l.inputs[0]), dy}, {}});
   b.to_input(l.inputs[0], {GradKind::BatchNormInput, i, {value_of(l.inputs[0]), dy}, {}});
 }
 

@@ -188,8 +188,7 @@ struct Pass {
       scale[k] = numerics::batch_norm_input_scale(gamma[k], s[k], count);
     for (std::size_t e = 0; e < x.size(); ++e) {
       const std::size_t k = e % c;
-      dx[e] = numerics::batch_norm_input_grad(x[e], dy[e], s[k], count, dbeta[k], dot[k],
-                                              scale[k]);
+      dx[e] = numerics::batch_norm_input_grad(x[e], dy[e], s[k], count, dbeta[k], dot[k], scale[k]);
     }
     return dx;
   }

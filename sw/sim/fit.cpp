@@ -352,17 +352,18 @@ class Fit {
   }
 
   // The chip's loss records of the first n images against the reference's, bit for bit.
-  void check_records(const std::vector<std::uint8_t>& m, const nn::StepRecords& rec,
-                     std::size_t n, const std::string& what) const {
+  void check_records(const std::vector<std::uint8_t>& m, const nn::StepRecords& rec, std::size_t n,
+                     const std::string& what) const {
     const compiler::TrainingLayout& L = prog_.layout;
     for (std::size_t i = 0; i < n; ++i)
       for (int k = 0; k < 2; ++k) {
         const float chip = get_f32(&m[L.records_addr + 8 * i + 4 * k]);
         const float want = k == 0 ? rec.loss[i] : rec.correct[i];
         if (std::memcmp(&chip, &want, 4) != 0)
-          throw std::logic_error(fmt::format("fit: {}: image {}'s {} is {} on the chip and {} in "
-                                             "the reference",
-                                             what, i, k == 0 ? "loss" : "correct flag", chip, want));
+          throw std::logic_error(
+              fmt::format("fit: {}: image {}'s {} is {} on the chip and {} in "
+                          "the reference",
+                          what, i, k == 0 ? "loss" : "correct flag", chip, want));
       }
   }
 
@@ -372,9 +373,9 @@ class Fit {
     gather(test_, val_real_, images, labels);
     const nn::StepRecords rec = nn::reference_evaluate(g_, t_, prog_.layout.plan(), ref_->weights,
                                                        images.data(), labels.data(), val_real_);
-    check_records(m, rec, val_real_,
-                  fmt::format("validation after step {}, test images from {}", iterations_,
-                              val_first_));
+    check_records(
+        m, rec, val_real_,
+        fmt::format("validation after step {}, test images from {}", iterations_, val_first_));
   }
 
   // The reference's step on the batch before() chose runs on another core while the

@@ -25,7 +25,7 @@ struct FitOptions {
   std::uint64_t seed = 1;  // Glorot-uniform initial weights and the per-epoch shuffle
   std::uint32_t epochs = 5;
   std::uint32_t steps_per_epoch = 60;
-  std::uint32_t batch = 0;            // global; 0: the training images // steps_per_epoch (Keras)
+  std::uint32_t batch = 0;  // global; 0: the training images // steps_per_epoch (Keras)
   // Validate after every this many epochs, as Keras (none when it exceeds the epochs); 0: after
   // the last epoch.
   std::uint32_t validation_freq = 0;

@@ -91,7 +91,8 @@ Evaluation run_evaluation(const ir::Graph& m, const ir::TrainingGraph& t, const 
     index.resize(n);
     std::iota(index.begin(), index.end(), first);
     load(d, index.data(), n, scale, images, labels);
-    const nn::StepRecords r = nn::reference_evaluate(m, t, plan, w, images.data(), labels.data(), n);
+    const nn::StepRecords r =
+        nn::reference_evaluate(m, t, plan, w, images.data(), labels.data(), n);
     for (std::size_t i = 0; i < n; ++i) loss += r.loss[i], correct += r.correct[i];
   }
   const auto n = static_cast<double>(d.images.count);
