@@ -109,23 +109,23 @@ int bench(int argc, char** argv) {
   }
   if (runs < 1) throw std::invalid_argument("--runs must be >= 1");
   const std::string report =
-      fmt::format("{}/tpusim_fit_bench_{}.json", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
-                  getpid());
-  std::vector<std::string> args = {tpusim,
-                                   "fit",
-                                   "--chip",
-                                   std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/v3.json",
-                                   "--model",
-                                   std::string(TPUSIM_SOURCE_DIR) +
-                                       "/configs/models/fashion_mnist_cnn.json",
-                                   "--epochs",
-                                   epochs,
-                                   "--steps-per-epoch",
-                                   steps,
-                                   "--batch",
-                                   "1000",
-                                   "--json",
-                                   report};
+      fmt::format("{}/tpusim_fit_bench_{}.json",
+                  std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", getpid());
+  std::vector<std::string> args = {
+      tpusim,
+      "fit",
+      "--chip",
+      std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/v3.json",
+      "--model",
+      std::string(TPUSIM_SOURCE_DIR) + "/configs/models/fashion_mnist_cnn.json",
+      "--epochs",
+      epochs,
+      "--steps-per-epoch",
+      steps,
+      "--batch",
+      "1000",
+      "--json",
+      report};
   if (!check) args.emplace_back("--no-check");
   fmt::print("{}\n", fmt::join(args, " "));
   std::vector<double> wall, user, rss, step_ms;

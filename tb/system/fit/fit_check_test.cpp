@@ -31,7 +31,8 @@ FitOptions short_fit() {
 }
 
 TEST(FitCheck, AOneBitDifferenceAfterStepTwoEndsTheRunNamingWhere) {
-  const ChipConfig cfg = load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/v3.json");
+  const ChipConfig cfg =
+      load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/v3.json");
   FitOptions o = short_fit();
   o.reference_fault = [](std::uint64_t step, nn::TrainState& s) {
     if (step != 2) return;
@@ -51,7 +52,8 @@ TEST(FitCheck, AOneBitDifferenceAfterStepTwoEndsTheRunNamingWhere) {
 }
 
 TEST(FitCheck, WithoutTheFaultTheSameRunPasses) {
-  const ChipConfig cfg = load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/v3.json");
+  const ChipConfig cfg =
+      load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/v3.json");
   FitOptions o = short_fit();
   std::uint64_t calls = 0;
   o.reference_fault = [&calls](std::uint64_t, nn::TrainState&) { ++calls; };

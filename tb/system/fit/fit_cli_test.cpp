@@ -108,9 +108,7 @@ TEST_P(FitSharedTensors, TrainBitExactOnEveryTrainingChip) {
 
 INSTANTIATE_TEST_SUITE_P(Models, FitSharedTensors,
                          ::testing::Values("residual_mlp.json", "two_branch_cnn.json"),
-                         [](const auto& p) {
-                           return p.param.substr(0, p.param.find('.'));
-                         });
+                         [](const auto& p) { return p.param.substr(0, p.param.find('.')); });
 
 // 10,000 test images in global batches of 24: 416 whole batches and 16 images padded to a
 // 417th; every image counts once, checked bit for bit against the reference's forward.
@@ -132,11 +130,11 @@ class FitTwoConvolutions : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FitTwoConvolutions, AStridedConvolutionsInputGradientTrainsBitExactEveryStep) {
   const fs::path d = scratch("two-conv-" + GetParam());
-  const auto r = test::run_tpusim(
-      "fit --chip " + source("configs/chips/" + GetParam() + ".json") + " --model " +
-      source("tb/system/fit/data/two_conv.json") +
-      " --epochs 2 --steps-per-epoch 2 --batch 16 --validation-freq 3 --json " +
-      (d / "fit.json").string());  // no validation (FitChips has it): CI's time
+  const auto r =
+      test::run_tpusim("fit --chip " + source("configs/chips/" + GetParam() + ".json") +
+                       " --model " + source("tb/system/fit/data/two_conv.json") +
+                       " --epochs 2 --steps-per-epoch 2 --batch 16 --validation-freq 3 --json " +
+                       (d / "fit.json").string());  // no validation (FitChips has it): CI's time
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Epoch 2/2\n2/2 - "));
   const auto j = read_json(d / "fit.json");
@@ -152,16 +150,14 @@ INSTANTIATE_TEST_SUITE_P(TrainingChips, FitTwoConvolutions, ::testing::Values("v
 class FitDilatedConvolution : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FitDilatedConvolution, ADilatedConvolutionTrainsBitExactEveryStep) {
-  const auto r = test::run_tpusim("fit --chip " +
-                                  source("configs/chips/" + GetParam() + ".json") + " --model " +
-                                  source("tb/system/fit/data/dilated_conv.json") +
+  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/" + GetParam() + ".json") +
+                                  " --model " + source("tb/system/fit/data/dilated_conv.json") +
                                   " --epochs 1 --steps-per-epoch 2 --batch 16 --validation-freq 2");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Epoch 1/1\n2/2 - "));
 }
 
-INSTANTIATE_TEST_SUITE_P(TrainingChips, FitDilatedConvolution,
-                         ::testing::Values("v2", "v3", "v4"));
+INSTANTIATE_TEST_SUITE_P(TrainingChips, FitDilatedConvolution, ::testing::Values("v2", "v3", "v4"));
 
 TEST(FitCli, SgdAndMomentumStepsAreBitExactToo) {
   for (const std::string opt : {"sgd", "momentum"}) {

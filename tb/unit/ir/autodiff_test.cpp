@@ -89,15 +89,15 @@ TEST(Autodiff, ATensorReadTwiceSumsItsGradientsInTheOrderTheyRun) {
 }
 
 TEST(Autodiff, AViewOfTheImagesGetsNoGradient) {
-  const Graph g = model_of(json::array({layer("Flatten", {{"name", "f"}}),
-                                        layer("Dense", {{"name", "d"}, {"units", 3},
-                                                        {"activation", "softmax"}})}),
-                           json::array({2, 2, 1}));
+  const Graph g = model_of(
+      json::array({layer("Flatten", {{"name", "f"}}),
+                   layer("Dense", {{"name", "d"}, {"units", 3}, {"activation", "softmax"}})}),
+      json::array({2, 2, 1}));
   // The Dense reads a Flatten of the images: neither needs a gradient.
   EXPECT_THAT(describe_all(g, differentiate(g)),
-              ::testing::ElementsAre(
-                  "softmax_cross_entropy -> gradient of d before its activation",
-                  "bias_grad -> gradient of d/bias", "dense_kernel_grad -> gradient of d/kernel"));
+              ::testing::ElementsAre("softmax_cross_entropy -> gradient of d before its activation",
+                                     "bias_grad -> gradient of d/bias",
+                                     "dense_kernel_grad -> gradient of d/kernel"));
 }
 
 TEST(Autodiff, EveryLayerThatCannotBeTrainedIsNamedInOneMessage) {
@@ -213,19 +213,20 @@ TEST(AutodiffFiniteDifferences, StridedSamePaddedDilatedConvolutionsAndAveragePo
 // shrunk; tanh keeps every path differentiable at the sample).
 TEST(AutodiffFiniteDifferences, AStridedValidConvolutionAfterASamePaddedOne) {
   expect_gradients_match_finite_differences(
-      model_of(json::array({layer("Conv2D", {{"name", "c1"},
-                                             {"filters", 3},
-                                             {"kernel_size", {3, 3}},
-                                             {"padding", "same"},
-                                             {"activation", "tanh"}}),
-                            layer("Conv2D", {{"name", "c2"},
-                                             {"filters", 4},
-                                             {"kernel_size", {3, 3}},
-                                             {"strides", {2, 2}},
-                                             {"activation", "tanh"}}),
-                            layer("Flatten", {{"name", "f"}}),
-                            layer("Dense", {{"name", "d"}, {"units", 3}, {"activation", "softmax"}})}),
-               json::array({8, 8, 2})),
+      model_of(
+          json::array({layer("Conv2D", {{"name", "c1"},
+                                        {"filters", 3},
+                                        {"kernel_size", {3, 3}},
+                                        {"padding", "same"},
+                                        {"activation", "tanh"}}),
+                       layer("Conv2D", {{"name", "c2"},
+                                        {"filters", 4},
+                                        {"kernel_size", {3, 3}},
+                                        {"strides", {2, 2}},
+                                        {"activation", "tanh"}}),
+                       layer("Flatten", {{"name", "f"}}),
+                       layer("Dense", {{"name", "d"}, {"units", 3}, {"activation", "softmax"}})}),
+          json::array({8, 8, 2})),
       4);
 }
 
@@ -248,19 +249,16 @@ TEST(AutodiffFiniteDifferences, DenseLayersWithRelu6ASharedTensorAndGlobalMaxPoo
 
 TEST(AutodiffFiniteDifferences, BatchNormalizationInTrainingModeWithAndWithoutScaleAndCenter) {
   expect_gradients_match_finite_differences(
-      model_of(json::array(
-                   {layer("Conv2D", {{"name", "c"},
-                                     {"filters", 3},
-                                     {"kernel_size", {2, 2}},
-                                     {"use_bias", false}}),
-                    layer("BatchNormalization", {{"name", "bn1"}, {"epsilon", 1.001e-5}}),
-                    layer("Activation", {{"name", "r"}, {"activation", "relu"}}),
-                    layer("Flatten", {{"name", "f"}}),
-                    layer("Dense", {{"name", "d"}, {"units", 5}}),
-                    layer("BatchNormalization",
-                          {{"name", "bn2"}, {"scale", false}, {"center", false}}),
-                    layer("Dense", {{"name", "out"}, {"units", 3}, {"activation", "softmax"}})}),
-               json::array({4, 4, 2})),
+      model_of(
+          json::array(
+              {layer("Conv2D",
+                     {{"name", "c"}, {"filters", 3}, {"kernel_size", {2, 2}}, {"use_bias", false}}),
+               layer("BatchNormalization", {{"name", "bn1"}, {"epsilon", 1.001e-5}}),
+               layer("Activation", {{"name", "r"}, {"activation", "relu"}}),
+               layer("Flatten", {{"name", "f"}}), layer("Dense", {{"name", "d"}, {"units", 5}}),
+               layer("BatchNormalization", {{"name", "bn2"}, {"scale", false}, {"center", false}}),
+               layer("Dense", {{"name", "out"}, {"units", 3}, {"activation", "softmax"}})}),
+          json::array({4, 4, 2})),
       4, 4);
 }
 
@@ -271,16 +269,14 @@ TEST(Autodiff, BatchNormalizationTrainsGammaAndBetaAndPassesItsInputGradient) {
                    layer("Dense", {{"name", "out"}, {"units", 3}, {"activation", "softmax"}})}),
       json::array({5}));
   const TrainingGraph t = differentiate(g);
-  EXPECT_THAT(describe_all(g, t),
-              ::testing::ElementsAre("softmax_cross_entropy -> gradient of out before its activation",
-                                     "bias_grad -> gradient of out/bias",
-                                     "dense_kernel_grad -> gradient of out/kernel",
-                                     "dense_input_grad -> gradient of bn",
-                                     "bias_grad -> gradient of bn/beta",
-                                     "batch_norm_gamma_grad -> gradient of bn/gamma",
-                                     "batch_norm_input_grad -> gradient of d",
-                                     "bias_grad -> gradient of d/bias",
-                                     "dense_kernel_grad -> gradient of d/kernel"));
+  EXPECT_THAT(
+      describe_all(g, t),
+      ::testing::ElementsAre(
+          "softmax_cross_entropy -> gradient of out before its activation",
+          "bias_grad -> gradient of out/bias", "dense_kernel_grad -> gradient of out/kernel",
+          "dense_input_grad -> gradient of bn", "bias_grad -> gradient of bn/beta",
+          "batch_norm_gamma_grad -> gradient of bn/gamma", "batch_norm_input_grad -> gradient of d",
+          "bias_grad -> gradient of d/bias", "dense_kernel_grad -> gradient of d/kernel"));
   // Trainable: d's kernel and bias, bn's gamma and beta (not its moving statistics), out's.
   EXPECT_EQ(t.parameters.size(), 6u);
 }

@@ -71,20 +71,19 @@ Graph strided_cnn() {
 // a BatchNormalization without scale and center after a Dense.
 Graph batch_norm_cnn() {
   return importers::parse_model(
-      json{{"name", "bn"},
-           {"input", {6, 6, 2}},
-           {"layers",
-            json::array({layer("Conv2D", {{"name", "c"},
-                                          {"filters", 4},
-                                          {"kernel_size", {3, 3}},
-                                          {"use_bias", false}}),
-                         layer("BatchNormalization", {{"name", "bn1"}, {"epsilon", 1.001e-5}}),
-                         layer("Activation", {{"name", "r"}, {"activation", "relu"}}),
-                         layer("Flatten", {{"name", "f"}}),
-                         layer("Dense", {{"name", "d"}, {"units", 6}}),
-                         layer("BatchNormalization",
-                               {{"name", "bn2"}, {"scale", false}, {"center", false}}),
-                         layer("Dense", {{"name", "out"}, {"units", 4}, {"activation", "softmax"}})})}},
+      json{
+          {"name", "bn"},
+          {"input", {6, 6, 2}},
+          {"layers",
+           json::array(
+               {layer(
+                    "Conv2D",
+                    {{"name", "c"}, {"filters", 4}, {"kernel_size", {3, 3}}, {"use_bias", false}}),
+                layer("BatchNormalization", {{"name", "bn1"}, {"epsilon", 1.001e-5}}),
+                layer("Activation", {{"name", "r"}, {"activation", "relu"}}),
+                layer("Flatten", {{"name", "f"}}), layer("Dense", {{"name", "d"}, {"units", 6}}),
+                layer("BatchNormalization", {{"name", "bn2"}, {"scale", false}, {"center", false}}),
+                layer("Dense", {{"name", "out"}, {"units", 4}, {"activation", "softmax"}})})}},
       "bn.json");
 }
 

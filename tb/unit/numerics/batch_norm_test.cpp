@@ -1,13 +1,14 @@
 // BatchNormalization's training-mode arithmetic (numerics/batch_norm.h) against vectors computed
 // outside this code with numpy's float32 in XLA's order (tb/unit/numerics/data/
 // make_batch_norm_vectors.py), bit for bit, and against float64 for its meaning.
+#include "numerics/batch_norm.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "numerics/batch_norm.h"
 #include "tb/unit/numerics/data/batch_norm_vectors.h"
 #include "tb/unit/numerics/exact_rules.h"
 
@@ -39,8 +40,8 @@ TEST(BatchNormNumerics, MatchesTheVectorsRoundedOnceInXlasOrder) {
     EXPECT_EQ(bits_of(batch_norm_gamma_grad(dot, s)), c.dgamma);
     const float k = batch_norm_input_scale(gamma, s, count);
     for (int r = 0; r < n; ++r)
-      EXPECT_EQ(bits_of(batch_norm_input_grad(float_of(c.x[r]), float_of(c.dy[r]), s, count,
-                                              dbeta, dot, k)),
+      EXPECT_EQ(bits_of(batch_norm_input_grad(float_of(c.x[r]), float_of(c.dy[r]), s, count, dbeta,
+                                              dot, k)),
                 c.dx[r])
           << "row " << r;
   }
