@@ -295,8 +295,17 @@ class TrainingCompiler {
     // 1 + 2n the loss; 2 + 2n the gradient exchange; 3 + 2n the update.
     std::vector<LayerInfo> out = {{"setup", "", 0}};
     for (const Op& l : g_.ops) out.push_back({l.name, std::string(ir::name_of(l.kind)), l.macs()});
-    for (const Op& l : g_.ops)
-      out.push_back({l.name + " (backward)", std::string(ir::name_of(l.kind)), 2 * l.macs()});
+    // A backward row's MACs: the forward's per matrix product its gradient ops run (a Conv2D's
+    // or Dense's input and kernel gradients; a first convolution has no input gradient).
+    for (std::size_t i = 0; i < g_.ops.size(); ++i) {
+      std::uint64_t macs = 0;
+      for (const ir::GradOp& o : t_.ops)
+        if (o.op == i && (o.kind == GradKind::ConvInput || o.kind == GradKind::ConvKernel ||
+                          o.kind == GradKind::DenseInput || o.kind == GradKind::DenseKernel))
+          macs += g_.ops[i].macs();
+      out.push_back(
+          {g_.ops[i].name + " (backward)", std::string(ir::name_of(g_.ops[i].kind)), macs});
+    }
     out.push_back({"loss", "SparseCategoricalCrossentropy", 0});
     out.push_back({"gradient exchange", "all-reduce", 0});
     out.push_back({"update", optimizer_name(), 0});

@@ -281,21 +281,10 @@ class Fit {
     return tag <= n ? tag - 1 : tag - 1 - n;
   }
 
-  // The network's multiply-accumulates under a tag in one step (the operation table's MACs of
-  // the global batch): a forward pass, and per backward product (a Conv2D's or Dense's input
-  // gradient, its kernel gradient) as many again.
+  // The network's multiply-accumulates under a tag in one step: the compiler's per-image MACs of
+  // the row (a forward pass; per backward product, as many again) times the global batch.
   std::uint64_t network_macs(std::uint32_t tag) const {
-    const std::optional<std::size_t> op = op_of(tag);
-    if (!op) return 0;
-    const std::uint64_t pass = g_.ops[*op].macs() * batch_;
-    if (part_of(tag) == Part::Forward) return pass;
-    std::uint64_t macs = 0;
-    for (const ir::GradOp& o : t_.ops)
-      if (o.op == *op &&
-          (o.kind == ir::GradKind::ConvInput || o.kind == ir::GradKind::ConvKernel ||
-           o.kind == ir::GradKind::DenseInput || o.kind == ir::GradKind::DenseKernel))
-        macs += pass;
-    return macs;
+    return prog_.step.layers.at(tag).macs_per_image * batch_;
   }
 
   std::uint64_t step_macs() const {
