@@ -55,4 +55,11 @@ inline float batch_norm_input_grad(float x, float dy, const BatchStats& s, float
   return k * ((dy * count - dbeta) - ((x - s.mean) * dot) / s.var_eps);
 }
 
+// Training's update of a moving statistic (Keras 3's BatchNormalization: moving_mean * momentum +
+// mean * (1 - momentum), and the same for the variance with the pass's biased variance);
+// `rest` is 1 - momentum, rounded to fp32 once.
+inline float moving_average(float moving, float batch, float momentum, float rest) {
+  return moving * momentum + batch * rest;
+}
+
 }  // namespace tpu::numerics

@@ -16,15 +16,31 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
   app->add_option("--model", o.model, "Model (Keras-style JSON) ending in a softmax")
       ->capture_default_str();
   app->add_option("--data-dir", o.data_dir, "Fashion-MNIST directory (default: Debian's)");
-  app->add_option("--epochs", o.epochs, "Epochs")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 100000u));
-  app->add_option("--steps-per-epoch", o.steps_per_epoch, "Steps per epoch")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1000000u));
+  CLI::Option* epochs = app->add_option("--epochs", o.epochs, "Epochs")
+                            ->capture_default_str()
+                            ->check(CLI::Range(1u, 100000u));
+  CLI::Option* per_epoch =
+      app->add_option("--steps-per-epoch", o.steps_per_epoch, "Steps per epoch")
+          ->capture_default_str()
+          ->check(CLI::Range(1u, 1000000u));
+  app->add_option("--steps", cmd.steps, "One epoch of this many steps (no validation)")
+      ->check(CLI::Range(1u, 1000000u))
+      ->excludes(epochs)
+      ->excludes(per_epoch);
   app->add_option("--batch", o.batch,
-                  "Global batch, split over the TensorCores (default: 60000 // steps per epoch)")
+                  "Global batch, split over the TensorCores (default: 60000 // steps per epoch; "
+                  "32 for a model on random inputs)")
       ->check(CLI::Range(1u, 1u << 24));
+  CLI::Option* weights =
+      app->add_option("--weights", o.weights, "Start from this weights file (fine-tuning)");
+  app->add_flag("--random-weights", cmd.random_weights,
+                "Start from Keras's initialisers with --seed (the default)")
+      ->excludes(weights);
+  app->add_option("--activations", cmd.activations,
+                  "Where a pass's tensors live: auto (the unified buffer when they fit), "
+                  "unified-buffer or off-chip")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "unified-buffer", "off-chip"}));
   app->add_option("--learning-rate", o.optimizer.learning_rate, "Learning rate")
       ->capture_default_str();
   app->add_option("--optimizer", cmd.optimizer, "adam, sgd or momentum (SGD with momentum 0.9)")
@@ -48,6 +64,16 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
 void run_fit(FitCommand& cmd) {
   auto& o = cmd.options;
   o.check = !cmd.no_check;
+  if (cmd.steps) {
+    o.epochs = 1;
+    o.steps_per_epoch = cmd.steps;
+    // Keras's rule: a validation frequency above the epochs validates never.
+    if (o.validation_freq == 0) o.validation_freq = 2;
+  }
+  using A = sim::FitOptions::Activations;
+  o.activations = cmd.activations == "unified-buffer" ? A::kUnifiedBuffer
+                  : cmd.activations == "off-chip"     ? A::kOffChip
+                                                      : A::kAuto;
   o.optimizer.kind = cmd.optimizer == "sgd"        ? nn::OptimizerKind::Sgd
                      : cmd.optimizer == "momentum" ? nn::OptimizerKind::Momentum
                                                    : nn::OptimizerKind::Adam;
@@ -57,7 +83,10 @@ void run_fit(FitCommand& cmd) {
   if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
   if (!o.trace.empty()) trace = out.add(o.trace, "--trace output");
   const ChipConfig cfg = load_chip_config(cmd.chip);
-  out.check({{o.model, "model"}});
+  if (o.weights.empty())
+    out.check({{o.model, "model"}});
+  else
+    out.check({{o.model, "model"}, {o.weights, "weights"}});
   o.log = [](const std::string& line) { std::cerr << line << "\n"; };
   sim::FitResult r = sim::fit_session(cfg, o);
   if (json) out.set(*json, r.report.dump(2) + "\n");

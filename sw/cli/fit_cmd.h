@@ -13,6 +13,9 @@ struct FitCommand {
   std::string chip;
   sim::FitOptions options;
   std::string optimizer = "adam";
+  std::string activations = "auto";
+  std::uint32_t steps = 0;  // --steps: one epoch of this many steps
+  bool random_weights = false;
   bool no_check = false;
   std::string json;
   std::string markdown;

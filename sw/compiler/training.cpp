@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -30,6 +31,9 @@ constexpr std::uint64_t kRecordBytes = 8;   // per image: {loss, correct}
 constexpr std::uint64_t kParamRecord = 12;  // activate's and map's record per column
 constexpr std::uint64_t kE = 2;             // bytes per MXU operand (bf16)
 constexpr std::uint64_t kF = 4;             // bytes per fp32 value
+// Elements of one staging buffer of the exchange and the update (four of them: the gradient,
+// the weights and the two optimizer slots).
+constexpr std::uint64_t kStageElements = 48 * 1024;
 
 using Code = std::vector<isa::Instruction>;
 
@@ -76,26 +80,72 @@ isa::MapFunc map_func(Act a) {
   throw std::logic_error("training lowering: activation without a gradient rule");
 }
 
+// A per-image tensor of a pass: the fp32 value or gradient of an operation's output (by the
+// operation that stores it: a view shares its input's storage), or the images (bf16 values).
+struct Tensor {
+  bool grad = false;
+  std::size_t op = kGraphInput;
+  friend bool operator<(const Tensor& a, const Tensor& b) {
+    return std::pair(a.grad, a.op) < std::pair(b.grad, b.op);
+  }
+};
+
+// How an operation's lowering uses a tensor for a chunk of images.
+enum class Use {
+  Read,        // its fp32 values (the images: bf16)
+  ReadBf16,    // its values rounded to bf16, as the MXU reads them
+  Write,       // the operation writes it
+  Accumulate,  // the operation's contribution is added to what it holds
+  Scratch,     // room shaped as it, neither read nor kept (an evaluation's unused gradient)
+};
+struct Operand {
+  Tensor t;
+  Use use = Use::Read;
+};
+
+// The unified-buffer addresses of an operation's operands for `count` images of the pass from
+// image `first` (operand order), and of its room for temporaries.
+struct Chunk {
+  std::vector<std::uint64_t> at;
+  std::uint64_t temp = 0;
+  std::uint64_t first = 0;
+  std::uint32_t count = 0;
+};
+
+// A BatchNormalization's unified-buffer state: per channel, the pass's statistics (kept from the
+// forward for the backward), gamma and beta (from the master weights), the moving statistics
+// (validation); the constants its arithmetic reads.
+struct BatchNormState {
+  std::uint64_t mean = 0, rsqrt = 0, var_eps = 0, gamma = 0, beta = 0, moving = 0;
+  // {epsilon, rows of a whole pass, rows of the last pass, momentum}, the map record {1,
+  // epsilon, 0}, 1 - momentum.
+  std::uint64_t constants = 0;
+};
+
 class TrainingCompiler {
  public:
   TrainingCompiler(const ir::Graph& g, const ir::TrainingGraph& t, const nn::Weights& w,
-                   const nn::Optimizer& opt, const ChipConfig& cfg, std::uint32_t global_batch)
-      : g_(g), t_(t), w_(w), opt_(opt), cfg_(cfg), global_(global_batch) {}
+                   const nn::Optimizer& opt, const ChipConfig& cfg, std::uint32_t global_batch,
+                   ActivationHome home)
+      : g_(g), t_(t), w_(w), opt_(opt), cfg_(cfg), global_(global_batch), home_(home) {}
 
   TrainingProgram run() {
     check();
     L_.replicas = cfg_.tensor_cores;
     L_.share = global_ / L_.replicas;
     L_.tile_rows = cfg_.mxu.rows;
+    L_.kernel_chunk.assign(g_.ops.size(), 0);
     acc_slot_ = cfg_.accumulators.entries / (2 * cfg_.mxu.count);
     plan_host();
     plan_memory();
     plan_ub();
+    if (L_.off_chip) plan_off_chip();
     for (std::uint32_t c = 0; c < L_.replicas; ++c) {
-      P_.setup.cores.push_back(emit_setup(c));
       P_.step.cores.push_back(emit_step(c));
       P_.evaluate.cores.push_back(emit_evaluate(c));
     }
+    // The setup last: it loads the constants the other programs asked for.
+    for (std::uint32_t c = 0; c < L_.replicas; ++c) P_.setup.cores.push_back(emit_setup(c));
     P_.layout = L_;
     P_.step.layers = P_.setup.layers = P_.evaluate.layers = layers();
     P_.step.micro_batch = P_.setup.micro_batch = L_.micro_batch;
@@ -132,11 +182,6 @@ class TrainingCompiler {
              "fit lowers a convolution's input gradient only with kernel_h x kernel_w x "
              "filters <= 65536 window elements and strides <= 255");
     }
-    for (const Op& l : g_.ops)
-      if (l.kind == OpKind::BatchNormalization)
-        fail(l,
-             "fit does not lower BatchNormalization in training mode yet (the gradient "
-             "rules and the training reference have it)");
   }
 
   // ---- planning ----------------------------------------------------------------------------
@@ -161,17 +206,26 @@ class TrainingCompiler {
     return nn::tensor_of(w_.layers[p.op], p.param).size();
   }
 
+  std::uint64_t mem_take(std::uint64_t bytes) {
+    const std::uint64_t a = mem_high_;
+    mem_high_ = align(mem_high_ + bytes);
+    return a;
+  }
+
+  void check_memory() const {
+    if (mem_high_ > cfg_.off_chip_memory.bytes)
+      fail(
+          fmt::format("the master weights, optimizer state, gradient exchange{} of {} replicas "
+                      "take {} bytes; {} has {} bytes of off-chip memory",
+                      L_.off_chip ? " and activations" : "", L_.replicas, mem_high_, cfg_.name,
+                      cfg_.off_chip_memory.bytes));
+  }
+
   void plan_memory() {
     // The memory image: zeros (the source of every zero fill), then per replica its master
     // weights, optimizer slots and exchange slot.
-    std::uint64_t at = 0;
-    const auto take = [&](std::uint64_t bytes) {
-      const std::uint64_t a = at;
-      at = align(at + bytes);
-      return a;
-    };
     zeros_bytes_ = 64 * 1024;
-    zeros_mem_ = take(zeros_bytes_);
+    zeros_mem_ = mem_take(zeros_bytes_);
     P_.setup.memory_image.push_back({zeros_mem_, std::vector<std::uint8_t>(zeros_bytes_, 0)});
     // Records: the unit {1, 0, 0} (map's conversions), then `widest` activate records
     // {bias 0, scale 1, 0} (a weighted operation's before its bias is copied in, and the drains
@@ -182,8 +236,17 @@ class TrainingCompiler {
     for (const Op& l : g_.ops) widest_ = std::max(widest_, l.out.c);
     for (std::uint32_t c = 0; c < widest_; ++c)
       for (float v : {0.0f, 1.0f, 0.0f}) put_f32(records, v);
-    records_mem_ = take(records.size());
+    records_mem_ = mem_take(records.size());
     P_.setup.memory_image.push_back({records_mem_, std::move(records)});
+    // Per BatchNormalization: its moving mean and variance (validation reads them).
+    for (std::size_t i = 0; i < g_.ops.size(); ++i) {
+      if (g_.ops[i].kind != OpKind::BatchNormalization) continue;
+      std::vector<std::uint8_t> bytes;
+      for (float v : w_.layers[i].moving_mean) put_f32(bytes, v);
+      for (float v : w_.layers[i].moving_variance) put_f32(bytes, v);
+      moving_mem_[i] = mem_take(bytes.size());
+      P_.setup.memory_image.push_back({moving_mem_[i], std::move(bytes)});
+    }
     std::uint64_t total = 0;
     for (const TensorId& p : t_.parameters) total += elements(p);
     grad_bytes_ = total * kF;
@@ -194,9 +257,9 @@ class TrainingCompiler {
       for (const TensorId& p : t_.parameters) {
         TrainingLayout::Home h;
         h.elements = elements(p);
-        h.w = take(h.elements * kF);
-        if (has_m) h.m = take(h.elements * kF);
-        if (has_v) h.v = take(h.elements * kF);
+        h.w = mem_take(h.elements * kF);
+        if (has_m) h.m = mem_take(h.elements * kF);
+        if (has_v) h.v = mem_take(h.elements * kF);
         std::vector<std::uint8_t> bytes;
         for (float x : nn::tensor_of(w_.layers[p.op], p.param)) put_f32(bytes, x);
         P_.setup.memory_image.push_back({h.w, std::move(bytes)});
@@ -206,13 +269,14 @@ class TrainingCompiler {
           P_.setup.memory_image.push_back({h.v, std::vector<std::uint8_t>(h.elements * kF)});
         L_.params[r].push_back(h);
       }
-      L_.exchange.push_back(take(grad_bytes_));
+      L_.exchange.push_back(mem_take(grad_bytes_));
     }
-    if (at > cfg_.off_chip_memory.bytes)
-      fail(
-          fmt::format("the master weights, optimizer state and gradient exchange of {} "
-                      "replicas take {} bytes; {} has {} bytes of off-chip memory",
-                      L_.replicas, at, cfg_.name, cfg_.off_chip_memory.bytes));
+    std::uint64_t off = 0;
+    for (const TensorId& p : t_.parameters) {
+      slot_offset_.push_back(off);
+      off += elements(p) * kF;
+    }
+    check_memory();
   }
 
   // Per-image tensors a pass keeps: fp32 values and gradients, and the bf16 copies the MXU
@@ -226,34 +290,87 @@ class TrainingCompiler {
   std::uint64_t per_image(std::size_t op) const {
     return op == kGraphInput ? g_.input.size() : g_.ops[op].out.size();
   }
+  // Bytes of one image of a tensor.
+  std::uint64_t bytes_of(const Tensor& t) const {
+    return t.op == kGraphInput ? L_.image_bytes : per_image(t.op) * kF;
+  }
+
+  // Whether an operation other than the MXU's reads the images (which arrive as bf16) as fp32
+  // values: a ZeroPadding2D, a pooling or a BatchNormalization of the input.
+  bool images_fp32() const {
+    for (const Op& l : g_.ops)
+      if (!l.is_view() && l.kind != OpKind::Conv2D && l.kind != OpKind::Dense)
+        for (std::size_t x : l.inputs)
+          if (storage_of(x) == kGraphInput) return true;
+    return false;
+  }
+
+  // The room a BatchNormalization needs per image for its temporaries: one tensor of its shape.
+  std::uint64_t temp_per_image() const {
+    std::uint64_t b = 0;
+    for (const Op& l : g_.ops)
+      if (l.kind == OpKind::BatchNormalization) b = std::max(b, l.out.size() * kF);
+    return b;
+  }
 
   void plan_ub() {
-    // Persistent regions (the whole fit): zeros, unit records, per weighted operation its bf16
-    // kernel and activate records, per parameter its gradient sums; the optimizer's record; a
-    // staging area for the update.
+    // Persistent regions (the whole fit): zeros, unit records, per weighted operation its
+    // activate records, per BatchNormalization its state; the optimizer's record; the staging
+    // buffers of the exchange and the update.
     zeros_ub_ = alloc(zeros_bytes_);
     units_ub_ = alloc(kParamRecord);
     zero_records_ = alloc(std::uint64_t{cfg_.mxu.cols} * kParamRecord);
-    for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
-      const TensorId& p = t_.parameters[k];
-      if (p.param == ir::Param::Kernel) kernel_ub_[p.op] = alloc(elements(p) * kE);
+    for (const TensorId& p : t_.parameters)
       if (p.param == ir::Param::Bias) records_ub_[p.op] = alloc(elements(p) * kParamRecord);
-      grad_ub_.push_back(alloc(elements(p) * kF));
-    }
     for (std::size_t i = 0; i < g_.ops.size(); ++i)
       if (g_.ops[i].has_weights() && !records_ub_.count(i))  // no bias: records of zeros
         records_ub_[i] = alloc(std::uint64_t{g_.ops[i].out.c} * kParamRecord);
+    std::uint32_t widest_bn = 0;
+    for (std::size_t i = 0; i < g_.ops.size(); ++i) {
+      const Op& l = g_.ops[i];
+      if (l.kind != OpKind::BatchNormalization) continue;
+      const std::uint64_t c = std::uint64_t{l.out.c} * kF;
+      BatchNormState& s = bn_[i];
+      s.mean = alloc(c), s.rsqrt = alloc(c), s.var_eps = alloc(c);
+      s.gamma = alloc(c), s.beta = alloc(c), s.moving = alloc(2 * c);
+      s.constants = alloc(8 * kF);
+      widest_bn = std::max(widest_bn, l.out.c);
+    }
+    // Per channel temporaries of the BatchNormalization running (the sums, the backward's).
+    for (auto& t : bn_temp_) t = widest_bn ? alloc(std::uint64_t{widest_bn} * kF) : 0;
     optimizer_ub_ = alloc(L_.optimizer_bytes);
     std::uint64_t largest = 0;
     for (const TensorId& p : t_.parameters) largest = std::max(largest, elements(p));
-    stage_elems_ = std::min<std::uint64_t>(largest, 1u << 16);
+    stage_elems_ = std::min(largest, kStageElements);
     for (auto& s : stage_ub_) s = alloc(stage_elems_ * kF);
+    // Gradient sums other than kernels' (biases, gamma, beta): always here.
+    grad_ub_.assign(t_.parameters.size(), kNone);
+    for (std::size_t k = 0; k < t_.parameters.size(); ++k)
+      if (t_.parameters[k].param != ir::Param::Kernel)
+        grad_ub_[k] = alloc(elements(t_.parameters[k]) * kF);
+    if (home_ != ActivationHome::kOffChip && plan_resident()) return;
+    if (home_ == ActivationHome::kUnifiedBuffer) fail(resident_failure_);
+    L_.off_chip = true;
+    plan_arena();
+  }
+
+  // The pass's tensors in the unified buffer, a micro-batch at a time, with every bf16 kernel
+  // and every kernel's gradient sums; false when not even one image fits.
+  bool plan_resident() {
+    const std::uint64_t mark = ub_high_;
+    for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
+      const TensorId& p = t_.parameters[k];
+      if (p.param != ir::Param::Kernel) continue;
+      kernel_ub_[p.op] = alloc(elements(p) * kE);
+      grad_ub_[k] = alloc(elements(p) * kF);
+    }
     // Per image of a pass. A tensor read by several layers has its gradient summed: each
     // later contribution is computed into the scratch, then added in (reference_step's order).
     std::uint64_t scratch = 0;
     for (const ir::GradOp& o : t_.ops)
       if (needs_scratch(o)) scratch = std::max(scratch, per_image(o.output.op) * kF);
-    std::uint64_t bytes = L_.image_bytes + 4 + kRecordBytes + scratch;
+    std::uint64_t bytes = L_.image_bytes + 4 + kRecordBytes + scratch + temp_per_image();
+    if (images_fp32()) bytes += g_.input.size() * kF;
     for (std::size_t i = 0; i < g_.ops.size(); ++i) {
       if (storage_of(i) != i) continue;
       bytes += 2 * per_image(i) * kF;  // value and gradient
@@ -261,24 +378,119 @@ class TrainingCompiler {
     }
     const std::uint64_t free =
         cfg_.unified_buffer.bytes > ub_high_ ? cfg_.unified_buffer.bytes - ub_high_ : 0;
-    const std::uint64_t fit = free / (bytes + 6 * kAlign);
-    if (fit == 0)
-      fail(
-          fmt::format("one image's tensors of a training pass take {} bytes; {} leaves {} of "
-                      "its {}-byte unified buffer after the weights and gradient sums",
-                      bytes, cfg_.name, free, cfg_.unified_buffer.bytes));
+    const std::uint64_t fit =
+        free / (bytes + (6 + (temp_per_image() ? 1 : 0) + (images_fp32() ? 1 : 0)) * kAlign);
+    if (fit == 0) {
+      resident_failure_ = fmt::format(
+          "one image's tensors of a training pass take {} bytes; {} leaves {} of its "
+          "{}-byte unified buffer after the weights and gradient sums",
+          bytes, cfg_.name, free, cfg_.unified_buffer.bytes);
+      ub_high_ = mark;
+      kernel_ub_.clear();
+      for (std::size_t k = 0; k < t_.parameters.size(); ++k)
+        if (t_.parameters[k].param == ir::Param::Kernel) grad_ub_[k] = kNone;
+      return false;
+    }
     L_.micro_batch = static_cast<std::uint32_t>(std::min<std::uint64_t>(fit, L_.share));
     const std::uint64_t m = L_.micro_batch;
     images_ub_ = alloc(m * L_.image_bytes);
     labels_ub_ = alloc(m * 4);
     out_records_ub_ = alloc(m * kRecordBytes);
     scratch_ub_ = alloc(m * scratch);
+    temp_ub_ = alloc(m * temp_per_image());
+    if (images_fp32()) value_ub_[kGraphInput] = alloc(m * g_.input.size() * kF);
     for (std::size_t i = 0; i < g_.ops.size(); ++i) {
       if (storage_of(i) != i) continue;
       value_ub_[i] = alloc(m * per_image(i) * kF);
       grad_ub_t_[i] = alloc(m * per_image(i) * kF);
       value_bf_[i] = alloc(m * per_image(i) * kE);
       grad_bf_[i] = alloc(m * per_image(i) * kE);
+    }
+    return true;
+  }
+
+  // Off-chip tensors: the pass is the replica's share; what is left of the unified buffer is
+  // the arena each operation's chunks are staged through, in two halves that alternate from
+  // chunk to chunk (one chunk's loads overlap the previous one's work).
+  void plan_arena() {
+    L_.micro_batch = L_.share;
+    labels_ub_ = alloc(std::uint64_t{L_.share} * 4);
+    out_records_ub_ = alloc(std::uint64_t{L_.share} * kRecordBytes);
+    if (ub_high_ >= cfg_.unified_buffer.bytes)
+      fail(
+          fmt::format("the per-channel state and staging buffers of a training step take {} "
+                      "bytes; {} has a {}-byte unified buffer",
+                      ub_high_, cfg_.name, cfg_.unified_buffer.bytes));
+    arena_ = ub_high_;
+    arena_bytes_ = (cfg_.unified_buffer.bytes - ub_high_) / kAlign * kAlign;
+    ub_high_ = cfg_.unified_buffer.bytes;
+  }
+
+  // Off-chip homes: per replica its bf16 kernels and the pass's tensors, each tensor from its
+  // first writer to its last reader (the forward in order, then the backward), first-fit.
+  void plan_off_chip() {
+    for (std::uint32_t r = 0; r < L_.replicas; ++r) {
+      std::map<std::size_t, std::uint64_t> kernels;
+      for (const TensorId& p : t_.parameters)
+        if (p.param == ir::Param::Kernel) kernels[p.op] = mem_take(elements(p) * kE);
+      kernel_mem_.push_back(std::move(kernels));
+    }
+    // Positions: the images 0, forward operation i at 1 + i, backward operation j at 1 + n + j.
+    const std::size_t n = g_.ops.size();
+    std::map<Tensor, std::pair<std::size_t, std::size_t>> life;  // first write, last read
+    const auto write = [&](const Tensor& t, std::size_t pos) {
+      if (!life.count(t)) life[t] = {pos, pos};
+    };
+    const auto read = [&](const Tensor& t, std::size_t pos) {
+      auto& l = life.at(t);
+      l.second = std::max(l.second, pos);
+    };
+    write({false, kGraphInput}, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Op& l = g_.ops[i];
+      // A view computes nothing; the loss's softmax is not computed (the loss reads the logits).
+      if (storage_of(i) != i || (i == t_.loss_op && l.kind == OpKind::Activation)) continue;
+      for (std::size_t x : l.inputs) read({false, storage_of(x)}, 1 + i);
+      write({false, i}, 1 + i);
+    }
+    for (std::size_t j = 0; j < t_.ops.size(); ++j) {
+      const ir::GradOp& o = t_.ops[j];
+      for (const TensorId& id : o.inputs)
+        if (const std::optional<Tensor> t = tensor_of(id)) read(*t, 1 + n + j);
+      if (const std::optional<Tensor> t = tensor_of(o.output)) {
+        write(*t, 1 + n + j);
+        if (o.accumulate) read(*t, 1 + n + j);
+      }
+    }
+    std::map<std::size_t, std::vector<Tensor>> starts, ends;
+    for (const auto& [t, l] : life) {
+      starts[l.first].push_back(t);
+      ends[l.second].push_back(t);
+    }
+    Arena arena;
+    std::map<Tensor, std::uint64_t> at;
+    for (std::size_t pos = 0; pos <= 1 + n + t_.ops.size(); ++pos) {
+      for (const Tensor& t : starts[pos]) at[t] = arena.alloc(bytes_of(t) * L_.share);
+      for (const Tensor& t : ends[pos]) arena.release(at.at(t), bytes_of(t) * L_.share);
+    }
+    L_.activation_bytes = arena.high();
+    for (std::uint32_t r = 0; r < L_.replicas; ++r) {
+      const std::uint64_t base = mem_take(arena.high());
+      std::map<Tensor, std::uint64_t> homes;
+      for (const auto& [t, a] : at) homes[t] = base + a;
+      home_mem_.push_back(std::move(homes));
+    }
+    check_memory();
+  }
+
+  // The pass tensor a TensorId of the training graph names (none for parameters and labels).
+  std::optional<Tensor> tensor_of(const TensorId& id) const {
+    switch (id.role) {
+      case Role::Value:
+      case Role::PreActivation: return Tensor{false, storage_of(id.op)};
+      case Role::Gradient:
+      case Role::PreActivationGradient: return Tensor{true, storage_of(id.op)};
+      default: return std::nullopt;
     }
   }
 
@@ -346,6 +558,17 @@ class TrainingCompiler {
                       std::uint64_t count) {
     emit_eltwise(out, op, a, b, dst, count, DType::Fp32);
   }
+  // dst[i] = a[i] op b[i mod period]: a per-channel (or, period 1, a scalar) operand.
+  static void broadcast(Code& out, isa::EltOp op, std::uint64_t a, std::uint64_t b,
+                        std::uint64_t dst, std::uint64_t count, std::uint32_t period) {
+    isa::Eltwise e;
+    e.a = ub(a), e.b = ub(b), e.dst = ub(dst);
+    e.count = static_cast<std::uint32_t>(count);
+    e.op = op;
+    e.type = DType::Fp32;
+    e.b_period = period;
+    out.push_back(e);
+  }
   void zero_fill(Code& out, std::uint64_t dst, std::uint64_t count) const {
     emit_zero_fill(out, zeros_ub_, zeros_bytes_, dst, count, DType::Fp32);
   }
@@ -369,13 +592,206 @@ class TrainingCompiler {
       out.push_back(m);
     }
   }
+  // A copy of `bytes` contiguous bytes inside the unified buffer.
+  static void copy(Code& out, std::uint64_t src, std::uint64_t dst, std::uint64_t bytes) {
+    isa::Copy c;
+    c.src = ub(src);
+    c.dst = ub(dst);
+    c.rows = 1;
+    c.row_bytes = static_cast<std::uint32_t>(bytes);
+    c.src_stride = c.row_bytes;
+    c.dst_stride = c.row_bytes;
+    out.push_back(c);
+  }
+  static void read_mem(Code& out, std::uint64_t src, std::uint64_t dst, std::uint64_t bytes) {
+    out.push_back(isa::ReadMem{MemAddr(src), ub(dst), static_cast<std::uint32_t>(bytes)});
+  }
+  static void write_mem(Code& out, std::uint64_t src, std::uint64_t dst, std::uint64_t bytes) {
+    out.push_back(isa::WriteMem{ub(src), MemAddr(dst), static_cast<std::uint32_t>(bytes)});
+  }
+
+  // ---- chunks ------------------------------------------------------------------------------
+
+  // Runs an operation's lowering `body` over the pass's n images. Unified-buffer tensors: one
+  // chunk, the pass, over the resident tensors (a bf16 copy made at its first use in the pass; a
+  // contribution to a sum computed into the scratch and added). Off-chip tensors: chunks of as
+  // many images as fit one half of the arena (or, when one does not, the whole of it), each
+  // operand loaded into the arena, converted, and stored back after the body. `temp` bytes per
+  // image of room for the body's temporaries, `fixed` bytes more per chunk. Returns the images
+  // per chunk.
+  std::uint32_t chunked(Code& out, std::uint32_t n, const std::vector<Operand>& ops,
+                        const std::function<void(Code&, const Chunk&)>& body,
+                        std::uint64_t temp = 0, std::uint64_t fixed = 0) {
+    Chunk c;
+    if (!L_.off_chip) {
+      c.count = n;
+      for (const Operand& o : ops) c.at.push_back(resident(out, o, n));
+      c.temp = temp_ub_;
+      body(out, c);
+      for (std::size_t k = 0; k < ops.size(); ++k)
+        if (ops[k].use == Use::Accumulate) {
+          const std::uint64_t home = resident_fp32(ops[k].t);
+          eltwise(out, isa::EltOp::Add, home, c.at[k], home, n * per_image(ops[k].t.op));
+        }
+      return n;
+    }
+    std::uint64_t bytes = align(temp);
+    for (const Operand& o : ops) bytes += staged_bytes(o);
+    const auto images_in = [&](std::uint64_t room) -> std::uint64_t {
+      return room > fixed ? (room - fixed) / (bytes + (ops.size() + 2) * kAlign) : 0;
+    };
+    std::uint64_t per = images_in(arena_bytes_ / 2 / kAlign * kAlign);
+    bool halves = per > 0;
+    if (!halves) per = images_in(arena_bytes_);
+    if (per == 0)
+      fail(
+          fmt::format("one image's tensors of a training step's operation take {} bytes; the "
+                      "{} bytes of {}'s unified buffer left for them do not hold one",
+                      bytes + fixed, arena_bytes_, cfg_.name));
+    const auto size = static_cast<std::uint32_t>(std::min<std::uint64_t>(per, n));
+    // Per chunk: its operands' places in its half of the arena, the loaded sums of Accumulate
+    // operands, the room for fixed temporaries.
+    struct Staged {
+      Chunk c;
+      // Read and ReadBf16: where the operand is loaded (0: not loaded); Accumulate: the sum.
+      std::vector<std::uint64_t> raw, kept;
+      std::uint64_t fixed = 0;
+    };
+    const auto stage = [&](std::uint64_t first) {
+      Staged st;
+      st.c.first = first;
+      st.c.count = static_cast<std::uint32_t>(std::min<std::uint64_t>(size, n - first));
+      std::uint64_t at = halves ? arena_ + half_ * (arena_bytes_ / 2 / kAlign * kAlign) : arena_;
+      if (halves) half_ ^= 1;
+      const auto take = [&](std::uint64_t b) {
+        const std::uint64_t a = at;
+        at = align(at + b);
+        return a;
+      };
+      st.raw.assign(ops.size(), 0);
+      st.kept.assign(ops.size(), 0);
+      for (std::size_t k = 0; k < ops.size(); ++k) {
+        const Operand& o = ops[k];
+        const std::uint64_t b = bytes_of(o.t) * st.c.count;
+        const bool images = o.t.op == kGraphInput;
+        switch (o.use) {
+          case Use::Read:  // the images: bf16 as loaded, then fp32
+            st.raw[k] = take(b);
+            st.c.at.push_back(images ? take(2 * b) : st.raw[k]);
+            break;
+          case Use::ReadBf16:  // fp32 as loaded, then bf16 (the images: bf16 as loaded)
+            st.raw[k] = take(b);
+            st.c.at.push_back(images ? st.raw[k] : take(b / 2));
+            break;
+          case Use::Accumulate:
+            st.kept[k] = take(b);
+            st.c.at.push_back(take(b));
+            break;
+          case Use::Write:
+          case Use::Scratch: st.c.at.push_back(take(b)); break;
+        }
+      }
+      st.c.temp = take(temp * st.c.count);
+      st.fixed = take(fixed);
+      return st;
+    };
+    const auto home = [&](const Staged& st, const Operand& o) {
+      return home_of(o.t) + st.c.first * bytes_of(o.t);
+    };
+    // The off-chip reads of a chunk: issued a chunk ahead when the halves alternate, so that
+    // they overlap the previous chunk's work (the DMA runs its transfers in order).
+    const auto load = [&](const Staged& st) {
+      for (std::size_t k = 0; k < ops.size(); ++k) {
+        const std::uint64_t b = bytes_of(ops[k].t) * st.c.count;
+        if (st.raw[k] != 0) read_mem(out, home(st, ops[k]), st.raw[k], b);
+        if (st.kept[k] != 0) read_mem(out, home(st, ops[k]), st.kept[k], b);
+      }
+    };
+    std::vector<Staged> chunks;
+    for (std::uint64_t first = 0; first < n; first += size) chunks.push_back(stage(first));
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      const Staged& st = chunks[i];
+      if (i == 0 || !halves) load(st);
+      if (halves && i + 1 < chunks.size()) load(chunks[i + 1]);
+      // Conversions just before the work, so the vector unit does not wait on the prefetch.
+      for (std::size_t k = 0; k < ops.size(); ++k) {
+        const Operand& o = ops[k];
+        if (o.t.op == kGraphInput && o.use == Use::Read)
+          map(out, st.raw[k], st.c.at[k], st.c.count * g_.input.size(), Act::Linear, DType::Bf16,
+              DType::Fp32);
+        else if (o.t.op != kGraphInput && o.use == Use::ReadBf16)
+          to_bf16(out, st.raw[k], st.c.at[k], st.c.count * per_image(o.t.op));
+      }
+      fixed_ = st.fixed;
+      body(out, st.c);
+      for (std::size_t k = 0; k < ops.size(); ++k) {
+        const Operand& o = ops[k];
+        const std::uint64_t b = bytes_of(o.t) * st.c.count;
+        if (o.use == Use::Accumulate) {
+          eltwise(out, isa::EltOp::Add, st.kept[k], st.c.at[k], st.kept[k],
+                  st.c.count * per_image(o.t.op));
+          write_mem(out, st.kept[k], home(st, o), b);
+        } else if (o.use == Use::Write) {
+          write_mem(out, st.c.at[k], home(st, o), b);
+        }
+      }
+    }
+    return size;
+  }
+
+  std::uint64_t staged_bytes(const Operand& o) const {
+    const std::uint64_t b = align(bytes_of(o.t));
+    switch (o.use) {
+      case Use::Read: return o.t.op == kGraphInput ? b + align(g_.input.size() * kF) : b;
+      case Use::ReadBf16: return o.t.op == kGraphInput ? b : b + align(per_image(o.t.op) * kE);
+      case Use::Accumulate: return 2 * b;
+      default: return b;
+    }
+  }
+
+  std::uint64_t home_of(const Tensor& t) const { return home_mem_.at(core_).at(t); }
+
+  std::uint64_t resident_fp32(const Tensor& t) const {
+    if (t.op == kGraphInput) throw std::logic_error("training lowering: the images are bf16");
+    return t.grad ? grad_ub_t_.at(t.op) : value_ub_.at(t.op);
+  }
+
+  // A unified-buffer operand's address: its tensor, its bf16 copy (made once per pass; the
+  // images' fp32 copy likewise), or the scratch a contribution to it is computed in.
+  std::uint64_t resident(Code& out, const Operand& o, std::uint32_t n) {
+    const bool images = o.t.op == kGraphInput;
+    switch (o.use) {
+      case Use::Read:
+        if (images) {
+          const std::uint64_t copy = value_ub_.at(kGraphInput);
+          if (ready_.insert({o.t, DType::Fp32}).second)
+            map(out, images_ub_, copy, std::uint64_t{n} * g_.input.size(), Act::Linear, DType::Bf16,
+                DType::Fp32);
+          return copy;
+        }
+        return resident_fp32(o.t);
+      case Use::Write:
+      case Use::Scratch: return images ? images_ub_ : resident_fp32(o.t);
+      case Use::Accumulate: return scratch_ub_;
+      case Use::ReadBf16: {
+        if (images) return images_ub_;
+        const std::uint64_t copy = o.t.grad ? grad_bf_.at(o.t.op) : value_bf_.at(o.t.op);
+        if (ready_.insert({o.t, DType::Bf16}).second)
+          to_bf16(out, resident_fp32(o.t), copy, std::uint64_t{n} * per_image(o.t.op));
+        return copy;
+      }
+    }
+    return 0;
+  }
+
+  // ---- the MXU -----------------------------------------------------------------------------
 
   // A matrix product on the MXUs in the documented order: out[r][n] = sum over k < K of
   // input(r, k) * weight(k, n), K in tiles of R rows (consecutive, in order), each tile's rows
-  // summed by the array from +0 and added into the accumulators; `acc_into` keeps summing into
-  // the accumulators of an earlier call (its row chunks must match). tile(k0, kr, n0, nc) makes
-  // the ReadWeights of a tile; feed(mm, r0, k0) fills the MatMul's input fields; drain(r0, rows,
-  // n0, nc, acc) the instructions that take the accumulators out.
+  // summed by the array from +0 and added into the accumulators. tile(k0, kr, n0, nc) makes the
+  // ReadWeights of a tile; feed(mm, r0, k0) fills the MatMul's input fields; drain(r0, rows, n0,
+  // nc, acc) the instructions that take the accumulators out. Column blocks outermost, or, with
+  // `rows_outer`, row chunks outermost and finish(r0, rows) after each row chunk's blocks.
   struct Gemm {
     std::uint64_t rows = 0;
     std::uint32_t K = 0, N = 0;
@@ -386,33 +802,58 @@ class TrainingCompiler {
                        std::uint32_t)>
         drain;
     std::uint64_t max_rows = 0;  // rows per chunk, at most (0: an accumulator slot)
+    bool rows_outer = false;
+    std::function<void(Code&, std::uint64_t, std::uint32_t)> finish;
   };
   void gemm(Code& out, const Gemm& gm) {
     const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols;
     const std::uint64_t chunk =
         gm.max_rows ? std::min<std::uint64_t>(gm.max_rows, acc_slot_) : acc_slot_;
-    for (std::uint32_t n0 = 0; n0 < gm.N; n0 += C) {
+    const auto block = [&](std::uint64_t r0, std::uint32_t rows, std::uint32_t n0) {
       const std::uint32_t nc = std::min(C, gm.N - n0);
-      for (std::uint64_t r0 = 0; r0 < gm.rows; r0 += chunk) {
-        const auto rows = static_cast<std::uint32_t>(std::min(chunk, gm.rows - r0));
-        const auto [m, acc] = next_slot();
-        for (std::uint32_t k0 = 0; k0 < gm.K; k0 += R) {
-          const std::uint32_t kr = std::min(R, gm.K - k0);
-          isa::ReadWeights rw = gm.tile(k0, kr, n0, nc);
-          rw.mxu = static_cast<std::uint8_t>(m);
-          out.push_back(rw);
-          isa::MatMul mm;
-          mm.mxu = static_cast<std::uint8_t>(m);
-          mm.accumulate = k0 > 0;
-          mm.swap_weights = true;
-          mm.dst = AccAddr(acc);
-          mm.rows = rows;
-          gm.feed(mm, r0, k0);
-          out.push_back(mm);
-        }
-        gm.drain(out, r0, rows, n0, nc, acc);
+      const auto [m, acc] = next_slot();
+      for (std::uint32_t k0 = 0; k0 < gm.K; k0 += R) {
+        const std::uint32_t kr = std::min(R, gm.K - k0);
+        isa::ReadWeights rw = gm.tile(k0, kr, n0, nc);
+        rw.mxu = static_cast<std::uint8_t>(m);
+        out.push_back(rw);
+        isa::MatMul mm;
+        mm.mxu = static_cast<std::uint8_t>(m);
+        mm.accumulate = k0 > 0;
+        mm.swap_weights = true;
+        mm.dst = AccAddr(acc);
+        mm.rows = rows;
+        gm.feed(mm, r0, k0);
+        out.push_back(mm);
       }
+      gm.drain(out, r0, rows, n0, nc, acc);
+    };
+    const auto rows_at = [&](std::uint64_t r0) {
+      return static_cast<std::uint32_t>(std::min(chunk, gm.rows - r0));
+    };
+    if (gm.rows_outer) {
+      for (std::uint64_t r0 = 0; r0 < gm.rows; r0 += chunk) {
+        for (std::uint32_t n0 = 0; n0 < gm.N; n0 += C) block(r0, rows_at(r0), n0);
+        gm.finish(out, r0, rows_at(r0));
+      }
+      return;
     }
+    for (std::uint32_t n0 = 0; n0 < gm.N; n0 += C)
+      for (std::uint64_t r0 = 0; r0 < gm.rows; r0 += chunk) block(r0, rows_at(r0), n0);
+  }
+
+  // A tile of the stored matrix at byte offset `at` of operation op's bf16 kernel (in the
+  // unified buffer, or off-chip with off-chip tensors).
+  isa::ReadWeights kernel_tile(std::size_t op, std::uint64_t at, std::uint32_t rows,
+                               std::uint32_t cols, std::uint64_t stride, bool transpose) const {
+    isa::ReadWeights rw = ub_tile(0, rows, cols, stride, transpose);
+    if (L_.off_chip) {
+      rw.source = isa::WeightSource::OffChip;
+      rw.addr = kernel_mem_.at(core_).at(op) + at;
+    } else {
+      rw.addr = kernel_ub_.at(op) + at;
+    }
+    return rw;
   }
 
   isa::ReadWeights ub_tile(std::uint64_t addr, std::uint32_t rows, std::uint32_t cols,
@@ -467,94 +908,157 @@ class TrainingCompiler {
 
   Code emit_setup(std::uint32_t core) {
     Code out;
-    reset_core();
+    reset_core(core);
     tag(out, 0);
-    out.push_back(
-        isa::ReadMem{MemAddr(zeros_mem_), ub(zeros_ub_), static_cast<std::uint32_t>(zeros_bytes_)});
-    out.push_back(isa::ReadMem{MemAddr(records_mem_), ub(units_ub_),
-                               static_cast<std::uint32_t>(kParamRecord)});
+    read_mem(out, zeros_mem_, zeros_ub_, zeros_bytes_);
+    read_mem(out, records_mem_, units_ub_, kParamRecord);
     const auto records = [&](std::uint64_t dst, std::uint64_t columns) {
-      out.push_back(isa::ReadMem{MemAddr(records_mem_ + kParamRecord), ub(dst),
-                                 static_cast<std::uint32_t>(columns * kParamRecord)});
+      read_mem(out, records_mem_ + kParamRecord, dst, columns * kParamRecord);
     };
     records(zero_records_, cfg_.mxu.cols);
     for (std::size_t i = 0; i < g_.ops.size(); ++i)
       if (g_.ops[i].has_weights()) records(records_ub_.at(i), g_.ops[i].out.c);
-    for (std::size_t k = 0; k < t_.parameters.size(); ++k) refresh(out, core, k, true);
+    // Per BatchNormalization: its constants, its moving statistics, and gamma and beta of one
+    // (1 and 0) when the layer has no such parameter (the parameters' copies come below).
+    for (const auto& [i, s] : bn_) {
+      const Op& l = g_.ops[i];
+      std::vector<std::uint8_t> bytes;
+      const std::uint64_t pixels = std::uint64_t{l.out.h} * l.out.w;
+      const std::uint64_t last = L_.share % L_.micro_batch ? L_.share % L_.micro_batch : 0;
+      for (float v : {l.epsilon, static_cast<float>(L_.micro_batch * pixels),
+                      static_cast<float>(last * pixels), l.momentum, 1.0f, l.epsilon, 0.0f,
+                      1.0f - l.momentum})
+        put_f32(bytes, v);
+      const std::uint64_t at = mem_constants(std::move(bytes));
+      read_mem(out, at, s.constants, 8 * kF);
+      read_mem(out, moving_mem_.at(i), s.moving, 2 * std::uint64_t{l.out.c} * kF);
+      const std::uint64_t c = l.out.c;
+      if (!l.scale) {
+        std::vector<std::uint8_t> ones;
+        for (std::uint64_t k = 0; k < c; ++k) put_f32(ones, 1.0f);
+        read_mem(out, mem_constants(std::move(ones)), s.gamma, c * kF);
+      }
+      if (!l.use_bias) read_mem(out, zeros_mem_, s.beta, c * kF);
+    }
+    for (std::size_t k = 0; k < t_.parameters.size(); ++k) refresh(out, k, true);
     out.push_back(isa::Halt{});
     return out;
   }
 
-  // Parameter k's step copy from its fp32 master values: the bf16 kernel, or the bias slots of
-  // the activate records.
-  void refresh(Code& out, std::uint32_t core, std::size_t k, bool read) {
-    const TensorId& p = t_.parameters[k];
-    const TrainingLayout::Home& h = L_.params[core][k];
+  // A constant block of the memory image (the first replica's setup adds it; the others read the
+  // same).
+  std::uint64_t mem_constants(std::vector<std::uint8_t> bytes) {
+    const auto it = constants_.find(bytes);
+    if (it != constants_.end()) return it->second;
+    const std::uint64_t at = mem_take(bytes.size());
+    check_memory();
+    P_.setup.memory_image.push_back({at, bytes});
+    constants_[std::move(bytes)] = at;
+    return at;
+  }
+
+  // Parameter k's step copies from its fp32 master values: the bf16 kernel, the bias slots of
+  // the activate records, or a BatchNormalization's gamma or beta; in pieces through the stage.
+  void refresh(Code& out, std::size_t k, bool read) {
+    const TrainingLayout::Home& h = L_.params[core_][k];
     for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
       const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
-      if (read)
-        out.push_back(isa::ReadMem{MemAddr(h.w + e0 * kF), ub(stage_ub_[0]),
-                                   static_cast<std::uint32_t>(n * kF)});
-      if (p.param == ir::Param::Kernel) {
-        to_bf16(out, stage_ub_[0], kernel_ub_.at(p.op) + e0 * kE, n);
-      } else {
+      if (read) read_mem(out, h.w + e0 * kF, stage_ub_[1], n * kF);
+      refresh_from_stage(out, k, e0, n, stage_ub_[1], stage_ub_[0]);
+    }
+  }
+
+  // Elements e0 .. e0 + n of parameter k's copies from its new fp32 values at `values` (`spare`:
+  // a stage buffer the bf16 kernel may pass through on its way to off-chip memory).
+  void refresh_from_stage(Code& out, std::size_t k, std::uint64_t e0, std::uint64_t n,
+                          std::uint64_t values, std::uint64_t spare) {
+    const TensorId& p = t_.parameters[k];
+    switch (p.param) {
+      case ir::Param::Kernel:
+        if (L_.off_chip) {
+          to_bf16(out, values, spare, n);
+          write_mem(out, spare, kernel_mem_.at(core_).at(p.op) + e0 * kE, n * kE);
+        } else {
+          to_bf16(out, values, kernel_ub_.at(p.op) + e0 * kE, n);
+        }
+        return;
+      case ir::Param::Bias: {
         isa::Copy c;
-        c.src = ub(stage_ub_[0]);
+        c.src = ub(values);
         c.dst = ub(records_ub_.at(p.op) + e0 * kParamRecord);
         c.rows = static_cast<std::uint32_t>(n);
         c.row_bytes = kF;
         c.src_stride = kF;
         c.dst_stride = kParamRecord;
         out.push_back(c);
+        return;
       }
+      case ir::Param::Gamma: copy(out, values, bn_.at(p.op).gamma + e0 * kF, n * kF); return;
+      case ir::Param::Beta: copy(out, values, bn_.at(p.op).beta + e0 * kF, n * kF); return;
+      default: break;
     }
+    throw std::logic_error("training lowering: a parameter it does not train");
   }
 
-  void reset_core() {
+  void reset_core(std::uint32_t core) {
+    core_ = core;
     tag_ = std::numeric_limits<std::uint32_t>::max();
     next_mxu_ = 0;
+    half_ = 0;
     parity_.assign(cfg_.mxu.count, 0);
   }
 
   Code emit_step(std::uint32_t core) {
     Code out;
-    reset_core();
+    reset_core(core);
     tag(out, 0);
-    out.push_back(isa::ReadHost{HostAddr(L_.optimizer_addr), ub(optimizer_ub_),
-                                static_cast<std::uint32_t>(L_.optimizer_bytes)});
+    read_host(out, L_.optimizer_addr, optimizer_ub_, L_.optimizer_bytes);
     for (std::size_t k = 0; k < t_.parameters.size(); ++k)
-      zero_fill(out, grad_ub_[k], elements(t_.parameters[k]));
-    const std::uint64_t first = std::uint64_t{core} * L_.share;
-    for (std::uint64_t s = 0; s < L_.share; s += L_.micro_batch) {
-      const auto n =
-          static_cast<std::uint32_t>(std::min<std::uint64_t>(L_.micro_batch, L_.share - s));
-      emit_pass(out, first + s, n);
-    }
-    emit_exchange(out, core);
-    emit_update(out, core);
+      if (grad_ub_[k] != kNone) zero_fill(out, grad_ub_[k], elements(t_.parameters[k]));
+    first_partial_.clear();
+    emit_passes(out, core, true);
+    emit_exchange_and_update(out);
     out.push_back(isa::Halt{});
     return out;
   }
 
   Code emit_evaluate(std::uint32_t core) {
     Code out;
-    reset_core();
-    const std::uint64_t first = std::uint64_t{core} * L_.share;
-    for (std::uint64_t s = 0; s < L_.share; s += L_.micro_batch) {
-      const auto n =
-          static_cast<std::uint32_t>(std::min<std::uint64_t>(L_.micro_batch, L_.share - s));
-      emit_pass(out, first + s, n, false);
-    }
+    reset_core(core);
+    emit_passes(out, core, false);
     out.push_back(isa::Halt{});
     return out;
   }
 
-  void emit_pass(Code& out, std::uint64_t image, std::uint32_t n, bool train = true) {
+  void emit_passes(Code& out, std::uint32_t core, bool train) {
+    const std::uint64_t first = std::uint64_t{core} * L_.share;
+    for (std::uint64_t s = 0; s < L_.share; s += L_.micro_batch) {
+      const auto n =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(L_.micro_batch, L_.share - s));
+      emit_pass(out, first + s, n, train);
+    }
+  }
+
+  static void read_host(Code& out, std::uint64_t src, std::uint64_t dst, std::uint64_t bytes) {
+    out.push_back(isa::ReadHost{HostAddr(src), ub(dst), static_cast<std::uint32_t>(bytes)});
+  }
+
+  void emit_pass(Code& out, std::uint64_t image, std::uint32_t n, bool train) {
+    train_ = train;
+    last_pass_ = n != L_.micro_batch;
     tag(out, 0);
-    out.push_back(isa::ReadHost{HostAddr(L_.images_addr + image * L_.image_bytes), ub(images_ub_),
-                                static_cast<std::uint32_t>(n * L_.image_bytes)});
-    out.push_back(isa::ReadHost{HostAddr(L_.labels_addr + image * 4), ub(labels_ub_), n * 4u});
-    bf16_ready_.clear();
+    if (L_.off_chip) {
+      // The images into off-chip memory through the arena, a chunk at a time.
+      chunked(out, n, {{{false, kGraphInput}, Use::Write}}, [&](Code& o, const Chunk& c) {
+        read_host(o, L_.images_addr + (image + c.first) * L_.image_bytes, c.at[0],
+                  c.count * L_.image_bytes);
+      });
+    } else {
+      read_host(out, L_.images_addr + image * L_.image_bytes, images_ub_, n * L_.image_bytes);
+    }
+    read_host(out, L_.labels_addr + image * 4, labels_ub_, n * 4u);
+    ready_.clear();
+    bn_sums_.clear();
     for (std::size_t i = 0; i < g_.ops.size(); ++i) forward(out, i, n);
     for (const ir::GradOp& o : t_.ops) {
       backward(out, o, n);
@@ -566,26 +1070,16 @@ class TrainingCompiler {
                                  static_cast<std::uint32_t>(n * kRecordBytes)});
   }
 
-  // The fp32 value of tensor t (kGraphInput has none: the images arrive as bf16) and its bf16
-  // copy for the MXU.
-  std::uint64_t value(std::size_t t) const { return value_ub_.at(storage_of(t)); }
-  std::uint64_t value_bf16(std::size_t t) const {
-    return t == kGraphInput || storage_of(t) == kGraphInput ? images_ub_
-                                                            : value_bf_.at(storage_of(t));
+  static Operand read(std::size_t t) { return {{false, t}, Use::Read}; }
+  Operand value(std::size_t t, Use u = Use::Read) const { return {{false, storage_of(t)}, u}; }
+  Operand grad(std::size_t t, Use u = Use::Read) const { return {{true, storage_of(t)}, u}; }
+  // The operand a GradOp writes its gradient through.
+  Operand out_grad(const ir::GradOp& o) const {
+    return {*tensor_of(o.output), o.accumulate ? Use::Accumulate : Use::Write};
   }
-  std::uint64_t grad(std::size_t t) const { return grad_ub_t_.at(storage_of(t)); }
-  std::uint64_t grad_bf16(std::size_t t) const { return grad_bf_.at(storage_of(t)); }
+  Operand in_grad(const TensorId& id, Use u = Use::Read) const { return {*tensor_of(id), u}; }
 
-  // The gradient tensor a GradOp writes or reads: a forward op's gradient (a PreActivation
-  // gradient shares the storage: the activation's gradient overwrites nothing it still reads).
-  std::uint64_t grad_of(const TensorId& id) const {
-    switch (id.role) {
-      case Role::Gradient: return grad(id.op);
-      case Role::PreActivationGradient: return grad(id.op);
-      default: break;
-    }
-    throw std::logic_error("training lowering: not a gradient tensor");
-  }
+  // ---- forward -----------------------------------------------------------------------------
 
   void forward(Code& out, std::size_t i, std::uint32_t n) {
     const Op& l = g_.ops[i];
@@ -594,242 +1088,417 @@ class TrainingCompiler {
     const bool loss = i == t_.loss_op;
     switch (l.kind) {
       case OpKind::Dense:
-      case OpKind::Conv2D: {
-        // Values of op i's input read by the MXU: its bf16 copy, made once per pass.
-        const std::size_t x = l.inputs[0];
-        if (storage_of(x) != kGraphInput)
-          to_bf16(out, value(x), value_bf16(x), std::uint64_t{n} * per_image(x));
-        const bool conv = l.kind == OpKind::Conv2D;
-        const std::uint32_t N = l.out.c;
-        const auto K = static_cast<std::uint32_t>(
-            conv ? std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c : l.in.size());
-        if (conv) out.push_back(window_of(l));
-        const std::uint64_t kernel = kernel_ub_.at(i);
-        const std::uint64_t dst = loss ? logits_ub() : value(i);
-        const Act act = loss ? Act::Linear : l.activation;
-        Gemm gm;
-        gm.rows = conv ? std::uint64_t{n} * l.out.h * l.out.w : n;
-        gm.K = K, gm.N = N;
-        gm.tile = [&](std::uint32_t k0, std::uint32_t kr, std::uint32_t n0, std::uint32_t nc) {
-          return ub_tile(kernel + (std::uint64_t{k0} * N + n0) * kE, kr, nc, std::uint64_t{N} * kE,
-                         false);
-        };
-        const std::uint64_t src = value_bf16(x);
-        gm.feed = [&](isa::MatMul& mm, std::uint64_t r0, std::uint32_t k0) {
-          mm.window = conv;
-          if (conv) {
-            mm.src = ub(src);
-            mm.first_pixel = static_cast<std::uint32_t>(r0);
-            mm.k_first = static_cast<std::uint16_t>(k0);
-          } else {
-            mm.src = ub(src + (r0 * K + k0) * kE);
-            mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{K} * kE);
-          }
-        };
-        gm.drain = [&](Code& o, std::uint64_t r0, std::uint32_t rows, std::uint32_t n0,
-                       std::uint32_t nc, std::uint32_t acc) {
-          o.push_back(drain_fp32(acc, rows, nc, dst + (r0 * N + n0) * kF, std::uint64_t{N} * kF,
-                                 records_ub_.at(i) + n0 * kParamRecord, act));
-        };
-        gemm(out, gm);
-        return;
-      }
+      case OpKind::Conv2D: forward_weighted(out, i, n); return;
       case OpKind::MaxPooling2D:
       case OpKind::AveragePooling2D:
       case OpKind::GlobalAveragePooling2D:
-      case OpKind::GlobalMaxPooling2D: {
-        const isa::SetWindow w = window_of(l);
-        isa::Pool p;
-        p.src = ub(value(l.inputs[0]));
-        p.dst = ub(value(i));
-        p.in_h = w.in_h, p.in_w = w.in_w, p.channels = w.in_c;
-        p.kernel_h = w.kernel_h, p.kernel_w = w.kernel_w;
-        p.stride_h = static_cast<std::uint8_t>(w.stride_h);
-        p.stride_w = static_cast<std::uint8_t>(w.stride_w);
-        p.pad_top = static_cast<std::uint8_t>(w.pad_top);
-        p.pad_left = static_cast<std::uint8_t>(w.pad_left);
-        p.out_h = w.out_h, p.out_w = w.out_w;
-        p.images = static_cast<std::uint16_t>(n);
-        p.kind = l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D
-                     ? isa::PoolKind::Max
-                     : isa::PoolKind::Avg;
-        p.type = DType::Fp32;
-        out.push_back(p);
+      case OpKind::GlobalMaxPooling2D:
+        chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
+          const isa::SetWindow w = window_of(l);
+          isa::Pool p;
+          p.src = ub(c.at[0]);
+          p.dst = ub(c.at[1]);
+          p.in_h = w.in_h, p.in_w = w.in_w, p.channels = w.in_c;
+          p.kernel_h = w.kernel_h, p.kernel_w = w.kernel_w;
+          p.stride_h = static_cast<std::uint8_t>(w.stride_h);
+          p.stride_w = static_cast<std::uint8_t>(w.stride_w);
+          p.pad_top = static_cast<std::uint8_t>(w.pad_top);
+          p.pad_left = static_cast<std::uint8_t>(w.pad_left);
+          p.out_h = w.out_h, p.out_w = w.out_w;
+          p.images = static_cast<std::uint16_t>(c.count);
+          p.kind = l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D
+                       ? isa::PoolKind::Max
+                       : isa::PoolKind::Avg;
+          p.type = DType::Fp32;
+          o.push_back(p);
+        });
         return;
-      }
       case OpKind::Activation:
         if (loss) return;  // the loss reads the logits
-        map(out, value(l.inputs[0]), value(i), std::uint64_t{n} * l.out.size(), l.activation,
-            DType::Fp32, DType::Fp32);
+        chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
+          map(o, c.at[0], c.at[1], std::uint64_t{c.count} * l.out.size(), l.activation, DType::Fp32,
+              DType::Fp32);
+        });
         return;
       case OpKind::Add: {
-        eltwise(out, isa::EltOp::Add, value(l.inputs[0]), value(l.inputs[1]), value(i),
-                std::uint64_t{n} * l.out.size());
-        for (std::size_t k = 2; k < l.inputs.size(); ++k)
-          eltwise(out, isa::EltOp::Add, value(i), value(l.inputs[k]), value(i),
-                  std::uint64_t{n} * l.out.size());
+        std::vector<Operand> ops;
+        for (std::size_t x : l.inputs) ops.push_back(value(x));
+        ops.push_back(value(i, Use::Write));
+        chunked(out, n, ops, [&](Code& o, const Chunk& c) {
+          const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
+          const std::uint64_t dst = c.at.back();
+          eltwise(o, isa::EltOp::Add, c.at[0], c.at[1], dst, count);
+          for (std::size_t k = 2; k < l.inputs.size(); ++k)
+            eltwise(o, isa::EltOp::Add, dst, c.at[k], dst, count);
+        });
         return;
       }
+      case OpKind::ZeroPadding2D:
+        chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
+          zero_fill(o, c.at[1], std::uint64_t{c.count} * l.out.size());
+          for (std::uint32_t b = 0; b < c.count; ++b)
+            o.push_back(padding_copy(l, c.at[0] + b * l.in.size() * kF,
+                                     c.at[1] + b * l.out.size() * kF, false));
+        });
+        return;
+      case OpKind::BatchNormalization:
+        if (train_)
+          batch_norm_forward(out, i, n);
+        else
+          batch_norm_inference(out, i, n);
+        return;
       default: fail(l, "fit does not lower this kind of layer yet");
     }
   }
 
+  // ZeroPadding2D's rows of one image: the input's rows into the padded image (crop: back).
+  static isa::Copy padding_copy(const Op& l, std::uint64_t in, std::uint64_t padded, bool crop) {
+    const std::uint64_t row = std::uint64_t{l.in.w} * l.in.c * kF;
+    const std::uint64_t prow = std::uint64_t{l.out.w} * l.out.c * kF;
+    const std::uint64_t inner =
+        padded + (std::uint64_t{l.pad_top} * l.out.w + l.pad_left) * l.out.c * kF;
+    isa::Copy c;
+    c.src = ub(crop ? inner : in);
+    c.dst = ub(crop ? in : inner);
+    c.rows = l.in.h;
+    c.row_bytes = static_cast<std::uint32_t>(row);
+    c.src_stride = static_cast<std::uint32_t>(crop ? prow : row);
+    c.dst_stride = static_cast<std::uint32_t>(crop ? row : prow);
+    return c;
+  }
+
+  void forward_weighted(Code& out, std::size_t i, std::uint32_t n) {
+    const Op& l = g_.ops[i];
+    const bool conv = l.kind == OpKind::Conv2D;
+    const bool loss = i == t_.loss_op;
+    const std::uint32_t N = l.out.c;
+    const auto K = static_cast<std::uint32_t>(conv ? std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c
+                                                   : l.in.size());
+    const Act act = loss ? Act::Linear : l.activation;
+    chunked(
+        out, n, {value(l.inputs[0], Use::ReadBf16), value(i, Use::Write)},
+        [&](Code& o, const Chunk& c) {
+          if (conv) o.push_back(window_of(l));
+          const std::uint64_t src = c.at[0], dst = c.at[1];
+          Gemm gm;
+          gm.rows = conv ? std::uint64_t{c.count} * l.out.h * l.out.w : c.count;
+          gm.K = K, gm.N = N;
+          gm.tile = [&](std::uint32_t k0, std::uint32_t kr, std::uint32_t n0, std::uint32_t nc) {
+            return kernel_tile(i, (std::uint64_t{k0} * N + n0) * kE, kr, nc, std::uint64_t{N} * kE,
+                               false);
+          };
+          gm.feed = [&](isa::MatMul& mm, std::uint64_t r0, std::uint32_t k0) {
+            mm.window = conv;
+            if (conv) {
+              mm.src = ub(src);
+              mm.first_pixel = static_cast<std::uint32_t>(r0);
+              mm.k_first = static_cast<std::uint16_t>(k0);
+            } else {
+              mm.src = ub(src + (r0 * K + k0) * kE);
+              mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{K} * kE);
+            }
+          };
+          gm.drain = [&](Code& d, std::uint64_t r0, std::uint32_t rows, std::uint32_t n0,
+                         std::uint32_t nc, std::uint32_t acc) {
+            d.push_back(drain_fp32(acc, rows, nc, dst + (r0 * N + n0) * kF, std::uint64_t{N} * kF,
+                                   records_ub_.at(i) + n0 * kParamRecord, act));
+          };
+          gemm(o, gm);
+        });
+  }
+
+  // BatchNormalization in training mode (numerics/batch_norm.h): each channel's sums over the
+  // pass's rows, its statistics (kept for the backward), then y per element.
+  void batch_norm_forward(Code& out, std::size_t i, std::uint32_t n) {
+    const Op& l = g_.ops[i];
+    const BatchNormState& s = bn_.at(i);
+    const std::uint32_t C = l.out.c;
+    const std::uint64_t sum = bn_temp_[0], squares = bn_temp_[1];
+    chunked(
+        out, n, {value(l.inputs[0])},
+        [&](Code& o, const Chunk& c) {
+          const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
+          o.push_back(column_sum(c.at[0], sum, count / C, C, c.first > 0));
+          eltwise(o, isa::EltOp::Mul, c.at[0], c.at[0], c.temp, count);
+          o.push_back(column_sum(c.temp, squares, count / C, C, c.first > 0));
+        },
+        l.out.size() * kF);
+    // mean = Σx / M; variance = Σx² / M − mean²; rsqrt(variance + ε); variance + ε.
+    const std::uint64_t rows = rows_constant(s), eps = s.constants;
+    broadcast(out, isa::EltOp::Div, sum, rows, s.mean, C, 1);
+    broadcast(out, isa::EltOp::Div, squares, rows, squares, C, 1);
+    eltwise(out, isa::EltOp::Mul, s.mean, s.mean, sum, C);
+    eltwise(out, isa::EltOp::Sub, squares, sum, squares, C);
+    rsqrt(out, squares, s.rsqrt, C, s);
+    broadcast(out, isa::EltOp::Add, squares, eps, s.var_eps, C, 1);
+    // The replica's moving statistics: moving * momentum + statistic * (1 - momentum).
+    const std::uint64_t momentum = s.constants + 3 * kF, rest = s.constants + 7 * kF;
+    for (const auto& [moving, stat] :
+         {std::pair{s.moving, s.mean}, std::pair{s.moving + std::uint64_t{C} * kF, squares}}) {
+      broadcast(out, isa::EltOp::Mul, moving, momentum, moving, C, 1);
+      broadcast(out, isa::EltOp::Mul, stat, rest, sum, C, 1);
+      eltwise(out, isa::EltOp::Add, moving, sum, moving, C);
+    }
+    chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
+      const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
+      const std::uint64_t y = c.at[1];
+      broadcast(o, isa::EltOp::Sub, c.at[0], s.mean, y, count, C);
+      broadcast(o, isa::EltOp::Mul, y, s.rsqrt, y, count, C);
+      broadcast(o, isa::EltOp::Mul, y, s.gamma, y, count, C);
+      broadcast(o, isa::EltOp::Add, y, s.beta, y, count, C);
+    });
+  }
+
+  // Validation: the moving statistics, as Keras's inference: s = gamma * rsqrt(moving_variance
+  // + epsilon), y = x * s + (beta - moving_mean * s).
+  void batch_norm_inference(Code& out, std::size_t i, std::uint32_t n) {
+    const Op& l = g_.ops[i];
+    const BatchNormState& s = bn_.at(i);
+    const std::uint32_t C = l.out.c;
+    const std::uint64_t scale = bn_temp_[0], shift = bn_temp_[1];
+    rsqrt(out, s.moving + std::uint64_t{C} * kF, scale, C, s);
+    eltwise(out, isa::EltOp::Mul, s.gamma, scale, scale, C);
+    eltwise(out, isa::EltOp::Mul, s.moving, scale, shift, C);
+    eltwise(out, isa::EltOp::Sub, s.beta, shift, shift, C);
+    chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
+      const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
+      broadcast(o, isa::EltOp::Mul, c.at[0], scale, c.at[1], count, C);
+      broadcast(o, isa::EltOp::Add, c.at[1], shift, c.at[1], count, C);
+    });
+  }
+
+  // The pass's rows per channel of BatchNormalization s, as an fp32 constant.
+  std::uint64_t rows_constant(const BatchNormState& s) const {
+    return s.constants + (last_pass_ ? 2 : 1) * kF;
+  }
+  // dst = rsqrt(src * 1 + epsilon) per channel (map rsqrt with the record {1, epsilon, 0}).
+  void rsqrt(Code& out, std::uint64_t src, std::uint64_t dst, std::uint32_t count,
+             const BatchNormState& s) const {
+    isa::Map m;
+    m.src = ub(src);
+    m.dst = ub(dst);
+    m.params = ub(s.constants + 4 * kF);
+    m.count = count;
+    m.channels = 1;
+    m.func = isa::MapFunc::Rsqrt;
+    m.in_type = DType::Fp32;
+    m.out_type = DType::Fp32;
+    out.push_back(m);
+  }
+  static isa::Reduce column_sum(std::uint64_t src, std::uint64_t dst, std::uint64_t rows,
+                                std::uint32_t cols, bool accumulate) {
+    isa::Reduce r;
+    r.accumulate = accumulate;
+    r.op = isa::ReduceOp::Sum;
+    r.src = ub(src);
+    r.dst = ub(dst);
+    r.rows = static_cast<std::uint32_t>(rows);
+    r.cols = static_cast<std::uint16_t>(cols);
+    r.stride = cols * static_cast<std::uint32_t>(kF);
+    return r;
+  }
+
   // The logits: the value of the loss operation's input (an Activation softmax), or the loss
   // operation's own output before its softmax.
-  std::uint64_t logits_ub() const {
+  std::size_t logits_op() const {
     const Op& l = g_.ops[t_.loss_op];
-    return l.kind == OpKind::Activation ? value(l.inputs[0]) : value(t_.loss_op);
+    return l.kind == OpKind::Activation ? storage_of(l.inputs[0]) : storage_of(t_.loss_op);
   }
+
+  // ---- backward ----------------------------------------------------------------------------
 
   void backward(Code& out, const ir::GradOp& o, std::uint32_t n) {
     const Op& l = g_.ops[o.op];
     tag(out, o.kind == GradKind::SoftmaxCrossEntropy ? loss_tag() : bwd_tag(o.op));
-    const std::uint64_t count =
-        std::uint64_t{n} * (o.output.role == Role::ParameterGradient ? 0 : per_image(o.output.op));
     switch (o.kind) {
       case GradKind::SoftmaxCrossEntropy: {
-        isa::Xent x;
-        x.src = ub(logits_ub());
-        x.labels = ub(labels_ub_);
-        x.dst = ub(grad_of(o.output));
-        x.out = ub(out_records_ub_);
-        x.rows = n;
-        x.cols = static_cast<std::uint16_t>(g_.output().size());
-        x.scale = 1.0f / static_cast<float>(global_);
-        out.push_back(x);
+        Operand dz = out_grad(o);
+        if (!train_) dz.use = Use::Scratch;  // evaluation keeps the records only
+        chunked(out, n, {read(logits_op()), dz}, [&](Code& oc, const Chunk& c) {
+          isa::Xent x;
+          x.src = ub(c.at[0]);
+          x.labels = ub(labels_ub_ + c.first * 4);
+          x.dst = ub(c.at[1]);
+          x.out = ub(out_records_ub_ + c.first * kRecordBytes);
+          x.rows = c.count;
+          x.cols = static_cast<std::uint16_t>(g_.output().size());
+          x.scale = 1.0f / static_cast<float>(global_);
+          oc.push_back(x);
+        });
         return;
       }
-      case GradKind::Activation: {
-        const std::uint64_t dst = o.accumulate ? scratch_for(o) : grad_of(o.output);
-        eltwise(out, grad_op(o.act), value(o.inputs[0].op), grad_of(o.inputs[1]), dst, count);
-        if (o.accumulate)
-          eltwise(out, isa::EltOp::Add, grad_of(o.output), dst, grad_of(o.output), count);
+      case GradKind::Activation:
+        chunked(out, n, {in_grad(o.inputs[0]), in_grad(o.inputs[1]), out_grad(o)},
+                [&](Code& oc, const Chunk& c) {
+                  eltwise(oc, grad_op(o.act), c.at[0], c.at[1], c.at[2],
+                          std::uint64_t{c.count} * per_image(o.output.op));
+                });
         return;
-      }
-      case GradKind::Pass: {
-        const std::uint64_t src = grad_of(o.inputs[0]), dst = grad_of(o.output);
-        if (o.accumulate)
-          eltwise(out, isa::EltOp::Add, dst, src, dst, count);
-        else if (src != dst)
-          eltwise(out, isa::EltOp::Max, src, src, dst, count);  // a copy
-        return;
-      }
+      case GradKind::Pass: pass(out, o, n); return;
       case GradKind::Pool: {
-        out.push_back(window_of(l));
-        isa::PoolGrad p;
-        p.kind = l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D
-                     ? isa::PoolKind::Max
-                     : isa::PoolKind::Avg;
-        p.type = DType::Fp32;
-        p.x = ub(value(o.inputs[0].op));
-        p.dy = ub(grad_of(o.inputs[1]));
-        p.dst = ub(o.accumulate ? scratch_for(o) : grad_of(o.output));
-        p.images = n;
-        out.push_back(p);
-        if (o.accumulate)
-          eltwise(out, isa::EltOp::Add, grad_of(o.output), scratch_for(o), grad_of(o.output),
-                  count);
+        const bool max = l.kind == OpKind::MaxPooling2D || l.kind == OpKind::GlobalMaxPooling2D;
+        std::vector<Operand> ops = {in_grad(o.inputs[1]), out_grad(o)};
+        if (max) ops.push_back(in_grad(o.inputs[0]));  // average pooling does not read x
+        chunked(out, n, ops, [&](Code& oc, const Chunk& c) {
+          oc.push_back(window_of(l));
+          isa::PoolGrad p;
+          p.kind = max ? isa::PoolKind::Max : isa::PoolKind::Avg;
+          p.type = DType::Fp32;
+          p.x = ub(max ? c.at[2] : 0);
+          p.dy = ub(c.at[0]);
+          p.dst = ub(c.at[1]);
+          p.images = c.count;
+          oc.push_back(p);
+        });
         return;
       }
-      case GradKind::DenseInput: {
-        // dx[b][k] = sum over c of dz[b][c] W[k][c]: tiles of W transposed (rows c, columns k).
-        const std::uint64_t dz = grad_of(o.inputs[0]);
-        const auto K = static_cast<std::uint32_t>(l.in.size());
-        const std::uint32_t N = l.out.c;
-        dz_bf16(out, o.op, dz, std::uint64_t{n} * N);
-        const std::uint64_t kernel = kernel_ub_.at(o.op), dzb = grad_bf16(o.op);
-        const std::uint64_t dst = o.accumulate ? scratch_for(o) : grad_of(o.output);
-        Gemm gm;
-        gm.rows = n, gm.K = N, gm.N = K;
-        gm.tile = [&](std::uint32_t c0, std::uint32_t cr, std::uint32_t k0, std::uint32_t kc) {
-          // The stored block W[k0 .. k0+kc)[c0 .. c0+cr), transposed to cr x kc.
-          return ub_tile(kernel + (std::uint64_t{k0} * N + c0) * kE, kc, cr, std::uint64_t{N} * kE,
-                         true);
-        };
-        gm.feed = [&](isa::MatMul& mm, std::uint64_t r0, std::uint32_t c0) {
-          mm.src = ub(dzb + (r0 * N + c0) * kE);
-          mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{N} * kE);
-        };
-        gm.drain = [&](Code& oc, std::uint64_t r0, std::uint32_t rows, std::uint32_t k0,
-                       std::uint32_t kc, std::uint32_t acc) {
-          oc.push_back(drain_fp32(acc, rows, kc, dst + (r0 * K + k0) * kF, std::uint64_t{K} * kF,
-                                  zero_records_, Act::Linear));
-        };
-        gemm(out, gm);
-        if (o.accumulate)
-          eltwise(out, isa::EltOp::Add, grad_of(o.output), dst, grad_of(o.output), count);
-        return;
-      }
+      case GradKind::DenseInput: dense_input(out, o, n); return;
       case GradKind::DenseKernel:
-      case GradKind::ConvKernel: {
-        // dW[k][c] = sum over the pass's rows j (images, or output pixels) of x(j, k) dz[j][c]:
-        // tiles of dz (rows j, columns c), inputs the columns of x (transposed MatMul).
-        const bool conv = o.kind == GradKind::ConvKernel;
-        const std::uint64_t dz = grad_of(o.inputs[1]);
-        const std::uint32_t N = l.out.c;
-        const auto K = static_cast<std::uint32_t>(
-            conv ? std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c : l.in.size());
-        const std::uint64_t J = conv ? std::uint64_t{n} * l.out.h * l.out.w : n;
-        dz_bf16(out, o.op, dz, J * N);
-        const std::uint64_t dzb = grad_bf16(o.op), xb = value_bf16(o.inputs[0].op);
-        const std::size_t k = param_index(o.output);
-        if (conv) out.push_back(window_of(l));
-        Gemm gm;
-        gm.rows = K, gm.K = static_cast<std::uint32_t>(std::min<std::uint64_t>(J, ~0u)), gm.N = N;
-        gm.tile = [&](std::uint32_t j0, std::uint32_t jr, std::uint32_t c0, std::uint32_t cc) {
-          return ub_tile(dzb + (std::uint64_t{j0} * N + c0) * kE, jr, cc, std::uint64_t{N} * kE,
-                         false);
-        };
-        gm.feed = [&](isa::MatMul& mm, std::uint64_t r0, std::uint32_t j0) {
-          mm.transpose = true;
-          mm.window = conv;
-          if (conv) {
-            mm.src = ub(xb);
-            mm.first_pixel = j0;
-            mm.k_first = static_cast<std::uint16_t>(r0);
-          } else {
-            mm.src = ub(xb + (std::uint64_t{j0} * K + r0) * kE);
-            mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{K} * kE);
-          }
-        };
-        // This pass's sum, then one add into the running sum (nn::reference_step's order). When
-        // the chunk spans every column its rows are contiguous in the gradient too: one add.
-        const std::uint64_t part = stage_ub_[1];
-        gm.drain = [&](Code& oc, std::uint64_t r0, std::uint32_t rows, std::uint32_t c0,
-                       std::uint32_t cc, std::uint32_t acc) {
-          oc.push_back(
-              drain_fp32(acc, rows, cc, part, std::uint64_t{cc} * kF, zero_records_, Act::Linear));
-          const std::uint64_t g0 = grad_ub_[k] + (r0 * N + c0) * kF;
-          if (cc == N) {
-            eltwise(oc, isa::EltOp::Add, g0, part, g0, std::uint64_t{rows} * cc);
-            return;
-          }
-          for (std::uint32_t r = 0; r < rows; ++r) {
-            const std::uint64_t g = g0 + std::uint64_t{r} * N * kF;
-            eltwise(oc, isa::EltOp::Add, g, part + std::uint64_t{r} * cc * kF, g, cc);
-          }
-        };
-        gm.max_rows = stage_elems_ / N;
-        gemm(out, gm);
+      case GradKind::ConvKernel: kernel_grad(out, o, n); return;
+      case GradKind::Bias:
+        chunked(out, n, {in_grad(o.inputs[0])}, [&](Code& oc, const Chunk& c) {
+          oc.push_back(column_sum(c.at[0], grad_ub_[param_index(o.output)],
+                                  std::uint64_t{c.count} * l.out.h * l.out.w, l.out.c, true));
+        });
         return;
-      }
-      case GradKind::Bias: {
-        isa::Reduce r;
-        r.accumulate = true;
-        r.op = isa::ReduceOp::Sum;
-        r.src = ub(grad_of(o.inputs[0]));
-        r.dst = ub(grad_ub_[param_index(o.output)]);
-        r.rows = static_cast<std::uint32_t>(std::uint64_t{n} * l.out.h * l.out.w);
-        r.cols = static_cast<std::uint16_t>(l.out.c);
-        r.stride = l.out.c * static_cast<std::uint32_t>(kF);
-        out.push_back(r);
-        return;
-      }
       case GradKind::ConvInput: conv_input(out, o, n); return;
       case GradKind::BatchNormGamma:
-      case GradKind::BatchNormInput:
-        fail(l, "fit does not lower BatchNormalization in training mode yet");
+      case GradKind::BatchNormInput: batch_norm_backward(out, o, n); return;
+      case GradKind::Crop:
+        chunked(out, n, {in_grad(o.inputs[0]), out_grad(o)}, [&](Code& oc, const Chunk& c) {
+          for (std::uint32_t b = 0; b < c.count; ++b)
+            oc.push_back(padding_copy(l, c.at[1] + b * l.in.size() * kF,
+                                      c.at[0] + b * l.out.size() * kF, true));
+        });
+        return;
     }
+  }
+
+  // A gradient passed on unchanged (a view, an Add's operand): added to a sum, or copied.
+  void pass(Code& out, const ir::GradOp& o, std::uint32_t n) {
+    const Tensor src = *tensor_of(o.inputs[0]), dst = *tensor_of(o.output);
+    const std::uint64_t count = std::uint64_t{n} * per_image(dst.op);
+    if (!L_.off_chip) {
+      const std::uint64_t s = resident_fp32(src), d = resident_fp32(dst);
+      if (o.accumulate)
+        eltwise(out, isa::EltOp::Add, d, s, d, count);
+      else if (s != d)
+        eltwise(out, isa::EltOp::Max, s, s, d, count);  // a copy
+      return;
+    }
+    if (o.accumulate) {
+      chunked(out, n, {{src, Use::Read}, {dst, Use::Read}, {dst, Use::Write}},
+              [&](Code& oc, const Chunk& c) {
+                eltwise(oc, isa::EltOp::Add, c.at[1], c.at[0], c.at[2],
+                        std::uint64_t{c.count} * per_image(dst.op));
+              });
+      return;
+    }
+    if (src.op == dst.op) return;
+    // Through the arena unchanged: each chunk read from the one home and written to the other.
+    chunked(out, n, {{src, Use::Read}}, [&](Code& oc, const Chunk& c) {
+      write_mem(oc, c.at[0], home_of(dst) + c.first * bytes_of(dst), c.count * bytes_of(dst));
+    });
+  }
+
+  void dense_input(Code& out, const ir::GradOp& o, std::uint32_t n) {
+    // dx[b][k] = sum over c of dz[b][c] W[k][c]: tiles of W transposed (rows c, columns k).
+    const Op& l = g_.ops[o.op];
+    const auto K = static_cast<std::uint32_t>(l.in.size());
+    const std::uint32_t N = l.out.c;
+    chunked(
+        out, n, {in_grad(o.inputs[0], Use::ReadBf16), out_grad(o)}, [&](Code& oc, const Chunk& c) {
+          const std::uint64_t dzb = c.at[0], dst = c.at[1];
+          Gemm gm;
+          gm.rows = c.count, gm.K = N, gm.N = K;
+          gm.tile = [&](std::uint32_t c0, std::uint32_t cr, std::uint32_t k0, std::uint32_t kc) {
+            // The stored block W[k0 .. k0+kc)[c0 .. c0+cr), transposed to cr x kc.
+            return kernel_tile(o.op, (std::uint64_t{k0} * N + c0) * kE, kc, cr,
+                               std::uint64_t{N} * kE, true);
+          };
+          gm.feed = [&](isa::MatMul& mm, std::uint64_t r0, std::uint32_t c0) {
+            mm.src = ub(dzb + (r0 * N + c0) * kE);
+            mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{N} * kE);
+          };
+          gm.drain = [&](Code& d, std::uint64_t r0, std::uint32_t rows, std::uint32_t k0,
+                         std::uint32_t kc, std::uint32_t acc) {
+            d.push_back(drain_fp32(acc, rows, kc, dst + (r0 * K + k0) * kF, std::uint64_t{K} * kF,
+                                   zero_records_, Act::Linear));
+          };
+          gemm(oc, gm);
+        });
+  }
+
+  // dW[k][c] = sum over the chunk's rows j (images, or output pixels) of x(j, k) dz[j][c]: tiles
+  // of dz (rows j, columns c), inputs the columns of x (transposed MatMul). Each chunk's sum is
+  // added to the running sum (nn::reference_step's kernel_chunk): in the unified buffer, or
+  // off-chip, where the step's first chunk writes it.
+  void kernel_grad(Code& out, const ir::GradOp& o, std::uint32_t n) {
+    const Op& l = g_.ops[o.op];
+    const bool conv = o.kind == GradKind::ConvKernel;
+    const std::uint32_t N = l.out.c;
+    const auto K = static_cast<std::uint32_t>(conv ? std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c
+                                                   : l.in.size());
+    const std::size_t k = param_index(o.output);
+    // The partial's rows: off-chip, a quarter of an arena half (two buffers: the partial and the
+    // running sum read back); in the unified buffer, a stage buffer.
+    const std::uint64_t part_rows =
+        L_.off_chip ? std::max<std::uint64_t>(1, arena_bytes_ / 8 / 2 / (std::uint64_t{N} * kF))
+                    : std::max<std::uint64_t>(1, stage_elems_ / N);
+    const std::uint64_t part_bytes = L_.off_chip ? align(part_rows * N * kF) : 0;
+    const std::uint32_t size = chunked(
+        out, n, {value(o.inputs[0].op, Use::ReadBf16), in_grad(o.inputs[1], Use::ReadBf16)},
+        [&](Code& oc, const Chunk& c) {
+          const std::uint64_t xb = c.at[0], dzb = c.at[1];
+          const std::uint64_t J = conv ? std::uint64_t{c.count} * l.out.h * l.out.w : c.count;
+          if (conv) oc.push_back(window_of(l));
+          const std::uint64_t part = L_.off_chip ? fixed_ : stage_ub_[1];
+          const std::uint64_t sum = fixed_ + part_bytes;  // off-chip: the running sum read back
+          const bool first = first_partial_.insert(k).second;
+          Gemm gm;
+          gm.rows = K, gm.K = static_cast<std::uint32_t>(std::min<std::uint64_t>(J, ~0u)), gm.N = N;
+          gm.tile = [&](std::uint32_t j0, std::uint32_t jr, std::uint32_t c0, std::uint32_t cc) {
+            return ub_tile(dzb + (std::uint64_t{j0} * N + c0) * kE, jr, cc, std::uint64_t{N} * kE,
+                           false);
+          };
+          gm.feed = [&](isa::MatMul& mm, std::uint64_t r0, std::uint32_t j0) {
+            mm.transpose = true;
+            mm.window = conv;
+            if (conv) {
+              mm.src = ub(xb);
+              mm.first_pixel = j0;
+              mm.k_first = static_cast<std::uint16_t>(r0);
+            } else {
+              mm.src = ub(xb + (std::uint64_t{j0} * K + r0) * kE);
+              mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{K} * kE);
+            }
+          };
+          gm.drain = [&](Code& d, std::uint64_t, std::uint32_t rows, std::uint32_t c0,
+                         std::uint32_t cc, std::uint32_t acc) {
+            d.push_back(drain_fp32(acc, rows, cc, part + c0 * kF, std::uint64_t{N} * kF,
+                                   zero_records_, Act::Linear));
+          };
+          // The chunk's rows of the partial, all columns, into the running sum.
+          gm.finish = [&](Code& d, std::uint64_t r0, std::uint32_t rows) {
+            const std::uint64_t count = std::uint64_t{rows} * N;
+            if (!L_.off_chip) {
+              const std::uint64_t g0 = grad_ub_[k] + r0 * N * kF;
+              eltwise(d, isa::EltOp::Add, g0, part, g0, count);
+              return;
+            }
+            const std::uint64_t home = L_.exchange[core_] + slot_offset_[k] + r0 * N * kF;
+            if (!first) {
+              read_mem(d, home, sum, count * kF);
+              eltwise(d, isa::EltOp::Add, sum, part, part, count);
+            }
+            write_mem(d, part, home, count * kF);
+          };
+          gm.rows_outer = true;
+          gm.max_rows = part_rows;
+          gemm(oc, gm);
+        },
+        0, 2 * part_bytes);
+    if (size < n) L_.kernel_chunk[o.op] = size;
   }
 
   // dX of a convolution (docs/isa.md §1.1): a windowed product over dY dilated by the forward
@@ -839,11 +1508,7 @@ class TrainingCompiler {
   // positions, so this loop is written out instead of `gemm`'s, which tiles K as one run.
   void conv_input(Code& out, const ir::GradOp& o, std::uint32_t n) {
     const Op& l = g_.ops[o.op];
-    const std::uint64_t dz = grad_of(o.inputs[0]);
     const std::uint32_t co = l.out.c, ci = l.in.c, kh = l.kernel_h, kw = l.kernel_w;
-    dz_bf16(out, o.op, dz, std::uint64_t{n} * l.out.size());
-    const std::uint64_t kernel = kernel_ub_.at(o.op), dzb = grad_bf16(o.op);
-    const std::uint64_t dst = o.accumulate ? scratch_for(o) : grad_of(o.output);
     const ir::Pads p = ir::window_pads(l);
     isa::SetWindow w;
     w.in_h = static_cast<std::uint16_t>(l.out.h);
@@ -859,52 +1524,96 @@ class TrainingCompiler {
     w.pad_left = static_cast<std::uint16_t>((kw - 1) * l.dilation_w - p.left);
     w.out_h = static_cast<std::uint16_t>(l.in.h);
     w.out_w = static_cast<std::uint16_t>(l.in.w);
-    out.push_back(w);
     const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols;
-    const std::uint64_t rows = std::uint64_t{n} * l.in.h * l.in.w;
-    for (std::uint32_t n0 = 0; n0 < ci; n0 += C) {
-      const std::uint32_t nc = std::min(C, ci - n0);
-      for (std::uint64_t r0 = 0; r0 < rows; r0 += acc_slot_) {
-        const auto rr = static_cast<std::uint32_t>(std::min<std::uint64_t>(acc_slot_, rows - r0));
-        const auto [m, acc] = next_slot();
-        bool first = true;
-        for (std::uint32_t fy = 0; fy < kh; ++fy)
-          for (std::uint32_t fx = 0; fx < kw; ++fx) {
-            // Window position (fy, fx) reads the forward kernel's position (ky, kx).
-            const std::uint64_t pos = std::uint64_t{kh - 1 - fy} * kw + (kw - 1 - fx);
-            for (std::uint32_t c0 = 0; c0 < co; c0 += R) {
-              const std::uint32_t cr = std::min(R, co - c0);
-              // The stored block W[ky][kx][n0 .. n0+nc)[c0 .. c0+cr), transposed to cr x nc.
-              isa::ReadWeights rw = ub_tile(kernel + ((pos * ci + n0) * co + c0) * kE, nc, cr,
-                                            std::uint64_t{co} * kE, true);
-              rw.mxu = static_cast<std::uint8_t>(m);
-              out.push_back(rw);
-              isa::MatMul mm;
-              mm.mxu = static_cast<std::uint8_t>(m);
-              mm.accumulate = !first;
-              mm.swap_weights = true;
-              mm.window = true;
-              mm.src = ub(dzb);
-              mm.dst = AccAddr(acc);
-              mm.rows = rr;
-              mm.first_pixel = static_cast<std::uint32_t>(r0);
-              mm.k_first = static_cast<std::uint16_t>((std::uint64_t{fy} * kw + fx) * co + c0);
-              out.push_back(mm);
-              first = false;
-            }
-          }
-        out.push_back(drain_fp32(acc, rr, nc, dst + (r0 * ci + n0) * kF, std::uint64_t{ci} * kF,
-                                 zero_records_, Act::Linear));
-      }
-    }
-    if (o.accumulate)
-      eltwise(out, isa::EltOp::Add, grad_of(o.output), dst, grad_of(o.output),
-              std::uint64_t{n} * l.in.size());
+    chunked(out, n, {in_grad(o.inputs[0], Use::ReadBf16), out_grad(o)},
+            [&](Code& oc, const Chunk& c) {
+              const std::uint64_t dzb = c.at[0], dst = c.at[1];
+              oc.push_back(w);
+              const std::uint64_t rows = std::uint64_t{c.count} * l.in.h * l.in.w;
+              for (std::uint32_t n0 = 0; n0 < ci; n0 += C) {
+                const std::uint32_t nc = std::min(C, ci - n0);
+                for (std::uint64_t r0 = 0; r0 < rows; r0 += acc_slot_) {
+                  const auto rr =
+                      static_cast<std::uint32_t>(std::min<std::uint64_t>(acc_slot_, rows - r0));
+                  const auto [m, acc] = next_slot();
+                  bool first = true;
+                  for (std::uint32_t fy = 0; fy < kh; ++fy)
+                    for (std::uint32_t fx = 0; fx < kw; ++fx) {
+                      // Window position (fy, fx) reads the forward kernel's position (ky, kx).
+                      const std::uint64_t pos = std::uint64_t{kh - 1 - fy} * kw + (kw - 1 - fx);
+                      for (std::uint32_t c0 = 0; c0 < co; c0 += R) {
+                        const std::uint32_t cr = std::min(R, co - c0);
+                        // The stored block W[ky][kx][n0 .. n0+nc)[c0 .. c0+cr), transposed.
+                        isa::ReadWeights rw = kernel_tile(o.op, ((pos * ci + n0) * co + c0) * kE,
+                                                          nc, cr, std::uint64_t{co} * kE, true);
+                        rw.mxu = static_cast<std::uint8_t>(m);
+                        oc.push_back(rw);
+                        isa::MatMul mm;
+                        mm.mxu = static_cast<std::uint8_t>(m);
+                        mm.accumulate = !first;
+                        mm.swap_weights = true;
+                        mm.window = true;
+                        mm.src = ub(dzb);
+                        mm.dst = AccAddr(acc);
+                        mm.rows = rr;
+                        mm.first_pixel = static_cast<std::uint32_t>(r0);
+                        mm.k_first =
+                            static_cast<std::uint16_t>((std::uint64_t{fy} * kw + fx) * co + c0);
+                        oc.push_back(mm);
+                        first = false;
+                      }
+                    }
+                  oc.push_back(drain_fp32(acc, rr, nc, dst + (r0 * ci + n0) * kF,
+                                          std::uint64_t{ci} * kF, zero_records_, Act::Linear));
+                }
+              }
+            });
   }
 
-  // The bf16 copy of operation i's output gradient for the MXU, made once per pass.
-  void dz_bf16(Code& out, std::size_t i, std::uint64_t dz, std::uint64_t count) {
-    if (bf16_ready_.insert(i).second) to_bf16(out, dz, grad_bf16(i), count);
+  // BatchNormalization's gamma and input gradients (numerics/batch_norm.h): the sums over the
+  // pass's rows (once for both), then dgamma, or dx per element.
+  void batch_norm_backward(Code& out, const ir::GradOp& o, std::uint32_t n) {
+    const Op& l = g_.ops[o.op];
+    const BatchNormState& s = bn_.at(o.op);
+    const std::uint32_t C = l.out.c;
+    const std::uint64_t dsum = bn_temp_[2], dot = bn_temp_[3], k = bn_temp_[4];
+    const Operand x = value(o.inputs[0].op), dy = in_grad(o.inputs[1]);
+    if (bn_sums_.insert(o.op).second)
+      chunked(
+          out, n, {x, dy},
+          [&](Code& oc, const Chunk& c) {
+            const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
+            oc.push_back(column_sum(c.at[1], dsum, count / C, C, c.first > 0));
+            broadcast(oc, isa::EltOp::Sub, c.at[0], s.mean, c.temp, count, C);
+            eltwise(oc, isa::EltOp::Mul, c.at[1], c.temp, c.temp, count);
+            oc.push_back(column_sum(c.temp, dot, count / C, C, c.first > 0));
+          },
+          l.out.size() * kF);
+    if (o.kind == GradKind::BatchNormGamma) {
+      // dgamma = dot * rsqrt, added to the running sum.
+      const std::uint64_t g = grad_ub_[param_index(o.output)];
+      eltwise(out, isa::EltOp::Mul, dot, s.rsqrt, k, C);
+      eltwise(out, isa::EltOp::Add, g, k, g, C);
+      return;
+    }
+    // k = (gamma * rsqrt) / M; dx = k * ((dy * M - dsum) - ((x - mean) * dot) / (variance + eps)).
+    const std::uint64_t rows = rows_constant(s);
+    eltwise(out, isa::EltOp::Mul, s.gamma, s.rsqrt, k, C);
+    broadcast(out, isa::EltOp::Div, k, rows, k, C, 1);
+    chunked(
+        out, n, {x, dy, out_grad(o)},
+        [&](Code& oc, const Chunk& c) {
+          const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
+          const std::uint64_t dx = c.at[2], t = c.temp;
+          broadcast(oc, isa::EltOp::Mul, c.at[1], rows, dx, count, 1);
+          broadcast(oc, isa::EltOp::Sub, dx, dsum, dx, count, C);
+          broadcast(oc, isa::EltOp::Sub, c.at[0], s.mean, t, count, C);
+          broadcast(oc, isa::EltOp::Mul, t, dot, t, count, C);
+          broadcast(oc, isa::EltOp::Div, t, s.var_eps, t, count, C);
+          eltwise(oc, isa::EltOp::Sub, dx, t, dx, count);
+          broadcast(oc, isa::EltOp::Mul, dx, k, dx, count, C);
+        },
+        l.out.size() * kF);
   }
 
   std::size_t param_index(const TensorId& grad) const {
@@ -918,90 +1627,73 @@ class TrainingCompiler {
   static bool needs_scratch(const ir::GradOp& o) {
     return o.accumulate && o.output.role == Role::Gradient && o.kind != GradKind::Pass;
   }
-  std::uint64_t scratch_for(const ir::GradOp& o) const {
-    if (!needs_scratch(o)) throw std::logic_error("training lowering: a scratch not planned");
-    return scratch_ub_;
-  }
 
-  void emit_exchange(Code& out, std::uint32_t core) {
+  // ---- the exchange and the update ---------------------------------------------------------
+
+  // Every replica's sums into its slot (a kernel's off-chip sum is there already), a barrier;
+  // then, per parameter and piece, the slots added in replica order (its own included, so every
+  // replica holds ((g0 + g1) + g2) + ... bit for bit) and the optimizer's step on the replica's
+  // master weights with that sum; a last barrier keeps a fast replica from overwriting its slot
+  // in the next step while another still reads it.
+  void emit_exchange_and_update(Code& out) {
     tag(out, exchange_tag());
-    if (L_.replicas == 1) return;
-    // Every replica's sums into its slot; after the barrier each adds the slots in replica
-    // order (its own included), so every replica holds ((g0 + g1) + g2) + ... bit for bit.
-    std::uint64_t off = 0;
-    for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
-      const std::uint64_t bytes = elements(t_.parameters[k]) * kF;
-      out.push_back(isa::WriteMem{ub(grad_ub_[k]), MemAddr(L_.exchange[core] + off),
-                                  static_cast<std::uint32_t>(bytes)});
-      off += bytes;
+    const bool exchange = L_.replicas > 1;
+    if (exchange) {
+      for (std::size_t k = 0; k < t_.parameters.size(); ++k)
+        if (grad_ub_[k] != kNone)
+          write_mem(out, grad_ub_[k], L_.exchange[core_] + slot_offset_[k],
+                    elements(t_.parameters[k]) * kF);
+      out.push_back(isa::Sync{true});
     }
-    out.push_back(isa::Sync{true});
-    off = 0;
+    const std::uint64_t g = stage_ub_[0], w = stage_ub_[1], m = stage_ub_[2], v = stage_ub_[3];
     for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
-      const std::uint64_t count = elements(t_.parameters[k]);
-      for (std::uint64_t e0 = 0; e0 < count; e0 += stage_elems_) {
-        const std::uint64_t m = std::min(stage_elems_, count - e0);
-        const std::uint64_t at = off + e0 * kF;
-        out.push_back(isa::ReadMem{MemAddr(L_.exchange[0] + at), ub(stage_ub_[0]),
-                                   static_cast<std::uint32_t>(m * kF)});
-        for (std::uint32_t r = 1; r < L_.replicas; ++r) {
-          out.push_back(isa::ReadMem{MemAddr(L_.exchange[r] + at), ub(stage_ub_[1]),
-                                     static_cast<std::uint32_t>(m * kF)});
-          eltwise(out, isa::EltOp::Add, stage_ub_[0], stage_ub_[1], stage_ub_[0], m);
-        }
-        eltwise(out, isa::EltOp::Max, stage_ub_[0], stage_ub_[0], grad_ub_[k] + e0 * kF, m);
-      }
-      off += count * kF;
-    }
-    // No replica writes its slot again before every replica has read them all.
-    out.push_back(isa::Sync{true});
-  }
-
-  void emit_update(Code& out, std::uint32_t core) {
-    tag(out, update_tag());
-    for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
-      const TrainingLayout::Home& h = L_.params[core][k];
+      const TrainingLayout::Home& h = L_.params[core_][k];
       for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
         const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
-        const auto bytes = static_cast<std::uint32_t>(n * kF);
-        out.push_back(isa::ReadMem{MemAddr(h.w + e0 * kF), ub(stage_ub_[0]), bytes});
-        if (h.m) out.push_back(isa::ReadMem{MemAddr(h.m + e0 * kF), ub(stage_ub_[1]), bytes});
-        if (h.v) out.push_back(isa::ReadMem{MemAddr(h.v + e0 * kF), ub(stage_ub_[2]), bytes});
+        const std::uint64_t bytes = n * kF, at = slot_offset_[k] + e0 * kF;
+        // The step's gradient of these elements: the replicas' sum, or the replica's own.
+        std::uint64_t grad = g;
+        tag(out, exchange_tag());
+        if (exchange) {
+          read_mem(out, L_.exchange[0] + at, g, bytes);
+          for (std::uint32_t r = 1; r < L_.replicas; ++r) {
+            read_mem(out, L_.exchange[r] + at, w, bytes);
+            eltwise(out, isa::EltOp::Add, g, w, g, n);
+          }
+        } else if (grad_ub_[k] == kNone) {
+          read_mem(out, L_.exchange[0] + at, g, bytes);
+        } else {
+          grad = grad_ub_[k] + e0 * kF;
+        }
+        tag(out, update_tag());
+        read_mem(out, h.w + e0 * kF, w, bytes);
+        if (h.m) read_mem(out, h.m + e0 * kF, m, bytes);
+        if (h.v) read_mem(out, h.v + e0 * kF, v, bytes);
         isa::Update u;
         u.kind = opt_.kind == nn::OptimizerKind::Sgd        ? isa::UpdateKind::Sgd
                  : opt_.kind == nn::OptimizerKind::Momentum ? isa::UpdateKind::Momentum
                                                             : isa::UpdateKind::Adam;
-        u.w = ub(stage_ub_[0]);
-        u.g = ub(grad_ub_[k] + e0 * kF);
-        u.m = ub(h.m ? stage_ub_[1] : 0);
-        u.v = ub(h.v ? stage_ub_[2] : 0);
+        u.w = ub(w);
+        u.g = ub(grad);
+        u.m = ub(h.m ? m : 0);
+        u.v = ub(h.v ? v : 0);
         u.params = ub(optimizer_ub_);
         u.count = static_cast<std::uint32_t>(n);
         out.push_back(u);
-        out.push_back(isa::WriteMem{ub(stage_ub_[0]), MemAddr(h.w + e0 * kF), bytes});
-        if (h.m) out.push_back(isa::WriteMem{ub(stage_ub_[1]), MemAddr(h.m + e0 * kF), bytes});
-        if (h.v) out.push_back(isa::WriteMem{ub(stage_ub_[2]), MemAddr(h.v + e0 * kF), bytes});
-        // The next step's bf16 kernel or bias records, from the values just written.
-        refresh_from_stage(out, k, e0, n);
+        write_mem(out, w, h.w + e0 * kF, bytes);
+        if (h.m) write_mem(out, m, h.m + e0 * kF, bytes);
+        if (h.v) write_mem(out, v, h.v + e0 * kF, bytes);
+        // The next step's copies (bf16 kernel, bias records, gamma, beta) from the new values.
+        refresh_from_stage(out, k, e0, n, w, g);
       }
+    }
+    if (exchange) {
+      tag(out, exchange_tag());
+      out.push_back(isa::Sync{true});
     }
   }
 
-  void refresh_from_stage(Code& out, std::size_t k, std::uint64_t e0, std::uint64_t n) {
-    const TensorId& p = t_.parameters[k];
-    if (p.param == ir::Param::Kernel) {
-      to_bf16(out, stage_ub_[0], kernel_ub_.at(p.op) + e0 * kE, n);
-      return;
-    }
-    isa::Copy c;
-    c.src = ub(stage_ub_[0]);
-    c.dst = ub(records_ub_.at(p.op) + e0 * kParamRecord);
-    c.rows = static_cast<std::uint32_t>(n);
-    c.row_bytes = kF;
-    c.src_stride = kF;
-    c.dst_stride = kParamRecord;
-    out.push_back(c);
-  }
+  static constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
 
   const ir::Graph& g_;
   const ir::TrainingGraph& t_;
@@ -1009,31 +1701,46 @@ class TrainingCompiler {
   const nn::Optimizer& opt_;
   const ChipConfig& cfg_;
   const std::uint32_t global_;
+  const ActivationHome home_;
   TrainingLayout L_;
   TrainingProgram P_;
+  std::string resident_failure_;
 
   std::uint32_t acc_slot_ = 0;
+  std::uint64_t mem_high_ = 0;  // off-chip memory taken
   std::uint64_t ub_high_ = 0, zeros_bytes_ = 0, zeros_mem_ = 0, zeros_ub_ = 0;
   std::uint64_t units_ub_ = 0, records_mem_ = 0;
   std::uint32_t widest_ = 0;
   std::uint64_t zero_records_ = 0, optimizer_ub_ = 0, grad_bytes_ = 0, stage_elems_ = 0;
-  std::uint64_t stage_ub_[3] = {0, 0, 0};
-  std::uint64_t images_ub_ = 0, labels_ub_ = 0, out_records_ub_ = 0, scratch_ub_ = 0;
-  std::map<std::size_t, std::uint64_t> kernel_ub_, records_ub_;
-  std::vector<std::uint64_t> grad_ub_;  // per parameter: its gradient sums
+  std::uint64_t stage_ub_[4] = {0, 0, 0, 0};
+  std::uint64_t images_ub_ = 0, labels_ub_ = 0, out_records_ub_ = 0, scratch_ub_ = 0, temp_ub_ = 0;
+  std::map<std::size_t, std::uint64_t> kernel_ub_, records_ub_, moving_mem_;
+  std::vector<std::uint64_t> grad_ub_;      // per parameter: its gradient sums (kNone: off-chip)
+  std::vector<std::uint64_t> slot_offset_;  // per parameter: its sums' offset in a slot
   std::map<std::size_t, std::uint64_t> value_ub_, grad_ub_t_, value_bf_, grad_bf_;
-  std::set<std::size_t> bf16_ready_;
+  std::map<std::size_t, BatchNormState> bn_;
+  std::uint64_t bn_temp_[5] = {0, 0, 0, 0, 0};
+  std::map<std::vector<std::uint8_t>, std::uint64_t> constants_;
+  // Off-chip tensors: the arena; per replica the bf16 kernels and the pass's tensors' homes.
+  std::uint64_t arena_ = 0, arena_bytes_ = 0, fixed_ = 0;
+  std::vector<std::map<std::size_t, std::uint64_t>> kernel_mem_;
+  std::vector<std::map<Tensor, std::uint64_t>> home_mem_;
 
-  std::uint32_t tag_ = 0, next_mxu_ = 0;
+  // While a program is emitted.
+  std::uint32_t core_ = 0, tag_ = 0, next_mxu_ = 0, half_ = 0;
+  bool train_ = true, last_pass_ = false;
   std::vector<std::uint32_t> parity_;
+  std::set<std::pair<Tensor, DType>> ready_;  // copies made in this pass
+  std::set<std::size_t> bn_sums_, first_partial_;
 };
 
 }  // namespace
 
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
-                                 const ChipConfig& cfg, std::uint32_t global_batch) {
-  return TrainingCompiler(g, t, w, opt, cfg, global_batch).run();
+                                 const ChipConfig& cfg, std::uint32_t global_batch,
+                                 ActivationHome home) {
+  return TrainingCompiler(g, t, w, opt, cfg, global_batch, home).run();
 }
 
 }  // namespace tpu::compiler

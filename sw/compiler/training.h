@@ -21,12 +21,23 @@
 
 namespace tpu::compiler {
 
+// Where a pass's per-image tensors (every operation's value and gradient) live
+// (docs/training.md, "Memory"): in the unified buffer, a micro-batch at a time, or in off-chip
+// memory, the replica's whole share streamed through the unified buffer in chunks of images, one
+// operation at a time; kAuto takes the unified buffer when one image's tensors fit there.
+enum class ActivationHome { kAuto, kUnifiedBuffer, kOffChip };
+
 // Where a step's data lives.
 struct TrainingLayout {
   std::uint32_t replicas = 1;     // TensorCores
   std::uint32_t share = 0;        // images per replica per step
   std::uint32_t micro_batch = 0;  // images per forward and backward pass
   std::uint32_t tile_rows = 0;    // mxu.rows
+  // The pass's tensors, the bf16 kernels and the kernels' gradient sums in off-chip memory.
+  bool off_chip = false;
+  std::uint64_t activation_bytes = 0;  // off_chip: per replica, the pass's tensors at their peak
+  // Per operation: images per partial sum of its kernel's gradient (0: the whole pass).
+  std::vector<std::uint32_t> kernel_chunk;
   // Host memory, rewritten by the host before every step: the images (bf16, NHWC) of replica r at
   // images_addr + (r * share + i) * image_bytes; their labels (int32) at labels_addr + 4 * image;
   // the optimizer's record (fp32 values, docs/isa.md `update`) at optimizer_addr; the chip writes
@@ -34,14 +45,17 @@ struct TrainingLayout {
   std::uint64_t images_addr = 0, labels_addr = 0, optimizer_addr = 0, records_addr = 0;
   std::uint64_t image_bytes = 0, optimizer_bytes = 0, host_bytes = 0;
   // Off-chip memory: per replica, per trainable parameter (TrainingGraph::parameters order), its
-  // fp32 master values and optimizer slots; per replica, its gradient sums for the exchange.
+  // fp32 master values and optimizer slots; per replica, its gradient sums for the exchange (with
+  // off_chip, a kernel's running sum during the step too).
   struct Home {
     std::uint64_t w = 0, m = 0, v = 0;  // m, v unused (0) when the optimizer has no such slot
     std::uint64_t elements = 0;
   };
   std::vector<std::vector<Home>> params;  // [replica][parameter]
   std::vector<std::uint64_t> exchange;    // [replica]: its gradient sums, parameters in order
-  [[nodiscard]] nn::TrainPlan plan() const { return {tile_rows, replicas, micro_batch}; }
+  [[nodiscard]] nn::TrainPlan plan() const {
+    return {tile_rows, replicas, micro_batch, kernel_chunk};
+  }
 };
 
 struct TrainingProgram {
@@ -59,6 +73,7 @@ struct TrainingProgram {
 // Throws InputError naming the model and what does not fit or cannot be lowered yet.
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
-                                 const ChipConfig& cfg, std::uint32_t global_batch);
+                                 const ChipConfig& cfg, std::uint32_t global_batch,
+                                 ActivationHome home = ActivationHome::kAuto);
 
 }  // namespace tpu::compiler

@@ -108,11 +108,11 @@ const std::vector<ClassSpec>& class_specs() {
       {"BatchNormalization",
        OpKind::BatchNormalization,
        "batch_normalization",
-       {"name", "axis", "epsilon", "center", "scale"},
-       {"trainable", "dtype", "momentum", "beta_initializer", "gamma_initializer",
-        "moving_mean_initializer", "moving_variance_initializer", "beta_regularizer",
-        "gamma_regularizer", "beta_constraint", "gamma_constraint", "synchronized", "renorm",
-        "renorm_clipping", "renorm_momentum", "fused", "virtual_batch_size", "adjustment"}},
+       {"name", "axis", "epsilon", "momentum", "center", "scale"},
+       {"trainable", "dtype", "beta_initializer", "gamma_initializer", "moving_mean_initializer",
+        "moving_variance_initializer", "beta_regularizer", "gamma_regularizer", "beta_constraint",
+        "gamma_constraint", "synchronized", "renorm", "renorm_clipping", "renorm_momentum", "fused",
+        "virtual_batch_size", "adjustment"}},
       {"ZeroPadding2D",
        OpKind::ZeroPadding2D,
        "zero_padding2d",
@@ -858,6 +858,11 @@ class Parser {
           if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > 1)
             fail(key_ptr("epsilon"), *v, "must be a number in (0, 1]");
           l.epsilon = v->get<float>();
+        }
+        if (const json* v = arg("momentum")) {
+          if (!v->is_number() || !(v->get<double>() >= 0) || v->get<double>() > 1)
+            fail(key_ptr("momentum"), *v, "must be a number in [0, 1]");
+          l.momentum = v->get<float>();
         }
         if (const json* v = arg("center")) l.use_bias = bool_value(*v, key_ptr("center"));
         if (const json* v = arg("scale")) l.scale = bool_value(*v, key_ptr("scale"));

@@ -39,11 +39,18 @@ TensorId Backward::pre_activation_gradient(std::size_t i) {
   return dz;
 }
 
+Backward::Backward(const Graph& g, std::size_t loss_op) : g_(g), loss_op_(loss_op) {
+  for (const Op& l : g.ops) {
+    bool d = !op_info(l.kind).params(l).empty();
+    for (std::size_t x : l.inputs) d = d || (x != kGraphInput && depends_[x]);
+    depends_.push_back(d);
+  }
+}
+
 void Backward::to_input(std::size_t t, GradOp op) {
-  // The images need no gradient, nor does a view of them (a Flatten of the input).
-  std::size_t s = t;
-  while (s != kGraphInput && g_.ops[s].is_view()) s = g_.ops[s].inputs[0];
-  if (s == kGraphInput) return;
+  // The images need no gradient, nor does anything computed from them alone (a Flatten or a
+  // ZeroPadding2D of the input): no parameter is reached through it.
+  if (t == kGraphInput || !depends_[t]) return;
   op.output = {Role::Gradient, t};
   op.accumulate = reached(t);
   ops_.push_back(std::move(op));
@@ -133,6 +140,7 @@ std::string_view name_of(GradKind k) {
     case GradKind::Bias: return "bias_grad";
     case GradKind::BatchNormGamma: return "batch_norm_gamma_grad";
     case GradKind::BatchNormInput: return "batch_norm_input_grad";
+    case GradKind::Crop: return "crop";
   }
   return "?";
 }

@@ -86,6 +86,9 @@ enum class GradKind {
   // inputs {x, dy}; output dx = (gamma rsqrt / M) (M dy - sum dy - (x - mean) sum(dy (x - mean)) /
   // (variance + epsilon)), M the rows per channel. Gamma is 1 for a layer without scale.
   BatchNormInput,
+  // ZeroPadding2D: inputs {dy}; output dx, dy without the padded border: dx at input pixel (y, x)
+  // is dy at (y + pad_top, x + pad_left).
+  Crop,
 };
 
 struct GradOp {
@@ -123,7 +126,7 @@ std::string describe(const Graph& g, const TensorId& t);
 // operation's output and adds backward operations.
 class Backward {
  public:
-  explicit Backward(const Graph& g, std::size_t loss_op) : g_(g), loss_op_(loss_op) {}
+  Backward(const Graph& g, std::size_t loss_op);
 
   // The gradient at op i's output after its own activation is undone: {Gradient, i} for a
   // linear activation; the loss's output for the operation whose softmax the loss absorbed;
@@ -133,8 +136,9 @@ class Backward {
   // when the activation has no gradient rule (said through cannot()).
   std::optional<GradOp> activation_gradient(std::size_t i);
   // Adds `op` with its output the gradient of forward tensor `t` (an op index, or kGraphInput:
-  // then nothing is added, as the images need no gradient, nor a view of them such as a Flatten
-  // of the input). Sets accumulate when the gradient already has a contribution.
+  // then nothing is added, as the images need no gradient, nor anything computed from them alone
+  // such as a Flatten or a ZeroPadding2D of the input: no parameter lies behind it). Sets
+  // accumulate when the gradient already has a contribution.
   void to_input(std::size_t t, GradOp op);
   // Adds `op` with its output the gradient of op i's parameter p.
   void to_parameter(std::size_t i, Param p, GradOp op);
@@ -153,6 +157,7 @@ class Backward {
   std::size_t loss_op_;
   std::vector<GradOp> ops_;
   std::vector<std::pair<std::size_t, std::string>> problems_;
+  std::vector<bool> depends_;  // per operation: a parameter lies behind its output
 };
 
 }  // namespace tpu::ir

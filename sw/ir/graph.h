@@ -105,8 +105,10 @@ struct Op {
   // side.
   std::uint32_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   // BatchNormalization: y = gamma * (x - moving_mean) / sqrt(moving_variance + epsilon) + beta;
-  // use_bias is Keras's `center` (beta), scale its `scale` (gamma).
+  // use_bias is Keras's `center` (beta), scale its `scale` (gamma). Training updates the moving
+  // statistics with `momentum` (Keras's default 0.99).
   float epsilon = 1e-3f;
+  float momentum = 0.99f;
   bool scale = true;
   // Constant: the seed of its values (uniform in [-1, 1)).
   std::uint64_t seed = 0;

@@ -166,6 +166,11 @@ void grad_batch_norm(Backward& b, std::size_t i) {
   b.to_input(l.inputs[0], {GradKind::BatchNormInput, i, {value_of(l.inputs[0]), dy}, {}});
 }
 
+// ZeroPadding2D: the input's gradient is the output's without the border.
+void grad_zero_padding(Backward& b, std::size_t i) {
+  b.to_input(b.graph().ops[i].inputs[0], {GradKind::Crop, i, {gradient_of(i)}, {}});
+}
+
 const std::vector<OpInfo> kOpInfos{
     {OpKind::Conv2D, "Conv2D", 1, 1, true, true, false,
      [](const Op& l, const std::vector<Shape>& in) {
@@ -245,7 +250,7 @@ const std::vector<OpInfo> kOpInfos{
                                                     kMaxDim)};
        return out;
      },
-     no_macs, no_params, no_grad},
+     no_macs, no_params, grad_zero_padding},
     {OpKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", 1, 1, false, false, false,
      [](const Op&, const std::vector<Shape>& in) -> InferredShape {
        return Shape{1, 1, in[0].c};

@@ -108,6 +108,19 @@ struct Run {
     return y;
   }
 
+  // ZeroPadding2D: each image inside a border of zeros; its gradient, the border cut off.
+  Tensor pad(const Op& l, const Tensor& x) const {
+    Tensor y(n * l.out.size(), 0.0);
+    for_padded_pixels(
+        l, n, [&](std::size_t in, std::size_t out) { std::copy_n(&x[in], l.in.c, &y[out]); });
+    return y;
+  }
+  Tensor crop(const Op& l, const Tensor& dy) const {
+    Tensor dx(n * l.in.size());
+    for_padded_pixels(
+        l, n, [&](std::size_t in, std::size_t out) { std::copy_n(&dy[out], l.in.c, &dx[in]); });
+    return dx;
+  }
   void forward() {
     for (std::size_t i = 0; i < g.ops.size(); ++i) {
       const Op& l = g.ops[i];
@@ -155,6 +168,7 @@ struct Run {
         case OpKind::AveragePooling2D:
         case OpKind::GlobalAveragePooling2D:
         case OpKind::GlobalMaxPooling2D: out = pool(l, value(l.inputs[0])); break;
+        case OpKind::ZeroPadding2D: out = pad(l, value(l.inputs[0])); break;
         default:
           throw std::logic_error("float64 training: " + std::string(ir::name_of(l.kind)) +
                                  " has no gradient rule");
@@ -276,6 +290,7 @@ struct Run {
         case GradKind::DenseKernel: r = kernel_grad(l, in(0), in(1)); break;
         case GradKind::BatchNormGamma: r = batch_norm_grad(o.op, in(0), in(1), false); break;
         case GradKind::BatchNormInput: r = batch_norm_grad(o.op, in(0), in(1), true); break;
+        case GradKind::Crop: r = crop(l, in(0)); break;
         case GradKind::Bias: {
           r.assign(l.out.c, 0.0);
           const Tensor& dz = in(0);

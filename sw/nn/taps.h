@@ -50,4 +50,15 @@ void for_taps(const ir::Op& l, F f) {
         }
 }
 
+// ZeroPadding2D: f(input element, output element) at the first channel of every input pixel of
+// `images` images, the output being each image inside its border of zeros.
+template <class F>
+void for_padded_pixels(const ir::Op& l, std::size_t images, F f) {
+  for (std::size_t img = 0; img < images; ++img)
+    for (std::uint32_t y = 0; y < l.in.h; ++y)
+      for (std::uint32_t x = 0; x < l.in.w; ++x)
+        f(img * l.in.size() + (std::size_t{y} * l.in.w + x) * l.in.c,
+          img * l.out.size() + ((std::size_t{y} + l.pad_top) * l.out.w + x + l.pad_left) * l.in.c);
+}
+
 }  // namespace tpu::nn

@@ -120,6 +120,9 @@ struct Pass {
   const Weights& w;
   std::size_t n;
   bool training = true;  // BatchNormalization: the pass's statistics, else the moving ones
+  // The replica's moving statistics: training updates them, evaluation reads them (none: the
+  // weights').
+  Moving* moving = nullptr;
   std::map<TensorId, Tensor> t;
   std::map<std::size_t, std::vector<numerics::BatchStats>> stats;  // per BatchNormalization
 
@@ -138,8 +141,8 @@ struct Pass {
     const Tensor &gamma = w.layers[i].gamma, &beta = w.layers[i].beta;
     Tensor y(x.size());
     if (!training) {
-      const Tensor& mean = w.layers[i].moving_mean;
-      const Tensor& var = w.layers[i].moving_variance;
+      const Tensor& mean = moving ? moving->at(i).mean : w.layers[i].moving_mean;
+      const Tensor& var = moving ? moving->at(i).variance : w.layers[i].moving_variance;
       Tensor scale(c), shift(c);
       for (std::size_t k = 0; k < c; ++k) {
         scale[k] = gamma[k] * numerics::rsqrt(var[k] + l.epsilon);
@@ -159,6 +162,14 @@ struct Pass {
     s.resize(c);
     for (std::size_t k = 0; k < c; ++k)
       s[k] = numerics::batch_stats(sum[k], squares[k], static_cast<float>(rows), l.epsilon);
+    if (moving) {
+      MovingStats& m = moving->at(i);
+      const float rest = 1.0f - l.momentum;
+      for (std::size_t k = 0; k < c; ++k) {
+        m.mean[k] = numerics::moving_average(m.mean[k], s[k].mean, l.momentum, rest);
+        m.variance[k] = numerics::moving_average(m.variance[k], s[k].variance, l.momentum, rest);
+      }
+    }
     for (std::size_t e = 0; e < x.size(); ++e)
       y[e] = numerics::batch_norm(x[e], s[e % c], gamma[e % c], beta[e % c]);
     return y;
@@ -243,8 +254,33 @@ struct Pass {
     return y;
   }
 
+  // Each tensor is dropped once its last reader has run (forward operation i reads at position
+  // i, backward operation j at ops + j): a ResNet-50 pass would otherwise hold every value and
+  // gradient of its images at once.
+  std::map<std::size_t, std::vector<TensorId>> drops;
+  void plan_drops(const ir::TrainingGraph& tg) {
+    std::map<TensorId, std::size_t> last;
+    for (std::size_t i = 0; i < g.ops.size(); ++i)
+      for (std::size_t x : g.ops[i].inputs) last[{Role::Value, x}] = i;
+    for (std::size_t j = 0; j < tg.ops.size(); ++j)
+      for (const TensorId& id : tg.ops[j].inputs)
+        if (id.role != Role::Parameter) last[id] = g.ops.size() + j;
+    for (const auto& [id, pos] : last) drops[pos].push_back(id);
+  }
+  void drop(std::size_t pos) {
+    if (const auto it = drops.find(pos); it != drops.end())
+      for (const TensorId& id : it->second) t.erase(id);
+  }
+
   void forward(std::size_t loss_op) {
     for (std::size_t i = 0; i < g.ops.size(); ++i) {
+      forward_op(i, loss_op);
+      drop(i);
+    }
+  }
+
+  void forward_op(std::size_t i, std::size_t loss_op) {
+    {
       const Op& l = op(i);
       Tensor out;
       switch (l.kind) {
@@ -253,14 +289,14 @@ struct Pass {
           Tensor z = weighted(i);
           if (i == loss_op && l.activation == Act::Softmax) {
             t[{Role::PreActivation, i}] = std::move(z);
-            continue;  // the loss reads the logits; nothing reads the softmax
+            return;  // the loss reads the logits; nothing reads the softmax
           }
           out = std::move(z);
           activate(l.activation, out);
           break;
         }
         case OpKind::Activation:
-          if (i == loss_op) continue;
+          if (i == loss_op) return;
           out = value(l.inputs[0]);
           activate(l.activation, out);
           break;
@@ -278,6 +314,13 @@ struct Pass {
         case OpKind::AveragePooling2D:
         case OpKind::GlobalAveragePooling2D:
         case OpKind::GlobalMaxPooling2D: out = pool(l, value(l.inputs[0])); break;
+        case OpKind::ZeroPadding2D: {
+          const Tensor& x = value(l.inputs[0]);
+          out.assign(n * l.out.size(), 0.0f);
+          for_padded_pixels(
+              l, n, [&](std::size_t a, std::size_t b) { std::copy_n(&x[a], l.in.c, &out[b]); });
+          break;
+        }
         default:
           throw std::logic_error("training reference: " + std::string(ir::name_of(l.kind)) +
                                  " has no gradient rule");
@@ -338,31 +381,50 @@ struct Pass {
     return dx;
   }
 
-  // dW[k][c] = sum over the pass's images b of x[b][k] * dz[b][c].
-  Tensor dense_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz) const {
-    const Tensor xb = bf(x), dzb = bf(dz);
+  // dW[k][c] = sum over images b0 .. b0+m-1 of x[b][k] * dz[b][c].
+  Tensor dense_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz, std::size_t b0,
+                           std::size_t m) const {
     const std::size_t in = l.in.size(), co = l.out.c;
+    const Tensor xb = bf(Tensor(&x[b0 * in], &x[(b0 + m) * in]));
+    const Tensor dzb = bf(Tensor(&dz[b0 * co], &dz[(b0 + m) * co]));
     Tensor dw(in * co);
-    mxu_accumulate(n, plan.tile_rows, in * co, dw.data(), [&](std::size_t b, float* psum) {
+    mxu_accumulate(m, plan.tile_rows, in * co, dw.data(), [&](std::size_t b, float* psum) {
       for (std::size_t k = 0; k < in; ++k) axpy(co, xb[b * in + k], &dzb[b * co], &psum[k * co]);
     });
     return dw;
   }
 
-  // The contraction runs over the pass's output pixels, image after image.
-  Tensor conv_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz) const {
-    const Tensor xb = bf(x), dzb = bf(dz);
+  // The contraction runs over the output pixels of images b0 .. b0+m-1, image after image.
+  Tensor conv_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz, std::size_t b0,
+                          std::size_t m) const {
     const std::size_t in = l.in.size(), co = l.out.c, pixels = std::size_t{l.out.h} * l.out.w;
     const std::size_t K = std::size_t{l.kernel_h} * l.kernel_w * l.in.c;
-    std::vector<Tensor> cols(n);
-    for (std::size_t b = 0; b < n; ++b) cols[b] = im2col(l, &xb[b * in]);
+    const Tensor dzb = bf(Tensor(&dz[b0 * pixels * co], &dz[(b0 + m) * pixels * co]));
+    std::vector<Tensor> cols(m);
+    for (std::size_t b = 0; b < m; ++b)
+      cols[b] = im2col(l, bf(Tensor(&x[(b0 + b) * in], &x[(b0 + b + 1) * in])).data());
     Tensor dw(K * co);
-    mxu_accumulate(n * pixels, plan.tile_rows, K * co, dw.data(), [&](std::size_t j, float* psum) {
+    mxu_accumulate(m * pixels, plan.tile_rows, K * co, dw.data(), [&](std::size_t j, float* psum) {
       const float* xj = &cols[j / pixels][(j % pixels) * K];
       const float* dzj = &dzb[j * co];
       for (std::size_t k = 0; k < K; ++k) axpy(co, xj[k], dzj, &psum[k * co]);
     });
     return dw;
+  }
+
+  // A kernel's gradient: a sum per chunk of the plan's images (the whole pass by default), each
+  // added to the running sum in `acc`.
+  void kernel_grad(const ir::GradOp& o, const Tensor& x, const Tensor& dz, Tensor& acc) const {
+    const Op& l = op(o.op);
+    const std::size_t chunk = o.op < plan.kernel_chunk.size() && plan.kernel_chunk[o.op] != 0
+                                  ? std::size_t{plan.kernel_chunk[o.op]}
+                                  : n;
+    for (std::size_t b0 = 0; b0 < n; b0 += chunk) {
+      const std::size_t m = std::min(chunk, n - b0);
+      const Tensor r = o.kind == GradKind::ConvKernel ? conv_kernel_grad(l, x, dz, b0, m)
+                                                      : dense_kernel_grad(l, x, dz, b0, m);
+      for (std::size_t e = 0; e < r.size(); ++e) acc[e] += r[e];
+    }
   }
 
   // For each input pixel and channel: the flipped kernel's positions in order, each position's
@@ -408,7 +470,15 @@ struct Pass {
   // sum, then one add; bias: row after row, continuing the sum).
   void backward(const ir::TrainingGraph& tg, const std::int32_t* labels, float scale,
                 std::map<TensorId, Tensor>& grads, float* loss, float* correct) {
-    for (const ir::GradOp& o : tg.ops) {
+    for (std::size_t j = 0; j < tg.ops.size(); ++j) {
+      backward_op(tg.ops[j], labels, scale, grads, loss, correct);
+      drop(g.ops.size() + j);
+    }
+  }
+
+  void backward_op(const ir::GradOp& o, const std::int32_t* labels, float scale,
+                   std::map<TensorId, Tensor>& grads, float* loss, float* correct) {
+    {
       const Op& l = op(o.op);
       const auto in = [&](std::size_t k) -> const Tensor& { return t.at(o.inputs[k]); };
       Tensor r;
@@ -424,10 +494,15 @@ struct Pass {
         case GradKind::Pool: r = pool_grad(l, in(0), in(1)); break;
         case GradKind::DenseInput: r = dense_input_grad(l, in(0), in(1)); break;
         case GradKind::ConvInput: r = conv_input_grad(l, in(0), in(1)); break;
-        case GradKind::DenseKernel: r = dense_kernel_grad(l, in(0), in(1)); break;
-        case GradKind::ConvKernel: r = conv_kernel_grad(l, in(0), in(1)); break;
+        case GradKind::DenseKernel:
+        case GradKind::ConvKernel: kernel_grad(o, in(0), in(1), grads.at(o.output)); return;
         case GradKind::BatchNormGamma: r = batch_norm_grad(o.op, in(0), in(1), false); break;
         case GradKind::BatchNormInput: r = batch_norm_grad(o.op, in(0), in(1), true); break;
+        case GradKind::Crop:
+          r.resize(n * l.in.size());
+          for_padded_pixels(
+              l, n, [&](std::size_t a, std::size_t b) { std::copy_n(&in(0)[b], l.in.c, &r[a]); });
+          break;
         case GradKind::Bias: {
           Tensor& acc = grads.at(o.output);
           const Tensor& dz = in(0);
@@ -435,7 +510,7 @@ struct Pass {
           const std::size_t co = l.out.c;
           for (std::size_t row = 0; row < dz.size() / co; ++row)
             for (std::size_t c = 0; c < co; ++c) acc[c] += dz[row * co + c];
-          continue;
+          return;
         }
       }
       if (o.output.role == Role::ParameterGradient) {
@@ -451,13 +526,14 @@ struct Pass {
   }
 };
 
-Pass make_pass(const Graph& g, const TrainPlan& plan, const Weights& w, const float* images,
-               std::size_t n, std::size_t loss_op, bool training = true) {
-  Pass p{g, plan, w, n, training, {}, {}};
+Pass make_pass(const Graph& g, const ir::TrainingGraph& tg, const TrainPlan& plan, const Weights& w,
+               const float* images, std::size_t n, Moving* moving, bool training = true) {
+  Pass p{g, plan, w, n, training, moving, {}, {}, {}};
+  p.plan_drops(tg);
   // The chip receives the images as bf16.
   Tensor x(images, images + n * g.input.size());
   p.value(kGraphInput) = bf(x);
-  p.forward(loss_op);
+  p.forward(tg.loss_op);
   for (std::size_t i = 0; i < g.ops.size(); ++i)
     for (const ir::ParamSpec& s : ir::op_info(g.ops[i].kind).params(g.ops[i]))
       p.t[{Role::Parameter, i, s.param}] = tensor_of(w.layers[i], s.param);
@@ -505,6 +581,16 @@ TrainState initial_state(const Graph&, const ir::TrainingGraph& t, Weights w,
   return s;
 }
 
+Weights weights_with_moving(const TrainState& s, std::size_t r) {
+  Weights w = s.weights;
+  if (r < s.moving.size())
+    for (const auto& [i, m] : s.moving[r]) {
+      w.layers[i].moving_mean = m.mean;
+      w.layers[i].moving_variance = m.variance;
+    }
+  return w;
+}
+
 StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const TrainPlan& plan,
                            const Optimizer& opt, TrainState& s, const float* images,
                            const std::int32_t* labels, std::size_t global_batch,
@@ -520,13 +606,20 @@ StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const Tra
   rec.loss.resize(global_batch);
   rec.correct.resize(global_batch);
   std::vector<std::map<TensorId, Tensor>> replica(plan.replicas);
+  if (s.moving.size() != plan.replicas) {
+    s.moving.assign(plan.replicas, {});
+    for (Moving& m : s.moving)
+      for (std::size_t i = 0; i < g.ops.size(); ++i)
+        if (g.ops[i].kind == ir::OpKind::BatchNormalization)
+          m[i] = {s.weights.layers[i].moving_mean, s.weights.layers[i].moving_variance};
+  }
   for (std::uint32_t r = 0; r < plan.replicas; ++r) {
     for (const TensorId& p : t.parameters)
       replica[r][{Role::ParameterGradient, p.op, p.param}] =
           Tensor(tensor_of(s.weights.layers[p.op], p.param).size(), 0.0f);
     for (std::size_t first = r * share; first < (r + 1) * share; first += micro) {
       const std::size_t n = std::min(micro, (r + 1) * share - first);
-      Pass pass = make_pass(g, plan, s.weights, images + first * size, n, t.loss_op);
+      Pass pass = make_pass(g, t, plan, s.weights, images + first * size, n, &s.moving[r]);
       pass.backward(t, labels + first, scale, replica[r], rec.loss.data() + first,
                     rec.correct.data() + first);
     }
@@ -546,20 +639,50 @@ StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const Tra
   return rec;
 }
 
+namespace {
+
+// Validation's forward of images [first, first + n) with one replica's moving statistics.
+void evaluate(const Graph& g, const ir::TrainingGraph& t, const TrainPlan& plan, const Weights& w,
+              const Moving* moving, const float* images, const std::int32_t* labels,
+              std::size_t first, std::size_t n, StepRecords& rec) {
+  const std::size_t micro = micro_batch_of(plan, n), size = g.input.size();
+  Moving copy = moving ? *moving : Moving{};
+  for (std::size_t at = first; at < first + n; at += micro) {
+    const std::size_t m = std::min(micro, first + n - at);
+    Pass pass = make_pass(g, t, plan, w, images + at * size, m, moving ? &copy : nullptr, false);
+    const ir::GradOp& loss = t.ops.front();
+    (void)pass.xent(pass.t.at(loss.inputs[0]), g.output().size(), labels + at, 1.0f,
+                    rec.loss.data() + at, rec.correct.data() + at);
+  }
+}
+
+}  // namespace
+
 StepRecords reference_evaluate(const Graph& g, const ir::TrainingGraph& t, const TrainPlan& plan,
                                const Weights& w, const float* images, const std::int32_t* labels,
                                std::size_t n) {
   StepRecords rec;
   rec.loss.resize(n);
   rec.correct.resize(n);
-  const std::size_t micro = micro_batch_of(plan, n), size = g.input.size();
-  for (std::size_t first = 0; first < n; first += micro) {
-    const std::size_t m = std::min(micro, n - first);
-    Pass pass = make_pass(g, plan, w, images + first * size, m, t.loss_op, false);
-    const ir::GradOp& loss = t.ops.front();
-    (void)pass.xent(pass.t.at(loss.inputs[0]), g.output().size(), labels + first, 1.0f,
-                    rec.loss.data() + first, rec.correct.data() + first);
-  }
+  evaluate(g, t, plan, w, nullptr, images, labels, 0, n, rec);
+  return rec;
+}
+
+StepRecords reference_evaluate(const Graph& g, const ir::TrainingGraph& t, const TrainPlan& plan,
+                               const TrainState& s, const float* images, const std::int32_t* labels,
+                               std::size_t n, std::size_t global_batch) {
+  if (plan.replicas == 0 || global_batch % plan.replicas != 0 || n > global_batch)
+    throw std::invalid_argument(
+        fmt::format("training reference: {} of a global batch of {} images do not split over {} "
+                    "replicas",
+                    n, global_batch, plan.replicas));
+  StepRecords rec;
+  rec.loss.resize(n);
+  rec.correct.resize(n);
+  const std::size_t share = global_batch / plan.replicas;
+  for (std::size_t r = 0; r * share < n; ++r)
+    evaluate(g, t, plan, s.weights, s.moving.empty() ? nullptr : &s.moving[r], images, labels,
+             r * share, std::min(share, n - r * share), rec);
   return rec;
 }
 

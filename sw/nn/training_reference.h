@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "sw/ir/autodiff.h"
@@ -22,6 +23,9 @@ struct TrainPlan {
   std::uint32_t tile_rows = 128;  // mxu.rows: a matmul's contraction runs in chunks of this
   std::uint32_t replicas = 1;     // TensorCores, each taking global batch / replicas images
   std::uint32_t micro_batch = 0;  // images of one forward and backward pass; 0: a whole share
+  // Per operation (by index): the images of one partial sum of its kernel's gradient, each partial
+  // added to the running sum in turn; 0, or no entry: the whole pass.
+  std::vector<std::uint32_t> kernel_chunk;
 };
 
 enum class OptimizerKind { Sgd, Momentum, Adam };
@@ -33,13 +37,27 @@ struct Optimizer {
   float momentum = 0.9f;
 };
 
+// A BatchNormalization's moving statistics (Keras's moving_mean and moving_variance).
+struct MovingStats {
+  std::vector<float> mean, variance;
+};
+using Moving = std::map<std::size_t, MovingStats>;  // per BatchNormalization operation
+
 struct TrainState {
   Weights weights;                       // fp32 master weights
   std::vector<std::vector<float>> m, v;  // per TrainingGraph::parameters entry; empty if unused
   std::uint64_t iterations = 0;          // steps taken (Keras's optimizer.iterations)
+  // Per replica (empty until the first step: the weights' then): each replica updates its own
+  // moving statistics from its passes' and validates with them, as TensorFlow's sync-on-read
+  // variables do under TPUStrategy.
+  std::vector<Moving> moving;
 };
 TrainState initial_state(const ir::Graph& g, const ir::TrainingGraph& t, Weights w,
                          const Optimizer& opt);
+
+// The state's weights with replica r's moving statistics in its BatchNormalizations (what a model
+// saved after training holds); the weights' own before the first step.
+Weights weights_with_moving(const TrainState& s, std::size_t r = 0);
 
 // Per image of the global batch, in batch order: the cross-entropy and 1 when the first argmax
 // of the logits is the label (else 0), as the chip's loss records hold them.
@@ -56,10 +74,16 @@ StepRecords reference_step(const ir::Graph& g, const ir::TrainingGraph& t, const
                            const std::int32_t* labels, std::size_t global_batch,
                            std::vector<std::vector<float>>* gradients = nullptr);
 
-// Forward only, for validation: the loss records of `n` images with the state's weights, in
-// micro-batches of the plan's size on one replica (the order of sums the chip's forward uses).
+// Forward only, for validation: the loss records of `n` images with the weights (and their
+// moving statistics), in micro-batches of the plan's size on one replica (the order of sums the
+// chip's forward uses).
 StepRecords reference_evaluate(const ir::Graph& g, const ir::TrainingGraph& t,
                                const TrainPlan& plan, const Weights& w, const float* images,
                                const std::int32_t* labels, std::size_t n);
+// The same for the first `n` images of a global batch of `global_batch` split over the plan's
+// replicas, each validated with its replica's moving statistics.
+StepRecords reference_evaluate(const ir::Graph& g, const ir::TrainingGraph& t,
+                               const TrainPlan& plan, const TrainState& s, const float* images,
+                               const std::int32_t* labels, std::size_t n, std::size_t global_batch);
 
 }  // namespace tpu::nn

@@ -64,6 +64,47 @@ struct EpochLog {
   double energy_j = 0;
 };
 
+// What a fit trains and validates on: Fashion-MNIST, or, for a model whose input is not its
+// 28x28x1 images, seeded random images (every pixel uniform over 0..255, as raw pixels) with
+// seeded random labels, which nothing validates on.
+class Images {
+ public:
+  static Images fashion_mnist(data::Dataset d) {
+    Images s;
+    s.count_ = d.images.count;
+    s.pixels_ = std::uint64_t{d.images.rows} * d.images.cols;
+    s.set_ = std::move(d);
+    return s;
+  }
+  static Images random(std::uint64_t count, std::uint64_t pixels, std::uint32_t classes,
+                       std::uint64_t seed) {
+    Images s;
+    s.count_ = count, s.pixels_ = pixels, s.classes_ = classes, s.seed_ = seed;
+    return s;
+  }
+  [[nodiscard]] std::uint64_t count() const { return count_; }
+  [[nodiscard]] std::uint64_t pixels() const { return pixels_; }
+  [[nodiscard]] bool random() const { return !set_; }
+  // Image i's pixels into out[0 .. pixels), and its label. A random image is drawn from its own
+  // stream (our own mapping of mt19937_64: the standard distributions are
+  // implementation-defined), so it is the same whichever images come before it.
+  std::int32_t image(std::uint64_t i, std::uint8_t* out) const {
+    if (set_) {
+      std::memcpy(out, &set_->images.pixels[i * pixels_], pixels_);
+      return set_->labels[i];
+    }
+    std::mt19937_64 rng(seed_ ^ ((i + 1) * 0x9e3779b97f4a7c15ULL));
+    const auto label = static_cast<std::int32_t>(rng() % classes_);
+    for (std::uint64_t p = 0; p < pixels_; ++p) out[p] = static_cast<std::uint8_t>(rng() >> 56);
+    return label;
+  }
+
+ private:
+  std::optional<data::Dataset> set_;
+  std::uint64_t count_ = 0, pixels_ = 0, seed_ = 0;
+  std::uint32_t classes_ = 0;
+};
+
 struct StepLog {
   Cycle cycles = 0;
   std::array<double, kParts> parts{};  // cycles, averaged over the cores: they add up to `cycles`
@@ -78,26 +119,36 @@ class Fit {
     const double t0 = now_s();
     g_ = importers::load_model(opt_.model);
     t_ = ir::differentiate(g_);
-    const std::string dir = opt_.data_dir.empty() ? data::kDefaultFashionMnistDir : opt_.data_dir;
-    train_ = data::load_fashion_mnist(dir, "train");
-    test_ = data::load_fashion_mnist(dir, "t10k");
-    if (g_.input.size() != std::uint64_t{train_.images.rows} * train_.images.cols)
-      throw InputError(
-          fmt::format("{}: fit trains on Fashion-MNIST's {}x{} images; the model's "
-                      "input is {}",
-                      g_.file, train_.images.rows, train_.images.cols, ir::show_shape(g_.input)));
     if (opt_.steps_per_epoch == 0 || opt_.epochs == 0)
       throw InputError("--epochs and --steps-per-epoch must be >= 1");
-    batch_ = opt_.batch ? opt_.batch : train_.images.count / opt_.steps_per_epoch;
-    if (batch_ == 0 || std::uint64_t{batch_} * opt_.steps_per_epoch > train_.images.count)
+    if (g_.input == ir::Shape{28, 28, 1}) {
+      const std::string dir = opt_.data_dir.empty() ? data::kDefaultFashionMnistDir : opt_.data_dir;
+      train_ = Images::fashion_mnist(data::load_fashion_mnist(dir, "train"));
+      test_ = Images::fashion_mnist(data::load_fashion_mnist(dir, "t10k"));
+      batch_ = opt_.batch ? opt_.batch
+                          : static_cast<std::uint32_t>(train_.count() / opt_.steps_per_epoch);
+    } else {
+      // Keras's batch_size defaults to 32; every epoch goes over the same images.
+      batch_ = opt_.batch ? opt_.batch : 32;
+      train_ = Images::random(std::uint64_t{batch_} * opt_.steps_per_epoch, g_.input.size(),
+                              static_cast<std::uint32_t>(g_.output().size()),
+                              opt_.seed ^ data::kShuffleStream ^ 0x5eedULL);
+    }
+    if (batch_ == 0 || std::uint64_t{batch_} * opt_.steps_per_epoch > train_.count())
       throw InputError(
           fmt::format("--batch {} x --steps-per-epoch {} needs more than the {} "
                       "training images",
-                      batch_, opt_.steps_per_epoch, train_.images.count));
-    const nn::Weights w0 = nn::random_weights(g_, opt_.seed);
-    prog_ = compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_);
+                      batch_, opt_.steps_per_epoch, train_.count()));
+    const nn::Weights w0 = opt_.weights.empty() ? nn::random_weights(g_, opt_.seed)
+                                                : nn::load_weights(opt_.weights, g_);
+    const auto home = opt_.activations == FitOptions::Activations::kUnifiedBuffer
+                          ? compiler::ActivationHome::kUnifiedBuffer
+                      : opt_.activations == FitOptions::Activations::kOffChip
+                          ? compiler::ActivationHome::kOffChip
+                          : compiler::ActivationHome::kAuto;
+    prog_ = compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_, home);
     if (opt_.check) ref_ = nn::initial_state(g_, t_, w0, opt_.optimizer);
-    order_.resize(train_.images.count);
+    order_.resize(train_.count());
     shuffle_rng_.seed(opt_.seed ^ data::kShuffleStream);
 
     Chip chip("chip", cfg_);
@@ -169,23 +220,23 @@ class Fit {
     return Next::Step;
   }
 
-  void fill(std::vector<std::uint8_t>& m, const data::Dataset& d,
+  void fill(std::vector<std::uint8_t>& m, const Images& d,
             const std::vector<std::uint64_t>& index) const {
     const compiler::TrainingLayout& L = prog_.layout;
     const std::uint64_t px = g_.input.size();
+    std::vector<std::uint8_t> pixels(px);
     for (std::size_t i = 0; i < index.size(); ++i) {
-      const std::uint8_t* src = &d.images.pixels[index[i] * px];
+      const std::int32_t label = d.image(index[i], pixels.data());
       for (std::uint64_t p = 0; p < px; ++p) {
-        const Bf16 b = to_bf16(static_cast<float>(src[p]));
+        const Bf16 b = to_bf16(static_cast<float>(pixels[p]));
         std::memcpy(&m[L.images_addr + i * L.image_bytes + 2 * p], &b.bits, 2);
       }
-      const auto label = static_cast<std::int32_t>(d.labels[index[i]]);
       std::memcpy(&m[L.labels_addr + 4 * i], &label, 4);
     }
   }
 
   Next next_validation(std::vector<std::uint8_t>& m) {
-    if (val_first_ >= test_.images.count) {
+    if (val_first_ >= test_.count()) {
       validating_ = false;
       finish_epoch();
       return before(m);
@@ -193,7 +244,7 @@ class Fit {
     // The evaluation program takes whole global batches: a last, partial one is padded with
     // copies of its last image, whose records are not counted (as TPUStrategy pads a partial
     // batch to the compiled shape and masks the padding).
-    val_real_ = std::min<std::uint64_t>(batch_, test_.images.count - val_first_);
+    val_real_ = std::min<std::uint64_t>(batch_, test_.count() - val_first_);
     batch_index_.resize(batch_);
     std::iota(batch_index_.begin(), batch_index_.begin() + std::ptrdiff_t(val_real_), val_first_);
     std::fill(batch_index_.begin() + std::ptrdiff_t(val_real_), batch_index_.end(),
@@ -328,15 +379,15 @@ class Fit {
   // ---- the check ---------------------------------------------------------------------------
 
   // The first `n` images of the batch (float pixels) and their labels.
-  void gather(const data::Dataset& d, std::size_t n, std::vector<float>& images,
+  void gather(const Images& d, std::size_t n, std::vector<float>& images,
               std::vector<std::int32_t>& labels) const {
     const std::uint64_t px = g_.input.size();
+    std::vector<std::uint8_t> pixels(px);
     images.resize(n * px);
     labels.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
-      for (std::uint64_t p = 0; p < px; ++p)
-        images[i * px + p] = d.images.pixels[batch_index_[i] * px + p];
-      labels[i] = d.labels[batch_index_[i]];
+      labels[i] = d.image(batch_index_[i], pixels.data());
+      std::copy(pixels.begin(), pixels.end(), images.begin() + std::ptrdiff_t(i * px));
     }
   }
 
@@ -360,8 +411,8 @@ class Fit {
     std::vector<float> images;
     std::vector<std::int32_t> labels;
     gather(test_, val_real_, images, labels);
-    const nn::StepRecords rec = nn::reference_evaluate(g_, t_, prog_.layout.plan(), ref_->weights,
-                                                       images.data(), labels.data(), val_real_);
+    const nn::StepRecords rec = nn::reference_evaluate(
+        g_, t_, prog_.layout.plan(), *ref_, images.data(), labels.data(), val_real_, batch_);
     check_records(
         m, rec, val_real_,
         fmt::format("validation after step {}, test images from {}", iterations_, val_first_));
@@ -410,7 +461,9 @@ class Fit {
   }
 
   nn::Weights chip_weights(const std::vector<std::vector<std::vector<std::uint8_t>>>& got) const {
-    nn::Weights w = ref_ ? ref_->weights : nn::random_weights(g_, opt_.seed);
+    nn::Weights w = ref_                   ? nn::weights_with_moving(*ref_)
+                    : opt_.weights.empty() ? nn::random_weights(g_, opt_.seed)
+                                           : nn::load_weights(opt_.weights, g_);
     if (got.empty()) return w;
     for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
       const ir::TensorId& p = t_.parameters[k];
@@ -430,6 +483,11 @@ class Fit {
     j["replicas"] = prog_.layout.replicas;
     j["global_batch"] = batch_;
     j["micro_batch"] = prog_.layout.micro_batch;
+    j["activations"] = prog_.layout.off_chip ? "off_chip" : "unified_buffer";
+    if (prog_.layout.off_chip) j["activation_bytes"] = prog_.layout.activation_bytes;
+    j["inputs"] = train_.random() ? fmt::format("random (seed {})", opt_.seed) : "Fashion-MNIST";
+    j["initial_weights"] =
+        opt_.weights.empty() ? fmt::format("random (seed {})", opt_.seed) : opt_.weights;
     j["optimizer"] = prog_.step.layers.back().type;
     j["learning_rate"] = opt_.optimizer.learning_rate;
     j["epochs_run"] = epochs_.size();
@@ -522,7 +580,7 @@ class Fit {
   const FitOptions& opt_;
   ir::Graph g_;
   ir::TrainingGraph t_;
-  data::Dataset train_, test_;
+  Images train_, test_;  // test_: none (count 0) with random inputs
   compiler::TrainingProgram prog_;
   std::optional<nn::TrainState> ref_;
   std::vector<float> ref_images_;  // the step's images and labels, for the reference's thread

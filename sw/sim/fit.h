@@ -30,6 +30,11 @@ struct FitOptions {
   // the last epoch.
   std::uint32_t validation_freq = 0;
   nn::Optimizer optimizer;
+  // Start from this weights file (fine-tuning) instead of Keras's initialisers with `seed`.
+  std::string weights;
+  // Where the pass's tensors live (docs/training.md, "Memory"): the unified buffer when they fit
+  // (auto), else off-chip memory; or either, forced (compiler::ActivationHome).
+  enum class Activations { kAuto, kUnifiedBuffer, kOffChip } activations = Activations::kAuto;
   bool check = true;  // the reference beside the chip, bit for bit after every step
   // A Chrome trace-event JSON of the first and the last step is wanted for this file.
   std::string trace;

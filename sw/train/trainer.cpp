@@ -81,7 +81,7 @@ void load(const data::Dataset& d, const std::size_t* index, std::size_t n, float
 
 Evaluation run_evaluation(const ir::Graph& m, const ir::TrainingGraph& t, const nn::Weights& w,
                           const data::Dataset& d, float scale) {
-  const nn::TrainPlan plan{kTileRows, 1, kEvaluationPass};
+  const nn::TrainPlan plan{kTileRows, 1, kEvaluationPass, {}};
   std::vector<std::size_t> index(std::min<std::size_t>(d.images.count, kEvaluationPass));
   std::vector<float> images;
   std::vector<std::int32_t> labels;
@@ -128,7 +128,7 @@ TrainResult train(const ir::Graph& m, const data::Dataset& data, const TrainOpti
   adam.beta2 = static_cast<float>(opt.beta2);
   adam.epsilon = static_cast<float>(opt.epsilon);
   nn::TrainState state = nn::initial_state(m, t, nn::random_weights(m, opt.seed), adam);
-  const nn::TrainPlan plan{kTileRows, 1, 0};
+  const nn::TrainPlan plan{kTileRows, 1, 0, {}};
 
   std::mt19937_64 shuffle_rng(opt.seed ^ data::kShuffleStream);
   const std::size_t n = data.images.count;
@@ -168,7 +168,8 @@ TrainResult train(const ir::Graph& m, const data::Dataset& data, const TrainOpti
     st.loss = loss_sum / static_cast<double>(n);
     st.accuracy = correct / static_cast<double>(n);
     if (validation) {
-      const Evaluation e = run_evaluation(m, t, state.weights, *validation, opt.input_scale);
+      const Evaluation e =
+          run_evaluation(m, t, nn::weights_with_moving(state), *validation, opt.input_scale);
       st.val_loss = e.loss;
       st.val_accuracy = e.accuracy;
     }
@@ -186,7 +187,7 @@ TrainResult train(const ir::Graph& m, const data::Dataset& data, const TrainOpti
       progress(p);
     }
   }
-  result.weights = std::move(state.weights);
+  result.weights = nn::weights_with_moving(state);
   // conv(s x) = conv(x) with the kernel times s; the bias is added after the kernel.
   if (opt.input_scale != 1.0f)
     for (float& k : result.weights.layers[fold_into].kernel) k *= opt.input_scale;

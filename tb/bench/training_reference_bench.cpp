@@ -30,7 +30,7 @@ void BM_TutorialStep(benchmark::State& state) {
   for (auto& l : labels) l = static_cast<std::int32_t>(rng() % 10);
   const nn::Optimizer adam;
   nn::TrainState s = nn::initial_state(g, t, nn::random_weights(g, 1), adam);
-  const nn::TrainPlan plan{128, 2, 50};
+  const nn::TrainPlan plan{128, 2, 50, {}};
   for (auto _ : state) {
     const nn::StepRecords r =
         nn::reference_step(g, t, plan, adam, s, images.data(), labels.data(), n);

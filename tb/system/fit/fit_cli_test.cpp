@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/cli.h"
@@ -110,6 +111,106 @@ INSTANTIATE_TEST_SUITE_P(Models, FitSharedTensors,
                          ::testing::Values("residual_mlp.json", "two_branch_cnn.json"),
                          [](const auto& p) { return p.param.substr(0, p.param.find('.')); });
 
+// ResNet's structure in miniature (configs/models/resnet_mini.json): ZeroPadding2D, strided
+// convolutions, BatchNormalization in training mode, a max pool of a padded tensor, projection
+// and identity shortcuts; the pass's tensors in the unified buffer, and off-chip, streamed
+// through it in chunks of images.
+class FitResNetMini : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(FitResNetMini, TrainsBitExactWithTheReferenceEveryStep) {
+  const auto& [chip, activations] = GetParam();
+  const fs::path d = scratch("resnet-" + chip + "-" + activations);
+  const auto r = test::run_tpusim(
+      "fit --chip " + source("configs/chips/" + chip + ".json") + " --model " +
+      source("configs/models/resnet_mini.json") +
+      " --epochs 1 --steps-per-epoch 2 --batch 16 --validation-freq 2 --optimizer momentum "
+      "--learning-rate 0.01 --activations " +
+      activations + " --json " + (d / "fit.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2/2 - "));
+  const auto j = read_json(d / "fit.json");
+  EXPECT_EQ(j["activations"], activations == "off-chip" ? "off_chip" : "unified_buffer");
+  EXPECT_EQ(j["checked"], true);
+  fs::remove_all(d);
+}
+
+INSTANTIATE_TEST_SUITE_P(TrainingChips, FitResNetMini,
+                         ::testing::Combine(::testing::Values("v2", "v3", "v4"),
+                                            ::testing::Values("unified-buffer", "off-chip")),
+                         [](const auto& p) {
+                           std::string name = std::get<0>(p.param) + "_" + std::get<1>(p.param);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// Validation of a BatchNormalization model reads its moving statistics, bit for bit against
+// the reference's forward.
+TEST(FitCli, ABatchNormalizationModelValidatesBitExact) {
+  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") + " --model " +
+                                  source("configs/models/resnet_mini.json") +
+                                  " --epochs 1 --steps-per-epoch 1 --batch 500");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(" - val_accuracy: "));
+}
+
+// The tutorial's batch with its tensors forced off-chip: each replica's 500 images are one pass,
+// every operation's chunks sized to the arena, and the kernels' gradients summed chunk by chunk
+// in the order the reference's plan follows.
+TEST(FitCli, OffChipTensorsStreamThroughTheUnifiedBufferBitExact) {
+  const auto j = v3_report("offchip", "--steps 1 --batch 1000 --activations off-chip");
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j["activations"], "off_chip");
+  EXPECT_EQ(j["micro_batch"], 500);
+  EXPECT_GT(j["activation_bytes"].get<double>(), 16.0 * 1024 * 1024);
+  EXPECT_EQ(j["steps"], 1);
+  EXPECT_FALSE(j["epochs"][0].contains("val_loss"));  // --steps: no validation
+}
+
+// A model whose input is not Fashion-MNIST's trains on seeded random images and labels (as run
+// infers on them) and validates on nothing; Keras's batch of 32 by default.
+TEST(FitCli, AModelOnOtherInputsTrainsOnRandomImages) {
+  const fs::path d = scratch("random");
+  std::ofstream(d / "m.json") << R"({"name": "m", "input": [16, 16, 3], "layers": [
+    {"class_name": "ZeroPadding2D", "config": {"name": "p", "padding": 3}},
+    {"class_name": "Conv2D", "config": {"name": "c", "filters": 8, "kernel_size": [7, 7], "strides": [2, 2]}},
+    {"class_name": "BatchNormalization", "config": {"name": "bn"}},
+    {"class_name": "Activation", "config": {"name": "r", "activation": "relu"}},
+    {"class_name": "GlobalAveragePooling2D", "config": {"name": "g"}},
+    {"class_name": "Dense", "config": {"name": "d", "units": 20, "activation": "softmax"}}]})";
+  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v4.json") + " --model " +
+                                  (d / "m.json").string() + " --steps 2 --random-weights --json " +
+                                  (d / "fit.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = read_json(d / "fit.json");
+  EXPECT_EQ(j["inputs"], "random (seed 1)");
+  EXPECT_EQ(j["global_batch"], 32);
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_FALSE(j["epochs"][0].contains("val_loss"));
+  fs::remove_all(d);
+}
+
+TEST(FitCli, StepsExcludesEpochsAndWeightsExcludesRandomWeights) {
+  const std::string chip = " --chip " + source("configs/chips/v3.json");
+  auto r = test::run_tpusim("fit" + chip + " --steps 2 --epochs 3");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--epochs excludes --steps"));
+  r = test::run_tpusim("fit" + chip + " --weights " +
+                       source("configs/weights/fashion_mnist_cnn.bin") + " --random-weights");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("excludes"));
+}
+
+// A model whose image does not fit the unified buffer, with its tensors held there by force,
+// is refused in one line naming the bytes.
+TEST(FitCli, TensorsThatDoNotFitTheUnifiedBufferAreRefusedWhenForcedThere) {
+  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") + " --model " +
+                                  source("configs/models/resnet50.json") +
+                                  " --steps 1 --batch 2 --activations unified-buffer");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("one image's tensors of a training pass take"));
+  EXPECT_THAT(r.out, HasSubstr("16777216-byte unified buffer"));
+}
+
 // 10,000 test images in global batches of 24: 416 whole batches and 16 images padded to a
 // 417th; every image counts once, checked bit for bit against the reference's forward.
 TEST(FitCli, ValidationCountsEveryTestImageWhenTheLastBatchIsPartial) {
@@ -191,7 +292,7 @@ TEST(FitCli, AModelThatCannotTrainNamesEveryLayerThatCannot) {
   const fs::path d = scratch("model");
   std::ofstream(d / "m.json") << R"({"name": "m", "input": [28, 28, 1], "layers": [
     {"class_name": "Conv2D", "config": {"name": "c", "filters": 4, "kernel_size": [3, 3]}},
-    {"class_name": "ZeroPadding2D", "config": {"name": "zp", "padding": 1}},
+    {"class_name": "DepthwiseConv2D", "config": {"name": "dw", "kernel_size": [3, 3]}},
     {"class_name": "Dropout", "config": {"name": "drop", "rate": 0.5}},
     {"class_name": "Flatten", "config": {"name": "f"}},
     {"class_name": "Dense", "config": {"name": "d", "units": 10, "activation": "softmax"}}]})";
@@ -199,7 +300,7 @@ TEST(FitCli, AModelThatCannotTrainNamesEveryLayerThatCannot) {
                                   (d / "m.json").string());
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("m.json: fit cannot train 2 layers:"));
-  EXPECT_THAT(r.out, HasSubstr("layer zp (ZeroPadding2D)"));
+  EXPECT_THAT(r.out, HasSubstr("layer dw (DepthwiseConv2D)"));
   EXPECT_THAT(r.out, HasSubstr("layer drop (Dropout)"));
   fs::remove_all(d);
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <variant>
 
+#include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/import/import.h"
 #include "sw/ir/autodiff.h"
@@ -44,6 +45,82 @@ TEST(TrainingLowering, AKernelGradientsWholeWidthPartialIsAddedWithOneEltwise) {
     }
   }
   EXPECT_GT(drains, 0u);
+}
+
+TrainingProgram compiled(const std::string& chip, const std::string& model, std::uint32_t batch,
+                         ActivationHome home) {
+  const ChipConfig cfg = load_chip_config(source("configs/chips/" + chip + ".json"));
+  const ir::Graph g = importers::load_model(source(model));
+  const ir::TrainingGraph t = ir::differentiate(g);
+  return compile_training(g, t, nn::random_weights(g, 1), nn::Optimizer{}, cfg, batch, home);
+}
+
+// By default a pass's tensors stay in the unified buffer when an image's fit there: the
+// tutorial's do, in micro-batches, and every kernel tile is read from the unified buffer.
+TEST(TrainingLowering, ThePassStaysInTheUnifiedBufferWhenAnImageFits) {
+  const TrainingProgram p =
+      compiled("v3", "configs/models/fashion_mnist_cnn.json", 1000, ActivationHome::kAuto);
+  EXPECT_FALSE(p.layout.off_chip);
+  EXPECT_GT(p.layout.micro_batch, 0u);
+  EXPECT_LT(p.layout.micro_batch, p.layout.share);
+  for (const auto& inst : p.step.cores[0]) {
+    if (const auto* rw = std::get_if<isa::ReadWeights>(&inst)) {
+      EXPECT_EQ(rw->source, isa::WeightSource::UnifiedBuffer);
+    }
+  }
+}
+
+// Off-chip: the replica's share is one pass; the bf16 kernels are read from off-chip memory;
+// every operation streams its operands in and its results out in chunks, and a kernel's gradient
+// is summed chunk by chunk (the plan the reference follows names the chunk).
+TEST(TrainingLowering, OffChipTensorsStreamThroughTheUnifiedBufferInChunks) {
+  const ChipConfig cfg = load_chip_config(source("configs/chips/v3.json"));
+  const TrainingProgram p =
+      compiled("v3", "configs/models/fashion_mnist_cnn.json", 1000, ActivationHome::kOffChip);
+  EXPECT_TRUE(p.layout.off_chip);
+  EXPECT_EQ(p.layout.micro_batch, p.layout.share);
+  std::size_t reads = 0, writes = 0;
+  for (const auto& inst : p.step.cores[0]) {
+    if (const auto* rw = std::get_if<isa::ReadWeights>(&inst)) {
+      // A kernel's tiles come from memory; a kernel gradient's dz tiles from the arena.
+      if (rw->source == isa::WeightSource::UnifiedBuffer) {
+        EXPECT_FALSE(rw->transpose) << "a transposed kernel tile read from the unified buffer";
+      }
+    }
+    reads += std::holds_alternative<isa::ReadMem>(inst);
+    writes += std::holds_alternative<isa::WriteMem>(inst);
+  }
+  EXPECT_GT(reads, 20u);
+  EXPECT_GT(writes, 10u);
+  // The convolution's kernel gradient: in chunks of fewer images than the pass.
+  ASSERT_EQ(p.layout.kernel_chunk.size(), 6u);
+  EXPECT_GT(p.layout.kernel_chunk[0], 0u);
+  EXPECT_LT(p.layout.kernel_chunk[0], p.layout.share);
+  EXPECT_EQ(p.layout.plan().kernel_chunk, p.layout.kernel_chunk);
+  EXPECT_LE(p.step.ub_bytes_used, cfg.unified_buffer.bytes);
+}
+
+// ResNet-50 at 32 images per TensorCore on v3: no image's tensors fit the 16 MiB unified buffer,
+// so auto puts them off-chip; they fit the HBM with their lifetimes; forced into the unified
+// buffer, the model is refused naming the bytes.
+TEST(TrainingLowering, ResNet50sTensorsGoOffChipAndFitTheHbm) {
+  const ChipConfig cfg = load_chip_config(source("configs/chips/v3.json"));
+  const TrainingProgram p =
+      compiled("v3", "configs/models/resnet50.json", 64, ActivationHome::kAuto);
+  EXPECT_TRUE(p.layout.off_chip);
+  EXPECT_EQ(p.layout.share, 32u);
+  EXPECT_GT(p.layout.activation_bytes, cfg.unified_buffer.bytes);
+  EXPECT_LT(p.layout.activation_bytes * p.layout.replicas, cfg.off_chip_memory.bytes);
+  // A forward and a backward row per operation, and the loss, exchange and update.
+  EXPECT_EQ(p.step.layers.size(), 1 + 2 * 176 + 3u);
+  try {
+    (void)compiled("v3", "configs/models/resnet50.json", 64, ActivationHome::kUnifiedBuffer);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("one image's tensors of a training pass take"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

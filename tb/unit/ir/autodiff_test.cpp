@@ -100,10 +100,31 @@ TEST(Autodiff, AViewOfTheImagesGetsNoGradient) {
                                      "dense_kernel_grad -> gradient of d/kernel"));
 }
 
+// ResNet's stem: a ZeroPadding2D of the images feeds the first convolution, which therefore has
+// no input gradient (nothing lies behind the padding but the images); a second ZeroPadding2D
+// feeds the max pool, and its gradient is the pool's without the border (crop).
+TEST(Autodiff, NothingComputedFromTheImagesAloneGetsAGradient) {
+  const Graph g = model_of(
+      json::array({layer("ZeroPadding2D", {{"name", "p0"}, {"padding", 1}}),
+                   layer("Conv2D", {{"name", "c"}, {"filters", 2}, {"kernel_size", {3, 3}}}),
+                   layer("ZeroPadding2D", {{"name", "p1"}, {"padding", 1}}),
+                   layer("MaxPooling2D", {{"name", "m"}, {"pool_size", {2, 2}}}),
+                   layer("Flatten", {{"name", "f"}}),
+                   layer("Dense", {{"name", "d"}, {"units", 3}, {"activation", "softmax"}})}),
+      json::array({4, 4, 1}));
+  EXPECT_THAT(describe_all(g, differentiate(g)),
+              ::testing::ElementsAre(
+                  "softmax_cross_entropy -> gradient of d before its activation",
+                  "bias_grad -> gradient of d/bias", "dense_kernel_grad -> gradient of d/kernel",
+                  "dense_input_grad -> gradient of f", "pass -> gradient of m",
+                  "pool_grad -> gradient of p1", "crop -> gradient of c",
+                  "bias_grad -> gradient of c/bias", "conv_kernel_grad -> gradient of c/kernel"));
+}
+
 TEST(Autodiff, EveryLayerThatCannotBeTrainedIsNamedInOneMessage) {
   const Graph g = model_of(
       json::array({layer("Conv2D", {{"name", "c"}, {"filters", 2}, {"kernel_size", {3, 3}}}),
-                   layer("ZeroPadding2D", {{"name", "zp"}, {"padding", 1}}),
+                   layer("DepthwiseConv2D", {{"name", "dw"}, {"kernel_size", {3, 3}}}),
                    layer("Activation", {{"name", "e"}, {"activation", "elu"}}),
                    layer("Dropout", {{"name", "drop"}, {"rate", 0.5}}),
                    layer("Flatten", {{"name", "f"}}),
@@ -115,7 +136,7 @@ TEST(Autodiff, EveryLayerThatCannotBeTrainedIsNamedInOneMessage) {
   } catch (const InputError& e) {
     const std::string m = e.what();
     EXPECT_THAT(m, HasSubstr("t.json: fit cannot train 3 layers:"));
-    EXPECT_THAT(m, HasSubstr("layer zp (ZeroPadding2D): fit has no gradient rule"));
+    EXPECT_THAT(m, HasSubstr("layer dw (DepthwiseConv2D): fit has no gradient rule"));
     EXPECT_THAT(m, HasSubstr("layer e (Activation): fit has no gradient rule for the elu"));
     EXPECT_THAT(m, HasSubstr("layer drop (Dropout): fit does not apply Dropout's random mask"));
   }
@@ -260,6 +281,44 @@ TEST(AutodiffFiniteDifferences, BatchNormalizationInTrainingModeWithAndWithoutSc
                layer("Dense", {{"name", "out"}, {"units", 3}, {"activation", "softmax"}})}),
           json::array({4, 4, 2})),
       4, 4);
+}
+
+// ResNet's stem in miniature: padding of the images, a strided convolution, BatchNormalization,
+// relu, padding and a strided max pool (whose windows overlap), and a projection block's Add.
+TEST(AutodiffFiniteDifferences, ZeroPaddingBeforeAConvolutionAndAMaxPoolAndAResidualAdd) {
+  const auto in = [](const char* name) {
+    return json::array({json::array({json::array({name, 0, 0, json::object()})})});
+  };
+  json add = layer("Add", {{"name", "sum"}});
+  add["inbound_nodes"] = json::array({json::array(
+      {json::array({"s", 0, 0, json::object()}), json::array({"b", 0, 0, json::object()})})});
+  json a = layer("Conv2D", {{"name", "a"}, {"filters", 3}, {"kernel_size", {1, 1}}});
+  a["inbound_nodes"] = in("m");
+  json b = layer("Conv2D", {{"name", "b"},
+                            {"filters", 3},
+                            {"kernel_size", {3, 3}},
+                            {"padding", "same"},
+                            {"activation", "tanh"}});
+  b["inbound_nodes"] = in("a");
+  json sc = layer("Conv2D", {{"name", "s"}, {"filters", 3}, {"kernel_size", {1, 1}}});
+  sc["inbound_nodes"] = in("m");
+  json f = layer("Flatten", {{"name", "f"}});
+  f["inbound_nodes"] = in("sum");
+  json d = layer("Dense", {{"name", "d"}, {"units", 3}, {"activation", "softmax"}});
+  d["inbound_nodes"] = in("f");
+  expect_gradients_match_finite_differences(
+      model_of(
+          json::array(
+              {layer("ZeroPadding2D", {{"name", "p0"}, {"padding", 2}}),
+               layer("Conv2D",
+                     {{"name", "c"}, {"filters", 3}, {"kernel_size", {3, 3}}, {"strides", {2, 2}}}),
+               layer("BatchNormalization", {{"name", "bn"}}),
+               layer("Activation", {{"name", "r"}, {"activation", "tanh"}}),
+               layer("ZeroPadding2D", {{"name", "p1"}, {"padding", 1}}),
+               layer("MaxPooling2D", {{"name", "m"}, {"pool_size", {3, 3}}, {"strides", {2, 2}}}),
+               a, b, sc, add, f, d}),
+          json::array({9, 9, 2})),
+      5, 4);
 }
 
 TEST(Autodiff, BatchNormalizationTrainsGammaAndBetaAndPassesItsInputGradient) {

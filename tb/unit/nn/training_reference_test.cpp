@@ -160,18 +160,43 @@ void expect_close_to_float64(const Graph& g, const TrainPlan& plan, std::size_t 
 }
 
 TEST(TrainingReference, GradientsAgreeWithTheFloat64DefinitionsWithinBf16Precision) {
-  expect_close_to_float64(small_cnn(), TrainPlan{128, 1, 0}, 6);
-  expect_close_to_float64(strided_cnn(), TrainPlan{128, 1, 0}, 6);
-  expect_close_to_float64(two_conv(), TrainPlan{128, 1, 0}, 6);
+  expect_close_to_float64(small_cnn(), TrainPlan{128, 1, 0, {}}, 6);
+  expect_close_to_float64(strided_cnn(), TrainPlan{128, 1, 0, {}}, 6);
+  expect_close_to_float64(two_conv(), TrainPlan{128, 1, 0, {}}, 6);
   // BatchNormalization's statistics are the pass's: one replica, one pass, as float64's.
-  expect_close_to_float64(batch_norm_cnn(), TrainPlan{128, 1, 0}, 6);
+  expect_close_to_float64(batch_norm_cnn(), TrainPlan{128, 1, 0, {}}, 6);
 }
 
 TEST(TrainingReference, SmallTilesReplicasAndMicroBatchesChangeOnlyTheOrderOfSums) {
-  expect_close_to_float64(small_cnn(), TrainPlan{8, 2, 2}, 8);
-  expect_close_to_float64(strided_cnn(), TrainPlan{5, 2, 1}, 4);
+  expect_close_to_float64(small_cnn(), TrainPlan{8, 2, 2, {}}, 8);
+  expect_close_to_float64(strided_cnn(), TrainPlan{5, 2, 1, {}}, 4);
   // 4 rows per tile: c2's 6 output channels take two tiles per kernel position.
-  expect_close_to_float64(two_conv(), TrainPlan{4, 2, 1}, 4);
+  expect_close_to_float64(two_conv(), TrainPlan{4, 2, 1, {}}, 4);
+}
+
+// A kernel's gradient summed in chunks of images (the plan's kernel_chunk, how the chip sums it
+// when a pass's tensors stream from off-chip memory): each chunk's sum added to the running sum.
+// A chunk of the whole pass is the default's order bit for bit; smaller chunks change only the
+// order of sums.
+TEST(TrainingReference, KernelGradientsSummedInChunksOfImagesChangeOnlyTheOrderOfSums) {
+  const Graph g = two_conv();
+  const ir::TrainingGraph t = ir::differentiate(g);
+  const Batch b = batch_of(g, 6, 4);
+  std::vector<std::uint32_t> whole(g.ops.size(), 6), ones(g.ops.size(), 1);
+  const auto gradients = [&](const TrainPlan& plan) {
+    TrainState s = initial_state(g, t, random_weights(g, 3), Optimizer{});
+    std::vector<std::vector<float>> grads;
+    (void)reference_step(g, t, plan, Optimizer{}, s, b.images.data(), b.labels.data(), 6, &grads);
+    return grads;
+  };
+  const auto by_default = gradients(TrainPlan{8, 1, 0, {}});
+  EXPECT_EQ(gradients(TrainPlan{8, 1, 0, whole}), by_default);
+  const auto chunked = gradients(TrainPlan{8, 1, 0, ones});
+  EXPECT_NE(chunked, by_default);
+  for (std::size_t k = 0; k < chunked.size(); ++k)
+    for (std::size_t e = 0; e < chunked[k].size(); ++e)
+      EXPECT_NEAR(chunked[k][e], by_default[k][e], 1e-5f + 1e-3f * std::abs(by_default[k][e]));
+  expect_close_to_float64(two_conv(), TrainPlan{8, 1, 0, ones}, 6);
 }
 
 TEST(TrainingReference, TheSamePlanAndInputsGiveTheSameWeightsBitForBit) {
@@ -183,8 +208,8 @@ TEST(TrainingReference, TheSamePlanAndInputsGiveTheSameWeightsBitForBit) {
   Optimizer adam;
   TrainState a = initial_state(g, t, random_weights(g, 5), adam);
   TrainState c = a;
-  (void)reference_step(g, t, TrainPlan{16, 2, 2}, adam, a, b.images.data(), b.labels.data(), 8);
-  (void)reference_step(g, t, TrainPlan{16, 2, 2}, adam, c, b.images.data(), b.labels.data(), 8);
+  (void)reference_step(g, t, TrainPlan{16, 2, 2, {}}, adam, a, b.images.data(), b.labels.data(), 8);
+  (void)reference_step(g, t, TrainPlan{16, 2, 2, {}}, adam, c, b.images.data(), b.labels.data(), 8);
   for (std::size_t i = 0; i < g.ops.size(); ++i) {
     EXPECT_EQ(a.weights.layers[i].kernel, c.weights.layers[i].kernel);
     EXPECT_EQ(a.weights.layers[i].bias, c.weights.layers[i].bias);
@@ -270,9 +295,9 @@ TEST(TrainingReference, ABatchThatDoesNotSplitOverTheReplicasIsRefused) {
   const Batch b = batch_of(g, 5, 1);
   Optimizer opt;
   TrainState s = initial_state(g, t, random_weights(g, 1), opt);
-  EXPECT_THROW(
-      (void)reference_step(g, t, TrainPlan{128, 2, 0}, opt, s, b.images.data(), b.labels.data(), 5),
-      std::invalid_argument);
+  EXPECT_THROW((void)reference_step(g, t, TrainPlan{128, 2, 0, {}}, opt, s, b.images.data(),
+                                    b.labels.data(), 5),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -210,7 +210,8 @@ TEST(Trainer, EachStepIsTheTrainingReferenceStep) {
         images.push_back(static_cast<float>(d.images.pixels[order[i] * 36 + k]) * 0.25f);
       labels.push_back(d.labels[order[i]]);
     }
-    nn::reference_step(m, t, nn::TrainPlan{128, 1, 0}, adam, s, images.data(), labels.data(), 8);
+    nn::reference_step(m, t, nn::TrainPlan{128, 1, 0, {}}, adam, s, images.data(), labels.data(),
+                       8);
   }
   for (float& k : s.weights.layers[0].kernel) k *= 0.25f;  // the fold
   EXPECT_TRUE(same_bits(got, s.weights));
