@@ -139,6 +139,7 @@ class TrainingCompiler {
     plan_host();
     plan_memory();
     plan_ub();
+    plan_fusion();
     if (L_.off_chip) plan_off_chip();
     for (std::uint32_t c = 0; c < L_.replicas; ++c) {
       P_.step.cores.push_back(emit_step(c));
@@ -426,6 +427,50 @@ class TrainingCompiler {
     ub_high_ = cfg_.unified_buffer.bytes;
   }
 
+  // Forward fusion, with off-chip tensors (docs/training.md, "Fusion"): an elementwise
+  // operation (BatchNormalization's normalisation, an Add, an Activation) whose output only the
+  // next operation reads, an Activation or an Add, runs in the same chunks as it, its output
+  // never leaving the unified buffer; and a BatchNormalization right after the convolution or
+  // Dense it normalises takes its sums from that operation's chunks. Neither changes a value.
+  void plan_fusion() {
+    const std::size_t n = g_.ops.size();
+    fused_away_.assign(n, false);
+    fused_next_.assign(n, ir::kNoOp);
+    group_of_.assign(n, ir::kNoOp);
+    stats_in_.assign(n, ir::kNoOp);
+    if (!L_.off_chip) return;
+    std::vector<std::vector<std::size_t>> readers(n);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t x : g_.ops[i].inputs)
+        if (x != kGraphInput) readers[x].push_back(i);
+    std::set<std::size_t> read_backward;  // values a backward operation reads
+    for (const ir::GradOp& o : t_.ops)
+      for (const TensorId& id : o.inputs)
+        if (const std::optional<Tensor> t = tensor_of(id); t && !t->grad)
+          read_backward.insert(t->op);
+    const auto elementwise = [&](std::size_t i) {
+      const OpKind k = g_.ops[i].kind;
+      return i != t_.loss_op &&
+             (k == OpKind::BatchNormalization || k == OpKind::Add || k == OpKind::Activation);
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t x = g_.ops[i].inputs.empty() ? kGraphInput : g_.ops[i].inputs[0];
+      if (g_.ops[i].kind == OpKind::BatchNormalization && x != kGraphInput && x + 1 == i &&
+          (g_.ops[x].kind == OpKind::Conv2D || g_.ops[x].kind == OpKind::Dense))
+        stats_in_[x] = i;
+      if (i + 1 == n) break;
+      const std::size_t j = i + 1;
+      const bool into = g_.ops[j].kind == OpKind::Add ||
+                        (g_.ops[j].kind == OpKind::Activation && j != t_.loss_op);
+      if (elementwise(i) && into && readers[i] == std::vector<std::size_t>{j} &&
+          !read_backward.count(i)) {
+        fused_away_[i] = true;
+        fused_next_[i] = j;
+        group_of_[j] = group_of_[i] == ir::kNoOp ? i : group_of_[i];
+      }
+    }
+  }
+
   // Off-chip homes: per replica its bf16 kernels and the pass's tensors, each tensor from its
   // first writer to its last reader (the forward in order, then the backward), first-fit.
   void plan_off_chip() {
@@ -450,8 +495,9 @@ class TrainingCompiler {
       const Op& l = g_.ops[i];
       // A view computes nothing; the loss's softmax is not computed (the loss reads the logits).
       if (storage_of(i) != i || (i == t_.loss_op && l.kind == OpKind::Activation)) continue;
-      for (std::size_t x : l.inputs) read({false, storage_of(x)}, 1 + i);
-      write({false, i}, 1 + i);
+      for (std::size_t x : l.inputs)
+        if (x == kGraphInput || !fused_away_[storage_of(x)]) read({false, storage_of(x)}, 1 + i);
+      if (!fused_away_[i]) write({false, i}, 1 + i);
     }
     for (std::size_t j = 0; j < t_.ops.size(); ++j) {
       const ir::GradOp& o = t_.ops[j];
@@ -462,8 +508,44 @@ class TrainingCompiler {
         if (o.accumulate) read(*t, 1 + n + j);
       }
     }
-    std::map<std::size_t, std::vector<Tensor>> starts, ends;
+    // A gradient passed on unchanged (an Add's operand) shares its source's home instead of
+    // being copied, unless a later write of one of them would change what another still has to
+    // read: then it is copied.
+    std::map<Tensor, Tensor> alias;  // tensor -> the tensor whose home it shares
+    const auto root = [&](Tensor t) {
+      while (alias.count(t)) t = alias.at(t);
+      return t;
+    };
+    // Positions where it is written: its first contribution, the later ones added to it, and an
+    // activation's gradient rewriting it in place (a PreActivationGradient shares the storage).
+    std::map<Tensor, std::vector<std::size_t>> written;
+    for (std::size_t j = 0; j < t_.ops.size(); ++j)
+      if (const std::optional<Tensor> t = tensor_of(t_.ops[j].output))
+        written[*t].push_back(1 + n + j);
+    for (std::size_t j = 0; j < t_.ops.size(); ++j) {
+      const ir::GradOp& o = t_.ops[j];
+      if (o.kind != GradKind::Pass || o.accumulate) continue;
+      const Tensor src = *tensor_of(o.inputs[0]), dst = *tensor_of(o.output);
+      if (!(src < dst) && !(dst < src)) continue;
+      std::vector<Tensor> group = {dst};
+      for (const auto& [t, l] : life)
+        if (!(root(t) < root(src)) && !(root(src) < root(t))) group.push_back(t);
+      // Writing one of them later must not change what another reads after it.
+      bool clash = false;
+      for (const Tensor& t : group)
+        for (std::size_t p : written[t])
+          for (const Tensor& u : group)
+            clash = clash || ((t < u || u < t) && p > 1 + n + j && life.at(u).second > p);
+      if (!clash) alias[dst] = root(src);
+    }
+    std::map<Tensor, std::pair<std::size_t, std::size_t>> span;  // per home: its tensors' life
     for (const auto& [t, l] : life) {
+      auto [it, fresh] = span.try_emplace(root(t), l);
+      if (!fresh)
+        it->second = {std::min(it->second.first, l.first), std::max(it->second.second, l.second)};
+    }
+    std::map<std::size_t, std::vector<Tensor>> starts, ends;
+    for (const auto& [t, l] : span) {
       starts[l.first].push_back(t);
       ends[l.second].push_back(t);
     }
@@ -477,7 +559,7 @@ class TrainingCompiler {
     for (std::uint32_t r = 0; r < L_.replicas; ++r) {
       const std::uint64_t base = mem_take(arena.high());
       std::map<Tensor, std::uint64_t> homes;
-      for (const auto& [t, a] : at) homes[t] = base + a;
+      for (const auto& [t, l] : life) homes[t] = base + at.at(root(t));
       home_mem_.push_back(std::move(homes));
     }
     check_memory();
@@ -1083,7 +1165,7 @@ class TrainingCompiler {
 
   void forward(Code& out, std::size_t i, std::uint32_t n) {
     const Op& l = g_.ops[i];
-    if (l.is_view()) return;
+    if (l.is_view() || group_of_[i] != ir::kNoOp) return;  // a chain's member ran with its head
     tag(out, fwd_tag(i));
     const bool loss = i == t_.loss_op;
     switch (l.kind) {
@@ -1115,24 +1197,9 @@ class TrainingCompiler {
         return;
       case OpKind::Activation:
         if (loss) return;  // the loss reads the logits
-        chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
-          map(o, c.at[0], c.at[1], std::uint64_t{c.count} * l.out.size(), l.activation, DType::Fp32,
-              DType::Fp32);
-        });
-        return;
-      case OpKind::Add: {
-        std::vector<Operand> ops;
-        for (std::size_t x : l.inputs) ops.push_back(value(x));
-        ops.push_back(value(i, Use::Write));
-        chunked(out, n, ops, [&](Code& o, const Chunk& c) {
-          const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
-          const std::uint64_t dst = c.at.back();
-          eltwise(o, isa::EltOp::Add, c.at[0], c.at[1], dst, count);
-          for (std::size_t k = 2; k < l.inputs.size(); ++k)
-            eltwise(o, isa::EltOp::Add, dst, c.at[k], dst, count);
-        });
-        return;
-      }
+        [[fallthrough]];
+      case OpKind::Add:
+      case OpKind::BatchNormalization: forward_group(out, i, n); return;
       case OpKind::ZeroPadding2D:
         chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
           zero_fill(o, c.at[1], std::uint64_t{c.count} * l.out.size());
@@ -1140,12 +1207,6 @@ class TrainingCompiler {
             o.push_back(padding_copy(l, c.at[0] + b * l.in.size() * kF,
                                      c.at[1] + b * l.out.size() * kF, false));
         });
-        return;
-      case OpKind::BatchNormalization:
-        if (train_)
-          batch_norm_forward(out, i, n);
-        else
-          batch_norm_inference(out, i, n);
         return;
       default: fail(l, "fit does not lower this kind of layer yet");
     }
@@ -1175,6 +1236,7 @@ class TrainingCompiler {
     const auto K = static_cast<std::uint32_t>(conv ? std::uint64_t{l.kernel_h} * l.kernel_w * l.in.c
                                                    : l.in.size());
     const Act act = loss ? Act::Linear : l.activation;
+    const std::size_t bn = train_ ? stats_in_[i] : ir::kNoOp;  // its sums here (plan_fusion)
     chunked(
         out, n, {value(l.inputs[0], Use::ReadBf16), value(i, Use::Write)},
         [&](Code& o, const Chunk& c) {
@@ -1204,25 +1266,92 @@ class TrainingCompiler {
                                    records_ub_.at(i) + n0 * kParamRecord, act));
           };
           gemm(o, gm);
-        });
+          if (bn != ir::kNoOp) {
+            tag(o, fwd_tag(bn));
+            batch_norm_sums(o, bn, c, dst);
+            tag(o, fwd_tag(i));
+          }
+        },
+        bn != ir::kNoOp ? l.out.size() * kF : 0);
+  }
+
+  // A chunk's share of BatchNormalization i's sums over the pass: Σx and Σx·x down each channel
+  // of the chunk's x (at `x`), accumulating after the pass's first chunk.
+  void batch_norm_sums(Code& o, std::size_t i, const Chunk& c, std::uint64_t x) {
+    const Op& l = g_.ops[i];
+    const std::uint32_t C = l.out.c;
+    const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
+    o.push_back(column_sum(x, bn_temp_[0], count / C, C, c.first > 0));
+    eltwise(o, isa::EltOp::Mul, x, x, c.temp, count);
+    o.push_back(column_sum(c.temp, bn_temp_[1], count / C, C, c.first > 0));
+  }
+
+  // An elementwise chain (plan_fusion; one operation when nothing fuses with it) in one pass of
+  // chunks: every member computes in place in the chain's output, in the unified buffer, which
+  // only the last one's result leaves. A BatchNormalization heads its chain: its statistics (or, in
+  // validation, its moving statistics' scale and shift) come first.
+  void forward_group(Code& out, std::size_t head, std::uint32_t n) {
+    std::vector<std::size_t> members = {head};
+    while (fused_next_[members.back()] != ir::kNoOp) members.push_back(fused_next_[members.back()]);
+    if (g_.ops[head].kind == OpKind::BatchNormalization) {
+      if (train_)
+        batch_norm_statistics(out, head, n);
+      else
+        batch_norm_inference(out, head);
+    }
+    // Operands: every member's inputs from outside the chain, then the last output.
+    constexpr std::size_t kPrevious = ir::kNoOp;
+    std::vector<Operand> ops;
+    std::vector<std::vector<std::size_t>> in(members.size());
+    for (std::size_t k = 0; k < members.size(); ++k)
+      for (std::size_t x : g_.ops[members[k]].inputs)
+        if (k > 0 && x == members[k - 1]) {
+          in[k].push_back(kPrevious);
+        } else {
+          in[k].push_back(ops.size());
+          ops.push_back(value(x));
+        }
+    ops.push_back(value(members.back(), Use::Write));
+    const std::uint64_t size = g_.ops[head].out.size();
+    chunked(out, n, ops, [&](Code& o, const Chunk& c) {
+      const std::uint64_t count = std::uint64_t{c.count} * size;
+      std::uint64_t previous = 0;
+      for (std::size_t k = 0; k < members.size(); ++k) {
+        const std::size_t m = members[k];
+        const Op& l = g_.ops[m];
+        tag(o, fwd_tag(m));
+        std::vector<std::uint64_t> x;
+        for (std::size_t q : in[k]) x.push_back(q == kPrevious ? previous : c.at[q]);
+        const std::uint64_t y = c.at.back();  // every member in place in the output
+        switch (l.kind) {
+          case OpKind::BatchNormalization: batch_norm_apply(o, m, x[0], y, count); break;
+          case OpKind::Activation:
+            map(o, x[0], y, count, l.activation, DType::Fp32, DType::Fp32);
+            break;
+          default:  // Add: its operands in order
+            eltwise(o, isa::EltOp::Add, x[0], x[1], y, count);
+            for (std::size_t q = 2; q < x.size(); ++q)
+              eltwise(o, isa::EltOp::Add, y, x[q], y, count);
+            break;
+        }
+        previous = y;
+      }
+      tag(o, fwd_tag(head));
+    });
   }
 
   // BatchNormalization in training mode (numerics/batch_norm.h): each channel's sums over the
-  // pass's rows, its statistics (kept for the backward), then y per element.
-  void batch_norm_forward(Code& out, std::size_t i, std::uint32_t n) {
+  // pass's rows (unless the convolution before it took them, plan_fusion), its statistics (kept
+  // for the backward) and the replica's moving statistics; batch_norm_apply then gives y.
+  void batch_norm_statistics(Code& out, std::size_t i, std::uint32_t n) {
     const Op& l = g_.ops[i];
     const BatchNormState& s = bn_.at(i);
     const std::uint32_t C = l.out.c;
     const std::uint64_t sum = bn_temp_[0], squares = bn_temp_[1];
-    chunked(
-        out, n, {value(l.inputs[0])},
-        [&](Code& o, const Chunk& c) {
-          const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
-          o.push_back(column_sum(c.at[0], sum, count / C, C, c.first > 0));
-          eltwise(o, isa::EltOp::Mul, c.at[0], c.at[0], c.temp, count);
-          o.push_back(column_sum(c.temp, squares, count / C, C, c.first > 0));
-        },
-        l.out.size() * kF);
+    if (l.inputs[0] == kGraphInput || stats_in_[l.inputs[0]] != i)
+      chunked(
+          out, n, {value(l.inputs[0])},
+          [&](Code& o, const Chunk& c) { batch_norm_sums(o, i, c, c.at[0]); }, l.out.size() * kF);
     // mean = Σx / M; variance = Σx² / M − mean²; rsqrt(variance + ε); variance + ε.
     const std::uint64_t rows = rows_constant(s), eps = s.constants;
     broadcast(out, isa::EltOp::Div, sum, rows, s.mean, C, 1);
@@ -1239,19 +1368,11 @@ class TrainingCompiler {
       broadcast(out, isa::EltOp::Mul, stat, rest, sum, C, 1);
       eltwise(out, isa::EltOp::Add, moving, sum, moving, C);
     }
-    chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
-      const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
-      const std::uint64_t y = c.at[1];
-      broadcast(o, isa::EltOp::Sub, c.at[0], s.mean, y, count, C);
-      broadcast(o, isa::EltOp::Mul, y, s.rsqrt, y, count, C);
-      broadcast(o, isa::EltOp::Mul, y, s.gamma, y, count, C);
-      broadcast(o, isa::EltOp::Add, y, s.beta, y, count, C);
-    });
   }
 
   // Validation: the moving statistics, as Keras's inference: s = gamma * rsqrt(moving_variance
-  // + epsilon), y = x * s + (beta - moving_mean * s).
-  void batch_norm_inference(Code& out, std::size_t i, std::uint32_t n) {
+  // + epsilon) and beta - moving_mean * s, for batch_norm_apply's y = x * s + (beta - mean * s).
+  void batch_norm_inference(Code& out, std::size_t i) {
     const Op& l = g_.ops[i];
     const BatchNormState& s = bn_.at(i);
     const std::uint32_t C = l.out.c;
@@ -1260,11 +1381,23 @@ class TrainingCompiler {
     eltwise(out, isa::EltOp::Mul, s.gamma, scale, scale, C);
     eltwise(out, isa::EltOp::Mul, s.moving, scale, shift, C);
     eltwise(out, isa::EltOp::Sub, s.beta, shift, shift, C);
-    chunked(out, n, {value(l.inputs[0]), value(i, Use::Write)}, [&](Code& o, const Chunk& c) {
-      const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
-      broadcast(o, isa::EltOp::Mul, c.at[0], scale, c.at[1], count, C);
-      broadcast(o, isa::EltOp::Add, c.at[1], shift, c.at[1], count, C);
-    });
+  }
+
+  // y from x, `count` elements: ((x - mean) * rsqrt) * gamma + beta in training, x * s + shift
+  // in validation, per-channel operands broadcast.
+  void batch_norm_apply(Code& o, std::size_t i, std::uint64_t x, std::uint64_t y,
+                        std::uint64_t count) const {
+    const BatchNormState& s = bn_.at(i);
+    const std::uint32_t C = g_.ops[i].out.c;
+    if (!train_) {
+      broadcast(o, isa::EltOp::Mul, x, bn_temp_[0], y, count, C);
+      broadcast(o, isa::EltOp::Add, y, bn_temp_[1], y, count, C);
+      return;
+    }
+    broadcast(o, isa::EltOp::Sub, x, s.mean, y, count, C);
+    broadcast(o, isa::EltOp::Mul, y, s.rsqrt, y, count, C);
+    broadcast(o, isa::EltOp::Mul, y, s.gamma, y, count, C);
+    broadcast(o, isa::EltOp::Add, y, s.beta, y, count, C);
   }
 
   // The pass's rows per channel of BatchNormalization s, as an fp32 constant.
@@ -1356,6 +1489,14 @@ class TrainingCompiler {
       case GradKind::DenseKernel:
       case GradKind::ConvKernel: kernel_grad(out, o, n); return;
       case GradKind::Bias:
+        if (l.kind == OpKind::BatchNormalization && L_.micro_batch == L_.share) {
+          // One pass a step: beta's running sum from +0 is the pass's Σdy (the sum the backward
+          // takes anyway, row order from +0, never -0), added once.
+          batch_norm_grad_sums(out, o.op, in_grad(o.inputs[0]), n);
+          const std::uint64_t g = grad_ub_[param_index(o.output)];
+          eltwise(out, isa::EltOp::Add, g, bn_temp_[2], g, l.out.c);
+          return;
+        }
         chunked(out, n, {in_grad(o.inputs[0])}, [&](Code& oc, const Chunk& c) {
           oc.push_back(column_sum(c.at[0], grad_ub_[param_index(o.output)],
                                   std::uint64_t{c.count} * l.out.h * l.out.w, l.out.c, true));
@@ -1394,7 +1535,7 @@ class TrainingCompiler {
               });
       return;
     }
-    if (src.op == dst.op) return;
+    if (home_of(src) == home_of(dst)) return;  // one home (plan_off_chip)
     // Through the arena unchanged: each chunk read from the one home and written to the other.
     chunked(out, n, {{src, Use::Read}}, [&](Code& oc, const Chunk& c) {
       write_mem(oc, c.at[0], home_of(dst) + c.first * bytes_of(dst), c.count * bytes_of(dst));
@@ -1570,6 +1711,25 @@ class TrainingCompiler {
             });
   }
 
+  // The sums BatchNormalization i's backward needs over the pass's rows, once a pass: Σdy and
+  // Σdy·(x - mean) per channel, in row order from +0, into the backward temporaries.
+  void batch_norm_grad_sums(Code& out, std::size_t i, const Operand& dy, std::uint32_t n) {
+    if (!bn_sums_.insert(i).second) return;
+    const Op& l = g_.ops[i];
+    const BatchNormState& s = bn_.at(i);
+    const std::uint32_t C = l.out.c;
+    chunked(
+        out, n, {value(l.inputs[0]), dy},
+        [&](Code& oc, const Chunk& c) {
+          const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
+          oc.push_back(column_sum(c.at[1], bn_temp_[2], count / C, C, c.first > 0));
+          broadcast(oc, isa::EltOp::Sub, c.at[0], s.mean, c.temp, count, C);
+          eltwise(oc, isa::EltOp::Mul, c.at[1], c.temp, c.temp, count);
+          oc.push_back(column_sum(c.temp, bn_temp_[3], count / C, C, c.first > 0));
+        },
+        l.out.size() * kF);
+  }
+
   // BatchNormalization's gamma and input gradients (numerics/batch_norm.h): the sums over the
   // pass's rows (once for both), then dgamma, or dx per element.
   void batch_norm_backward(Code& out, const ir::GradOp& o, std::uint32_t n) {
@@ -1578,17 +1738,7 @@ class TrainingCompiler {
     const std::uint32_t C = l.out.c;
     const std::uint64_t dsum = bn_temp_[2], dot = bn_temp_[3], k = bn_temp_[4];
     const Operand x = value(o.inputs[0].op), dy = in_grad(o.inputs[1]);
-    if (bn_sums_.insert(o.op).second)
-      chunked(
-          out, n, {x, dy},
-          [&](Code& oc, const Chunk& c) {
-            const std::uint64_t count = std::uint64_t{c.count} * l.out.size();
-            oc.push_back(column_sum(c.at[1], dsum, count / C, C, c.first > 0));
-            broadcast(oc, isa::EltOp::Sub, c.at[0], s.mean, c.temp, count, C);
-            eltwise(oc, isa::EltOp::Mul, c.at[1], c.temp, c.temp, count);
-            oc.push_back(column_sum(c.temp, dot, count / C, C, c.first > 0));
-          },
-          l.out.size() * kF);
+    batch_norm_grad_sums(out, o.op, dy, n);
     if (o.kind == GradKind::BatchNormGamma) {
       // dgamma = dot * rsqrt, added to the running sum.
       const std::uint64_t g = grad_ub_[param_index(o.output)];
@@ -1731,6 +1881,11 @@ class TrainingCompiler {
   bool train_ = true, last_pass_ = false;
   std::vector<std::uint32_t> parity_;
   std::set<std::pair<Tensor, DType>> ready_;  // copies made in this pass
+  // Forward fusion (plan_fusion): per operation, whether its output stays in the unified buffer,
+  // the operation that runs in its chunks after it, the first operation of the chain it runs in
+  // (kNoOp: none), and the BatchNormalization whose sums it computes.
+  std::vector<bool> fused_away_;
+  std::vector<std::size_t> fused_next_, group_of_, stats_in_;
   std::set<std::size_t> bn_sums_, first_partial_;
 };
 

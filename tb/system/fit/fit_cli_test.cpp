@@ -107,6 +107,17 @@ TEST_P(FitSharedTensors, TrainBitExactOnEveryTrainingChip) {
   }
 }
 
+// Off-chip, a gradient passed to an Add's operand shares its source's home unless a later write
+// to one of them (a second contribution, an activation's gradient in place) would change what
+// the other still reads: both cases, bit for bit.
+TEST_P(FitSharedTensors, TrainBitExactWithTheirTensorsOffChip) {
+  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") + " --model " +
+                                  source("tb/system/fit/data/" + GetParam()) +
+                                  " --steps 2 --batch 64 --activations off-chip");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2/2 - "));
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, FitSharedTensors,
                          ::testing::Values("residual_mlp.json", "two_branch_cnn.json"),
                          [](const auto& p) { return p.param.substr(0, p.param.find('.')); });

@@ -123,5 +123,56 @@ TEST(TrainingLowering, ResNet50sTensorsGoOffChipAndFitTheHbm) {
   }
 }
 
+// The instructions a step's program runs under tag `id`, per core 0 (a tag lasts until the next).
+std::vector<isa::Instruction> under_tag(const Program& p, std::uint32_t id) {
+  std::vector<isa::Instruction> out;
+  std::uint32_t tag = 0;
+  for (const auto& inst : p.cores[0]) {
+    if (const auto* t = std::get_if<isa::Tag>(&inst)) {
+      tag = t->id;
+      continue;
+    }
+    if (tag == id) out.push_back(inst);
+  }
+  return out;
+}
+
+// Off-chip, an elementwise chain runs in one pass of chunks: BatchNormalization's normalisation
+// and the ReLU after it share their chunks, so the ReLU's forward moves no data (its input never
+// leaves the unified buffer), and a convolution followed by its BatchNormalization takes the
+// statistics' sums in its own chunks, so the BatchNormalization reads its input once, not twice.
+TEST(TrainingLowering, OffChipElementwiseChainsShareTheirChunks) {
+  const ir::Graph g = importers::load_model(source("configs/models/resnet_mini.json"));
+  const TrainingProgram p =
+      compiled("v3", "configs/models/resnet_mini.json", 64, ActivationHome::kOffChip);
+  ASSERT_EQ(g.ops[2].kind, ir::OpKind::BatchNormalization);
+  ASSERT_EQ(g.ops[3].kind, ir::OpKind::Activation);
+  const auto relu = under_tag(p.step, 1 + 3);
+  ASSERT_FALSE(relu.empty());
+  for (const auto& inst : relu) EXPECT_TRUE(std::holds_alternative<isa::Map>(inst));
+  // Per chunk of the chain: one read of x, one write of the ReLU's output; no pass for the sums.
+  std::size_t reads = 0, writes = 0;
+  for (const auto& inst : under_tag(p.step, 1 + 2)) {
+    reads += std::holds_alternative<isa::ReadMem>(inst);
+    writes += std::holds_alternative<isa::WriteMem>(inst);
+  }
+  EXPECT_GT(reads, 0u);
+  EXPECT_EQ(reads, writes);
+}
+
+// Off-chip, an Add's backward passes its gradient to both operands by sharing its home: a
+// projection block's Add (neither operand's gradient written again) moves no data.
+TEST(TrainingLowering, AnAddsGradientIsSharedNotCopied) {
+  const ir::Graph g = importers::load_model(source("configs/models/resnet_mini.json"));
+  const TrainingProgram p =
+      compiled("v3", "configs/models/resnet_mini.json", 64, ActivationHome::kOffChip);
+  std::size_t add = 0;
+  while (g.ops[add].name != "conv2_block1_add") ++add;
+  for (const auto& inst : under_tag(p.step, static_cast<std::uint32_t>(1 + g.ops.size() + add))) {
+    EXPECT_FALSE(std::holds_alternative<isa::ReadMem>(inst));
+    EXPECT_FALSE(std::holds_alternative<isa::WriteMem>(inst));
+  }
+}
+
 }  // namespace
 }  // namespace tpu::compiler
