@@ -21,15 +21,19 @@ Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg)
       memory("memory", cfg_, clock_, off_chip_bw ? *off_chip_bw : host_link_in),
       mem_ic("mem_ic"),
       host_ic("host_ic", &host_link_out, &host_link_in),
-      barrier(cfg_.tensor_cores) {
+      sync(cfg_.tensor_cores),
+      ici_port("ici_port"),
+      ici_inbox("ici_inbox", sync, cfg_.off_chip_memory.bytes) {
   mem_ic.out.bind(memory.socket);
+  ici_inbox.ici2mem.bind(mem_ic.in);
   std::vector<Sequencer*> seqs;
   for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) {
     cores.push_back(
-        std::make_unique<TensorCore>(fmt::format("core{}", c).c_str(), cfg_, clock_, c, barrier));
+        std::make_unique<TensorCore>(fmt::format("core{}", c).c_str(), cfg_, clock_, c, sync));
     TensorCore& core = *cores.back();
     core.dma.dma2mem.bind(mem_ic.in);
     core.dma.dma2host.bind(host_ic.in);
+    core.dma.dma2ici.bind(ici_port.in);
     for (auto& m : core.mxus) m->mxu2mem_weights.bind(mem_ic.in);
     seqs.push_back(core.sequencer.get());
   }
@@ -52,6 +56,8 @@ LayerCounters Chip::counters() const {
   host.host_bytes_out += read;
   host.off_chip_bytes_written += written;
   host.off_chip_bytes_read += read;
+  // What other chips wrote into this one's memory over the ICI: its memory's work.
+  host.off_chip_bytes_written += ici_inbox.bytes_in() - taken_ici_bytes_in_;
   return all;
 }
 
@@ -62,6 +68,7 @@ LayerCounters Chip::take_counters(Cycle end) {
   taken_instruction_bytes_ = hif->instruction_bytes();
   taken_bytes_written_ = hif->memory_bytes_written();
   taken_bytes_read_ = hif->memory_bytes_read();
+  taken_ici_bytes_in_ = ici_inbox.bytes_in();
   return all;
 }
 

@@ -1,7 +1,8 @@
-// Chip: the top of the model. N TensorCores (v2-v4: 2), the off-chip memory shared by all of
-// them (DDR3, HBM, or host memory across the link on Edge), the host link, and the host
-// interface. Host side: `host2chip` (target: instruction queues, memory window, status) and
-// `chip2host` (initiator: the cores' Read/Write_Host_Memory reach host memory through it).
+// Chip: N TensorCores (v2-v4: 2), the off-chip memory shared by all of them (DDR3, HBM, or host
+// memory across the link on Edge), the host link, the host interface, and the ends of the ICI
+// links. Host side: `host2chip` (target: instruction queues, memory window, status) and
+// `chip2host` (initiator: the cores' Read/Write_Host_Memory reach host memory through it). A
+// System (hw/system) joins chips by their `chip2ici` and `ici2chip`.
 #pragma once
 
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "hw/chip/energy.h"
 #include "hw/chip/host_interface.h"
+#include "hw/chip/ici_port.h"
 #include "hw/chip/interconnect.h"
 #include "hw/common/clock.h"
 #include "hw/config/chip_config.h"
@@ -58,18 +60,28 @@ class Chip : public sc_core::sc_module {
   OffChipMemory memory;
   Interconnect mem_ic;   // cores' DMA, MXU weight paths, host interface -> memory
   Interconnect host_ic;  // cores' DMA -> host, timed by the host link
-  CoreBarrier barrier;
+  ChipSync sync;         // the cores' barrier and the ICI semaphores
   std::vector<std::unique_ptr<TensorCore>> cores;
   std::unique_ptr<HostInterface> hif;
+  IciPort ici_port;    // the cores' ici_writes out to the system's fabric
+  IciInbox ici_inbox;  // other chips' ici_writes in
 
   tlm::tlm_target_socket<>& host2chip() { return hif->host2chip; }
   tlm::tlm_initiator_socket<>& chip2host() { return host_ic.out; }
+  // The ICI ends, for a system to bind (docs/systems.md); a chip alone refuses ici_write.
+  tlm::tlm_initiator_socket<>& chip2ici() { return ici_port.chip2ici; }
+  tlm::tlm_target_socket<>& ici2chip() { return ici_inbox.ici2chip; }
+  void join_system(std::uint32_t id) {
+    ici_port.join_system(id);
+    ici_inbox.join_system();
+  }
 
  private:
   static BandwidthResource* make_off_chip_bw(const ChipConfig& cfg, const Clock& clock);
 
   // The host interface's byte counts already returned by take_counters.
   std::uint64_t taken_instruction_bytes_ = 0, taken_bytes_written_ = 0, taken_bytes_read_ = 0;
+  std::uint64_t taken_ici_bytes_in_ = 0;
 };
 
 }  // namespace tpu

@@ -60,6 +60,7 @@ struct Counters {
   std::uint64_t off_chip_bytes_written = 0;
   std::uint64_t host_bytes_in = 0;   // host -> chip over the host link
   std::uint64_t host_bytes_out = 0;  // chip -> host
+  std::uint64_t ici_bytes_out = 0;   // sent to chips over the ICI links (ici_write)
   MxuBuckets mxu;
 
   Counters& operator+=(const Counters& o) {
@@ -81,6 +82,7 @@ struct Counters {
     off_chip_bytes_written += o.off_chip_bytes_written;
     host_bytes_in += o.host_bytes_in;
     host_bytes_out += o.host_bytes_out;
+    ici_bytes_out += o.ici_bytes_out;
     mxu += o.mxu;
     return *this;
   }

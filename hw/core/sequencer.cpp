@@ -17,7 +17,17 @@ enum : int { kUnitDma = 0, kUnitVector = 1, kUnitMxuBase = 2 };
 constexpr int weights_unit(std::uint32_t m) { return kUnitMxuBase + 2 * static_cast<int>(m); }
 constexpr int matmul_unit(std::uint32_t m) { return kUnitMxuBase + 2 * static_cast<int>(m) + 1; }
 
-void CoreBarrier::arrive_and_wait() {
+void ChipSync::signal(std::uint32_t sem) {
+  ++arrivals_.at(sem);
+  signalled_.notify(sc_core::SC_ZERO_TIME);
+}
+
+void ChipSync::take(std::uint32_t sem, std::uint32_t count) {
+  while (arrivals_.at(sem) < count) sc_core::wait(signalled_);
+  arrivals_.at(sem) -= count;
+}
+
+void ChipSync::arrive_and_wait() {
   const std::uint64_t gen = generation_;
   if (++arrived_ == cores_) {
     arrived_ = 0;
@@ -28,7 +38,7 @@ void CoreBarrier::arrive_and_wait() {
 }
 
 Sequencer::Sequencer(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-                     const CoreStorage& storage, const UnitQueues& queues, CoreBarrier& barrier,
+                     const CoreStorage& storage, const UnitQueues& queues, ChipSync& sync,
                      LayerCounters& counters, std::string core_name)
     : sc_core::sc_module(name),
       instructions("instructions", kInstructionQueueDepth),
@@ -36,7 +46,7 @@ Sequencer::Sequencer(sc_core::sc_module_name name, const ChipConfig& cfg, const 
       clock_(clock),
       storage_(storage),
       queues_(queues),
-      barrier_(barrier),
+      sync_(sync),
       counters_(counters),
       core_name_(std::move(core_name)),
       scoreboard_(clock),
@@ -148,7 +158,16 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
         } else if constexpr (std::is_same_v<T, isa::Sync>) {
           const Cycle t0 = clock_.now();
           scoreboard_.drain();
-          if (i.all_cores) barrier_.arrive_and_wait();
+          if (i.all_cores) sync_.arrive_and_wait();
+          if (trace_) trace_->add_stall(core_id_, index, layer_, Stall::Sync, 0, t0, clock_.now());
+        } else if constexpr (std::is_same_v<T, isa::IciWait>) {
+          if (i.sem >= isa::kIciSemaphores)
+            report_program_error(core_name_, *f,
+                                 fmt::format("sem {} does not exist (a chip has {} semaphores, "
+                                             "0 to {})",
+                                             i.sem, isa::kIciSemaphores, isa::kIciSemaphores - 1));
+          const Cycle t0 = clock_.now();
+          sync_.take(i.sem, i.count);
           if (trace_) trace_->add_stall(core_id_, index, layer_, Stall::Sync, 0, t0, clock_.now());
         } else if constexpr (std::is_same_v<T, isa::Halt>) {
           const Cycle t0 = clock_.now();

@@ -5,6 +5,7 @@
 // earlier instruction to finish.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -28,17 +29,26 @@ struct InstructionWord {
   friend std::ostream& operator<<(std::ostream& os, const InstructionWord&) { return os; }
 };
 
-// A barrier across the chip's cores, for Sync with all_cores.
-class CoreBarrier {
+// What the chip's cores share to synchronise: the barrier of Sync with all_cores, and the ICI
+// semaphores (isa::kIciSemaphores) that count the arrivals of other chips' ici_writes.
+class ChipSync {
  public:
-  explicit CoreBarrier(std::uint32_t cores) : cores_(cores) {}
+  explicit ChipSync(std::uint32_t cores) : cores_(cores) {}
+  // From an SC_THREAD: returns once every core has arrived.
   void arrive_and_wait();
+  // One arrival on semaphore `sem` (sem < isa::kIciSemaphores).
+  void signal(std::uint32_t sem);
+  // From an SC_THREAD: waits until semaphore `sem` holds `count` arrivals no earlier take took,
+  // and takes them.
+  void take(std::uint32_t sem, std::uint32_t count);
 
  private:
   std::uint32_t cores_;
   std::uint32_t arrived_ = 0;
   std::uint64_t generation_ = 0;
   sc_core::sc_event released_;
+  std::array<std::uint64_t, isa::kIciSemaphores> arrivals_{};
+  sc_core::sc_event signalled_;
 };
 
 // The destinations the sequencer issues into.
@@ -54,7 +64,7 @@ class Sequencer : public sc_core::sc_module {
   sc_core::sc_fifo<InstructionWord> instructions;
 
   Sequencer(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-            const CoreStorage& storage, const UnitQueues& queues, CoreBarrier& barrier,
+            const CoreStorage& storage, const UnitQueues& queues, ChipSync& sync,
             LayerCounters& counters, std::string core_name);
 
   [[nodiscard]] std::uint64_t issued() const { return index_; }
@@ -91,7 +101,7 @@ class Sequencer : public sc_core::sc_module {
   const Clock& clock_;
   CoreStorage storage_;
   UnitQueues queues_;
-  CoreBarrier& barrier_;
+  ChipSync& sync_;
   LayerCounters& counters_;
   std::string core_name_;
   Scoreboard scoreboard_;

@@ -17,7 +17,7 @@ CoreStorage TensorCore::storage_of(UnifiedBuffer& ub, Accumulators& acc) {
 }
 
 TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-                       std::uint32_t id, CoreBarrier& barrier)
+                       std::uint32_t id, ChipSync& sync)
     : sc_core::sc_module(name),
       id_(id),
       ub("ub", cfg, clock),
@@ -34,7 +34,7 @@ TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, cons
     q.weights.push_back(&mxus.back()->weight_queue);
     q.matmul.push_back(&mxus.back()->matmul_queue);
   }
-  sequencer = std::make_unique<Sequencer>("sequencer", cfg, clock, storage_of(ub, acc), q, barrier,
+  sequencer = std::make_unique<Sequencer>("sequencer", cfg, clock, storage_of(ub, acc), q, sync,
                                           counters_, fmt::format("core {}", id));
 }
 

@@ -27,7 +27,7 @@ class TensorCore : public sc_core::sc_module {
 
  public:
   TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-             std::uint32_t id, CoreBarrier& barrier);
+             std::uint32_t id, ChipSync& sync);
 
   [[nodiscard]] std::uint32_t id() const { return id_; }
   [[nodiscard]] const LayerCounters& counters() const { return counters_; }

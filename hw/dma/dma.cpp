@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "hw/common/ici_route.h"
 #include "hw/common/tlm_util.h"
 #include "hw/isa/window.h"
 #include "hw/unit/program_error.h"
@@ -18,6 +19,7 @@ Dma::Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock
     : sc_core::sc_module(name),
       dma2mem("dma2mem"),
       dma2host("dma2host"),
+      dma2ici("dma2ici"),
       queue("queue", kUnitQueueDepth),
       cfg_(cfg),
       clock_(clock),
@@ -36,6 +38,11 @@ void Dma::run() {
     f->started_at = clock_.now();
     if (const auto* g = std::get_if<isa::Gather>(&f->inst)) {
       gather(*f, *g, c);
+      f->complete_at(clock_, clock_.now());
+      continue;
+    }
+    if (const auto* w = std::get_if<isa::IciWrite>(&f->inst)) {
+      ici_write(*f, *w, c);
       f->complete_at(clock_, clock_.now());
       continue;
     }
@@ -84,6 +91,43 @@ void Dma::transfer(const InFlight& f, bool to_host, tlm::tlm_command cmd, std::u
   // it is the slower of the two.
   const Cycle ub_done = start + ub_port_cycles(bytes).value();
   clock_.wait_until(ub_done);
+}
+
+void Dma::ici_write(const InFlight& f, const isa::IciWrite& w, Counters& c) {
+  check_ub_range(core_name_, f, storage_.ub_bytes, "src", w.src.value(), w.bytes);
+  if (w.sem >= isa::kIciSemaphores)
+    report_program_error(core_name_, f,
+                         fmt::format("sem {} does not exist (a chip has {} semaphores, 0 to {})",
+                                     w.sem, isa::kIciSemaphores, isa::kIciSemaphores - 1));
+  const Cycle start = clock_.now();
+  tlm::tlm_generic_payload gp;
+  gp.set_command(tlm::TLM_WRITE_COMMAND);
+  gp.set_address(w.dst.value());
+  gp.set_data_ptr(storage_.ub + w.src.value());
+  gp.set_data_length(w.bytes);
+  gp.set_streaming_width(w.bytes);
+  gp.set_byte_enable_ptr(nullptr);
+  gp.set_dmi_allowed(false);
+  gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+  IciRoute route;
+  route.to = w.chip;
+  route.sem = w.sem;
+  gp.set_extension(&route);
+  sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+  dma2ici->b_transport(gp, delay);
+  gp.clear_extension(&route);
+  if (delay > sc_core::SC_ZERO_TIME) sc_core::wait(delay);
+  if (gp.get_response_status() != tlm::TLM_OK_RESPONSE)
+    report_program_error(
+        core_name_, f,
+        route.refusal.empty()
+            ? fmt::format("the ICI answered {} for {} bytes to chip {} at {:#x}",
+                          response_name(gp.get_response_status()), w.bytes, w.chip, w.dst.value())
+            : route.refusal);
+  c.ici_bytes_out += w.bytes;
+  c.ub_bytes_read += w.bytes;
+  // The UB port streams while the links carry the bytes, as for any transfer.
+  clock_.wait_until(start + ub_port_cycles(w.bytes).value());
 }
 
 void Dma::gather(const InFlight& f, const isa::Gather& g, Counters& c) {

@@ -1,5 +1,6 @@
-// Dma: a TensorCore's data mover between the unified buffer and off-chip memory (dma2mem) or
-// host memory across the host link (dma2host) — J17's Read_Host_Memory / Write_Host_Memory plus
+// Dma: a TensorCore's data mover between the unified buffer and off-chip memory (dma2mem), host
+// memory across the host link (dma2host) or another chip's off-chip memory over the ICI links
+// (dma2ici) — J17's Read_Host_Memory / Write_Host_Memory plus
 // the HBM-resident activations of v2-v4 and the embedding lookups (Gather) of layers whose
 // tables live off chip. One transfer at a time, in order; the far side's bandwidth resource
 // times it (shared with every other initiator), and the UB port adds only what it cannot overlap.
@@ -22,7 +23,8 @@ class Dma : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<Dma> dma2mem;
   tlm_utils::simple_initiator_socket<Dma> dma2host;
-  UnitQueue queue;  // ReadHost, WriteHost, ReadMem, WriteMem, Gather
+  tlm_utils::simple_initiator_socket<Dma> dma2ici;  // ici_write: to the chip's ICI port
+  UnitQueue queue;  // ReadHost, WriteHost, ReadMem, WriteMem, Gather, IciWrite
 
   Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
       const CoreStorage& storage, LayerCounters& counters, std::string core_name);
@@ -35,6 +37,9 @@ class Dma : public sc_core::sc_module {
                 std::uint64_t ub, std::uint64_t bytes);
   // The indices, then one off-chip transfer per row (docs/timing-model.md, DMA).
   void gather(const InFlight& f, const isa::Gather& g, Counters& c);
+  // Over the ICI fabric into a chip's off-chip memory: max(the fabric's transfer, UB port)
+  // cycles (docs/systems.md).
+  void ici_write(const InFlight& f, const isa::IciWrite& w, Counters& c);
   [[nodiscard]] Cycles ub_port_cycles(std::uint64_t bytes) const;
 
   const ChipConfig& cfg_;

@@ -139,6 +139,19 @@ void visit_fields(Softmax& i, F&& f) {
   f("dst_stride", i.dst_stride);
 }
 template <class F>
+void visit_fields(IciWrite& i, F&& f) {
+  f("src", i.src);
+  f("dst", i.dst);
+  f("bytes", i.bytes);
+  f("chip", i.chip);
+  f("sem", i.sem);
+}
+template <class F>
+void visit_fields(IciWait& i, F&& f) {
+  f("sem", i.sem);
+  f("count", i.count);
+}
+template <class F>
 void visit_fields(Sync& i, F&& f) {
   f("all_cores", i.all_cores);
 }

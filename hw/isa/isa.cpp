@@ -78,6 +78,14 @@ struct OpcodeOf<Gather> {
   static constexpr Opcode value = Opcode::Gather;
 };
 template <>
+struct OpcodeOf<IciWrite> {
+  static constexpr Opcode value = Opcode::IciWrite;
+};
+template <>
+struct OpcodeOf<IciWait> {
+  static constexpr Opcode value = Opcode::IciWait;
+};
+template <>
 struct OpcodeOf<Copy> {
   static constexpr Opcode value = Opcode::Copy;
 };
@@ -267,6 +275,17 @@ struct Codec {
   }
   void operands(Sync& i) { flag(0, i.all_cores); }
   void operands(Tag& i) { field(4, i.id); }
+  void operands(IciWrite& i) {
+    field(4, i.src);
+    field(8, i.dst);
+    field(16, i.bytes);
+    field(20, i.chip);
+    field(24, i.sem);
+  }
+  void operands(IciWait& i) {
+    field(2, i.sem);
+    field(4, i.count);
+  }
   void operands(Gather& i) {
     field(4, i.table);
     field(12, i.indices);
@@ -404,6 +423,8 @@ std::string mnemonic(Opcode op) {
     case Opcode::Update: return "update";
     case Opcode::Reduce: return "reduce";
     case Opcode::PoolGrad: return "pool_grad";
+    case Opcode::IciWrite: return "ici_write";
+    case Opcode::IciWait: return "ici_wait";
   }
   return fmt::format("op_{:#04x}", static_cast<unsigned>(op));
 }
@@ -446,6 +467,8 @@ Instruction decode(const Word& word) {
     case Opcode::Update: inst = decode_as<Update>(word); break;
     case Opcode::Reduce: inst = decode_as<Reduce>(word); break;
     case Opcode::PoolGrad: inst = decode_as<PoolGrad>(word); break;
+    case Opcode::IciWrite: inst = decode_as<IciWrite>(word); break;
+    case Opcode::IciWait: inst = decode_as<IciWait>(word); break;
     default: throw ProgramError(fmt::format("illegal opcode {:#04x}", word[0]));
   }
   if (!enums_valid(inst))

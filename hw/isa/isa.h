@@ -39,6 +39,8 @@ enum class Opcode : std::uint8_t {
   Reduce = 0x12,       // unified buffer fp32 rows -> sum or max down each column -> unified buffer
   PoolGrad = 0x13,     // pool's backward: dY (and X for max) -> dX, window from set_window
   Gather = 0x20,       // off-chip table rows picked by unified-buffer indices -> unified buffer
+  IciWrite = 0x21,     // unified buffer -> a chip's off-chip memory over the ICI links; a signal
+  IciWait = 0x22,      // wait until this chip's semaphore has counted arrivals
   Xent = 0x14,         // fp32 logits + int32 labels -> softmax cross-entropy, gradient, loss
   Update = 0x15,       // fp32 weights, gradients, slots -> one optimizer step, in place
 };
@@ -279,6 +281,27 @@ struct Gather {
   std::uint32_t rows = 0;
 };
 
+// The semaphores each chip counts ICI arrivals on (docs/isa.md, "ICI").
+inline constexpr std::uint32_t kIciSemaphores = 32;
+
+// Over the inter-chip interconnect (docs/systems.md): the `bytes` bytes at src are written into
+// chip `chip`'s off-chip memory at dst, routed over the ICI links (the chip may be this one: a
+// copy through no link); when the last byte has arrived, that chip's semaphore `sem` counts one.
+// `bytes` 0 sends the count alone, a signal. Run by the DMA, in its order.
+struct IciWrite {
+  UbAddr src;
+  MemAddr dst;
+  std::uint32_t bytes = 0;
+  std::uint32_t chip = 0;
+  std::uint8_t sem = 0;
+};
+// The sequencer issues nothing after it until this chip's semaphore `sem` has counted `count`
+// arrivals that no earlier ici_wait took; it takes them. What arrived is in off-chip memory.
+struct IciWait {
+  std::uint8_t sem = 0;
+  std::uint32_t count = 0;
+};
+
 // Sparse softmax cross-entropy with its gradient (TF's SparseSoftmaxCrossEntropyWithLogits), one
 // example per row: for r < rows, the cols fp32 logits at src + 4*cols*r and the int32 label at
 // labels + 4*r give (numerics::softmax_xent_row) the gradient row at dst + 4*cols*r, scaled by
@@ -333,9 +356,10 @@ struct PoolGrad {
   DType type = DType::Fp32;  // fp32 only (the vector unit refuses the others)
 };
 
-using Instruction = std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights,
-                                 SetWindow, MatMul, Activate, Pool, Eltwise, Softmax, Sync, Tag,
-                                 Halt, Gather, Copy, Map, Xent, Update, Reduce, PoolGrad>;
+using Instruction =
+    std::variant<Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul,
+                 Activate, Pool, Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map, Xent, Update,
+                 Reduce, PoolGrad, IciWrite, IciWait>;
 
 Opcode opcode_of(const Instruction& inst);
 std::string mnemonic(Opcode op);

@@ -39,7 +39,7 @@ Unit unit_of(const Instruction& inst) {
         using T = std::decay_t<decltype(i)>;
         if constexpr (is_one_of<T, ReadHost, WriteHost>)
           return Unit{UnitKind::Dma, 0, true};
-        else if constexpr (is_one_of<T, ReadMem, WriteMem, Gather>)
+        else if constexpr (is_one_of<T, ReadMem, WriteMem, Gather, IciWrite>)
           return Unit{UnitKind::Dma, 0, false};
         else if constexpr (std::is_same_v<T, ReadWeights>)
           return Unit{UnitKind::MxuWeights, i.mxu, false};
@@ -159,6 +159,10 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
                  std::uint64_t{i.rows - 1} * i.stride + 4ull * i.cols);
           write(Space::UnifiedBuffer, "dst", i.dst.value(), 4ull * i.cols);
           if (i.accumulate) read(Space::UnifiedBuffer, "dst", i.dst.value(), 4ull * i.cols);
+        } else if constexpr (std::is_same_v<T, IciWrite>) {
+          // The far side is another chip's memory (or this one's, through the fabric): ordered
+          // by the semaphores, not by this core's scoreboard.
+          read(Space::UnifiedBuffer, "src", i.src.value(), i.bytes);
         } else if constexpr (std::is_same_v<T, PoolGrad>) {
           // The geometry is the window registers' at issue; avg does not read x.
           const SetWindow& g = ctx.window;

@@ -310,6 +310,16 @@ std::vector<Case> cases() {
       on(kOnV1, "gather_row_past_off_chip_memory",
          {Gather{MemAddr(mem - 8), UbAddr(0), UbAddr(0x100), 1, 64, 1}}, 0,
          {hex(mem - 8), "off-chip memory"}),
+      // The ICI instructions: a chip alone has no fabric; semaphores are 0 to 31; the source in
+      // the unified buffer.
+      on(kOnV3, "ici_write_on_a_chip_alone", {IciWrite{UbAddr(0), MemAddr(0), 64, 1, 0}}, 0,
+         {"not part of a system"}),
+      on(kOnV3, "ici_write_to_semaphore_32", {IciWrite{UbAddr(0), MemAddr(0), 64, 0, 32}}, 0,
+         {"sem 32 does not exist", "0 to 31"}),
+      on(kOnV3, "ici_write_past_the_unified_buffer",
+         {IciWrite{UbAddr(near_ub_end), MemAddr(0), 64, 0, 0}}, 0, {hex(near_ub_end)}),
+      on(kOnV3, "ici_wait_on_semaphore_40", {IciWait{40, 1}}, 0,
+         {"sem 40 does not exist", "0 to 31"}),
       // The training instructions: reduce, pool_grad (its shapes from set_window) and the eltwise
       // gradient ops.
       on(kOnV1, "reduce_rows_past_the_unified_buffer",

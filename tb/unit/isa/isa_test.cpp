@@ -160,6 +160,12 @@ const std::vector<DocLayout>& doc_layouts() {
        {enumeration("kind", 2, {0, 1, 2}), integer("w", 4, 4), integer("g", 8, 4),
         integer("m", 12, 4), integer("v", 16, 4), integer("params", 20, 4),
         integer("count", 24, 4)}},
+      {0x21,
+       "ici_write",
+       IciWrite{},
+       {integer("src", 4, 4), integer("dst", 8, 8), integer("bytes", 16, 4), integer("chip", 20, 4),
+        integer("sem", 24, 1)}},
+      {0x22, "ici_wait", IciWait{}, {integer("sem", 2, 1), integer("count", 4, 4)}},
   };
   return layouts;
 }

@@ -57,14 +57,14 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
   for (const Instruction& i : every_kind()) kinds.push_back(unit_of(i).kind);
   // Nop, ReadHost, WriteHost, ReadMem, WriteMem, ReadWeights, SetWindow, MatMul, Activate, Pool,
   // Eltwise, Softmax, Sync, Tag, Halt, Gather, Copy, Map, Xent, Update, Reduce,
-  // PoolGrad.
+  // PoolGrad, IciWrite, IciWait.
   const std::vector<UnitKind> doc = {
       UnitKind::Sequencer, UnitKind::Dma,        UnitKind::Dma,       UnitKind::Dma,
       UnitKind::Dma,       UnitKind::MxuWeights, UnitKind::Sequencer, UnitKind::MxuArray,
       UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
       UnitKind::Sequencer, UnitKind::Sequencer,  UnitKind::Sequencer, UnitKind::Dma,
       UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
-      UnitKind::Vector,    UnitKind::Vector};
+      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Dma,       UnitKind::Sequencer};
   EXPECT_EQ(kinds, doc);
   EXPECT_TRUE(unit_of(ReadHost{}).host_link);
   EXPECT_FALSE(unit_of(ReadMem{}).host_link);

@@ -1,0 +1,75 @@
+#include "hw/chip/ici_port.h"
+
+#include <fmt/format.h>
+
+#include "hw/common/ici_route.h"
+#include "hw/common/tlm_util.h"
+#include "hw/isa/isa.h"
+
+namespace tpu {
+
+IciPort::IciPort(sc_core::sc_module_name name)
+    : sc_core::sc_module(name), in("in"), chip2ici("chip2ici"), alone_("alone") {
+  in.register_b_transport(this, &IciPort::b_transport);
+  alone_.register_b_transport(this, &IciPort::refuse);
+}
+
+void IciPort::join_system(std::uint32_t id) {
+  joined_ = true;
+  id_ = id;
+}
+
+void IciPort::before_end_of_elaboration() {
+  if (!joined_) chip2ici.bind(alone_);
+}
+
+void IciPort::b_transport(int, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
+  if (IciRoute* route = gp.get_extension<IciRoute>()) route->from = id_;
+  chip2ici->b_transport(gp, delay);
+}
+
+void IciPort::refuse(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
+  if (IciRoute* route = gp.get_extension<IciRoute>())
+    route->refusal =
+        "ici_write: this chip is not part of a system (a system config joins chips with ICI "
+        "links: tpusim fit --system, docs/systems.md)";
+  gp.set_response_status(tlm::TLM_COMMAND_ERROR_RESPONSE);
+}
+
+IciInbox::IciInbox(sc_core::sc_module_name name, ChipSync& sync, std::uint64_t memory_bytes)
+    : sc_core::sc_module(name),
+      ici2chip("ici2chip"),
+      ici2mem("ici2mem"),
+      alone_("alone"),
+      sync_(sync),
+      memory_bytes_(memory_bytes) {
+  ici2chip.register_b_transport(this, &IciInbox::b_transport);
+}
+
+void IciInbox::before_end_of_elaboration() {
+  if (!joined_) alone_.bind(ici2chip);
+}
+
+void IciInbox::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
+  IciRoute* route = gp.get_extension<IciRoute>();
+  if (route == nullptr || route->sem >= isa::kIciSemaphores) {
+    gp.set_response_status(tlm::TLM_GENERIC_ERROR_RESPONSE);
+    return;
+  }
+  if (const auto st = check_memory_payload(gp, memory_bytes_); st != tlm::TLM_OK_RESPONSE) {
+    route->refusal = fmt::format(
+        "ici_write: dst range {:#x} + {} bytes is outside chip {}'s {}-byte off-chip memory",
+        gp.get_address(), gp.get_data_length(), route->to, memory_bytes_);
+    gp.set_response_status(st);
+    return;
+  }
+  if (gp.get_data_length() > 0) {
+    tlm_debug(ici2mem, tlm::TLM_WRITE_COMMAND, gp.get_address(), gp.get_data_ptr(),
+              gp.get_data_length());
+    bytes_in_ += gp.get_data_length();
+  }
+  sync_.signal(route->sem);
+  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+}  // namespace tpu
