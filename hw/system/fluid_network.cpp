@@ -33,6 +33,7 @@ FluidNetwork::FluidNetwork(std::vector<double> link_bytes_per_cycle) {
 
 void FluidNetwork::advance(double now) {
   if (!(now > last_)) return;
+  allocate();
   const double dt = now - last_;
   // Per link, how long within [last_, now] some flow still had bytes to move over it.
   std::vector<double> busy(links_.size(), 0.0);
@@ -74,11 +75,12 @@ FluidNetwork::FlowId FluidNetwork::start(double now, double bytes, std::vector<L
   f.bytes = bytes;
   f.remaining = f.path.empty() ? 0 : bytes;  // same source and destination: nothing to move
   flows_.emplace(next_id_, std::move(f));
-  allocate();
+  stale_ = true;
   return next_id_++;
 }
 
 double FluidNetwork::next_completion() const {
+  allocate();
   double next = kInf;
   for (const auto& [id, f] : flows_)
     next = std::min(next, f.remaining <= 0 ? last_ : last_ + f.remaining / f.rate);
@@ -95,7 +97,7 @@ std::vector<FluidNetwork::FlowId> FluidNetwork::retire_finished() {
       ++it;
     }
   }
-  if (!finished.empty()) allocate();
+  if (!finished.empty()) stale_ = true;
   return finished;
 }
 
@@ -103,6 +105,7 @@ double FluidNetwork::rate(FlowId id) const {
   const auto it = flows_.find(id);
   if (it == flows_.end())
     throw std::out_of_range("fluid network: flow " + std::to_string(id) + " is not active");
+  allocate();
   return it->second.rate;
 }
 
@@ -113,13 +116,16 @@ double FluidNetwork::bytes_left(FlowId id) const {
   return it->second.remaining;
 }
 
-void FluidNetwork::allocate() {
-  // 1. Flows with bytes left are unfrozen at rate 0; every link offers its whole capacity.
-  std::vector<double> left(links_.size());
-  for (std::size_t l = 0; l < links_.size(); ++l) left[l] = links_[l].capacity;
+void FluidNetwork::allocate() const {
+  if (!stale_) return;
+  stale_ = false;
+  // 1. Flows with bytes left are unfrozen at rate 0; every link they cross offers its whole
+  //    capacity. Only those links are scanned below (a pod has tens of thousands of links).
+  std::vector<double> left(links_.size(), 0.0);
   std::vector<std::size_t> unfrozen_on(links_.size(), 0);
-  std::vector<Flow*> unfrozen;
-  for (auto& [id, f] : flows_) {
+  std::vector<const Flow*> unfrozen;
+  std::vector<Link> used;
+  for (const auto& [id, f] : flows_) {
     if (f.path.empty()) {
       f.rate = kInf;  // crosses no link: nothing limits it
     } else if (f.remaining <= 0) {
@@ -127,16 +133,22 @@ void FluidNetwork::allocate() {
     } else {
       f.rate = 0;
       unfrozen.push_back(&f);
-      for (const Link l : f.path) ++unfrozen_on[l];
+      for (const Link l : f.path) {
+        if (unfrozen_on[l]++ == 0) {
+          used.push_back(l);
+          left[l] = links_[l].capacity;
+        }
+      }
     }
   }
+  std::sort(used.begin(), used.end());  // ascending: ties below go to the lowest link
   double level = 0;
   std::vector<bool> saturated(links_.size(), false);
   while (!unfrozen.empty()) {
     // 2. The step to the next bottleneck (ties: the lowest link index, for determinism).
     double step = kInf;
     Link bottleneck = 0;
-    for (Link l = 0; l < links_.size(); ++l) {
+    for (const Link l : used) {
       if (unfrozen_on[l] == 0) continue;
       const double share = left[l] / static_cast<double>(unfrozen_on[l]);
       if (share < step) {
@@ -147,14 +159,14 @@ void FluidNetwork::allocate() {
     level += step;
     // 3. Every link gives its unfrozen flows the step; those with nothing left saturate. The
     //    bottleneck saturates by construction, whatever the round-off says.
-    for (Link l = 0; l < links_.size(); ++l) {
+    for (const Link l : used) {
       if (unfrozen_on[l] == 0) continue;
       left[l] -= step * static_cast<double>(unfrozen_on[l]);
       saturated[l] = l == bottleneck || left[l] <= 1e-12 * links_[l].capacity;
     }
     // 4. Flows crossing a saturated link freeze at the level.
-    std::vector<Flow*> still;
-    for (Flow* f : unfrozen) {
+    std::vector<const Flow*> still;
+    for (const Flow* f : unfrozen) {
       const bool blocked =
           std::any_of(f->path.begin(), f->path.end(), [&](Link l) { return saturated[l]; });
       if (blocked) {

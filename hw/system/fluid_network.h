@@ -15,11 +15,13 @@
 // a link to the others (not an equal split of every link). The allocation is unique, so the order
 // in which flows started does not change it.
 //
-// Between two allocations the rates are constant; advance() moves every flow on at its rate and
-// stops it at its last byte. A flow whose bytes are all moved still holds its place until
-// retire_finished() removes it (the caller decides when completions take effect: the ICI fabric
-// does it on whole cycles, as FluidShare's users do). A flow with an empty path (source and
-// destination the same) or no bytes needs no link: it is finished from its start.
+// The allocation is made lazily, once for all the flows that start or retire at one time, before
+// the rates are next needed. Between two allocations the rates are constant; advance() moves every
+// flow on at its rate and stops it at its last byte. The share of a flow whose bytes are all moved
+// goes to the others only once retire_finished() removes it (the caller decides when completions
+// take effect: the ICI fabric does it on whole cycles, as FluidShare's users do). A flow with an
+// empty path (source and destination the same) or no bytes needs no link: it is finished from its
+// start.
 //
 // Deterministic: flows live in an ordered map keyed by a counter; nothing iterates an unordered
 // container.
@@ -43,13 +45,13 @@ class FluidNetwork {
   // Moves every flow on to `now` at its current rate (no-op for times already passed).
   void advance(double now);
   // Starts a flow of `bytes` over `path` (links in order of crossing, each at most once) at
-  // `now`, after advancing to it; re-allocates the rates. Throws std::invalid_argument for a link
-  // out of range or crossed twice.
+  // `now`, after advancing to it; the rates are re-allocated from then. Throws
+  // std::invalid_argument for a link out of range or crossed twice.
   FlowId start(double now, double bytes, std::vector<Link> path);
   // The earliest time a flow moves its last byte if nothing starts or retires (+inf when no
   // flow is active; the time of the last advance when a flow has already finished).
   [[nodiscard]] double next_completion() const;
-  // Removes the flows with no bytes left, in id order, and re-allocates the rates if any left.
+  // Removes the flows with no bytes left, in id order; if any left, the rates are re-allocated.
   std::vector<FlowId> retire_finished();
 
   [[nodiscard]] bool active(FlowId id) const { return flows_.count(id) != 0; }
@@ -69,9 +71,9 @@ class FluidNetwork {
  private:
   struct Flow {
     std::vector<Link> path;
-    double bytes = 0;      // as started
-    double remaining = 0;  // bytes not yet moved
-    double rate = 0;       // bytes per cycle, from the last allocation
+    double bytes = 0;         // as started
+    double remaining = 0;     // bytes not yet moved
+    mutable double rate = 0;  // bytes per cycle, from the last allocation (made on demand)
   };
   struct LinkState {
     double capacity = 0;
@@ -79,12 +81,13 @@ class FluidNetwork {
     double busy_time = 0;
   };
 
-  void allocate();  // the progressive filling above
+  void allocate() const;  // the progressive filling above, if a flow started or retired since
 
   std::vector<LinkState> links_;
   std::map<FlowId, Flow> flows_;  // ordered: deterministic iteration
   double last_ = 0;
   FlowId next_id_ = 0;
+  mutable bool stale_ = false;  // the rates predate a start or a retirement
 };
 
 }  // namespace tpu

@@ -21,7 +21,7 @@
 namespace tpu {
 namespace {
 
-// Shaped like TPU v4's ICI (/work/shared/reference/training-and-systems.md §3: 45 GB/s per link
+// Shaped like TPU v4's ICI (reference/training-and-systems.md §3: 45 GB/s per link
 // one way, about 1 µs per hop) at v4's clock (configs/chips/v4.json: 1050 MHz).
 constexpr double kClockHz = 1050e6;
 constexpr double kLinkBytesPerS = 45e9;
