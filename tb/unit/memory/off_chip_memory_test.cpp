@@ -23,6 +23,7 @@
 #include "hw/config/chip_config.h"
 #include "hw/memory/bandwidth.h"
 #include "hw/memory/sparse_memory.h"
+#include "tb/common/process.h"
 
 namespace tpu {
 namespace {
@@ -94,18 +95,7 @@ class Initiator : public sc_core::sc_module {
 };
 
 // A thread that uses a bandwidth resource directly (as the host interface does).
-class Process : public sc_core::sc_module {
- public:
-  Process(sc_core::sc_module_name name, std::function<void()> body)
-      : sc_core::sc_module(name), body_(std::move(body)) {
-    SC_HAS_PROCESS(Process);
-    SC_THREAD(run);
-  }
-
- private:
-  void run() { body_(); }
-  std::function<void()> body_;
-};
+using test::Process;
 
 // Several initiators into the memory's one target socket (the chip's interconnect, in small):
 // routing adds no time.

@@ -1,0 +1,85 @@
+// IciFabric: the inter-chip interconnect of a TPU system — the directed links of a 1D/2D/3D torus
+// or mesh of chips (hw/system/ici_topology.h: numbering, links, dimension-order routing), each a
+// shared-bandwidth resource, with a latency per hop. docs/systems.md, "The ICI fabric".
+//
+// Contract: transfer() is called from an SC_THREAD and returns when the last byte has arrived:
+//
+//   hops × ⌈hop_latency_ns · f⌉  +  the bytes at the flow's max-min fair rate
+//
+// Cut-through: the hops' latencies add once (the head of the message crossing each router), then
+// the bytes stream over every link of the path at once, at the max-min fair share of the links
+// (hw/system/fluid_network.h) among all transfers streaming at the same time, recomputed when a
+// transfer starts or finishes. Completions land on whole cycles of the chip clock (rounded up).
+// The fabric is event driven: it wakes once per transfer start and once per completion, never
+// per cycle. A transfer to the same chip crosses no link and takes no time; a transfer of no
+// bytes takes the hops' latency.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <systemc>
+#include <vector>
+
+#include "hw/common/clock.h"
+#include "hw/system/fluid_network.h"
+#include "hw/system/ici_topology.h"
+
+namespace tpu {
+
+class IciFabric : public sc_core::sc_module {
+ public:
+  using Link = IciTopology::Link;
+
+  // `link_bytes_per_s` is per link and per direction; `hop_latency_ns` per link crossed.
+  // Throws std::invalid_argument for a bad shape (IciTopology), a bandwidth that is not > 0 or a
+  // latency < 0.
+  IciFabric(sc_core::sc_module_name name, const Clock& clock, std::vector<std::uint32_t> dims,
+            std::vector<bool> wraparound, double link_bytes_per_s, double hop_latency_ns);
+
+  // Moves `bytes` from chip `from` to chip `to` (see the contract above). A chip outside the
+  // system is an SC_REPORT_ERROR.
+  void transfer(std::uint32_t from, std::uint32_t to, std::uint64_t bytes);
+  // The cycles transfer() takes with the fabric to itself: hops × hop latency + ⌈bytes / r⌉
+  // (r = link bytes per cycle), or 0 from a chip to itself.
+  [[nodiscard]] Cycles uncontended_cycles(std::uint32_t from, std::uint32_t to,
+                                          std::uint64_t bytes) const;
+
+  [[nodiscard]] const IciTopology& topology() const { return topology_; }
+  [[nodiscard]] std::uint32_t chip_count() const { return topology_.chip_count(); }
+  [[nodiscard]] std::vector<std::uint32_t> coordinates(std::uint32_t chip) const {
+    return topology_.coordinates(chip);
+  }
+  [[nodiscard]] std::uint32_t chip_at(const std::vector<std::uint32_t>& coords) const {
+    return topology_.chip_at(coords);
+  }
+  [[nodiscard]] std::vector<Link> route(std::uint32_t from, std::uint32_t to) const {
+    return topology_.route(from, to);
+  }
+  [[nodiscard]] Link link_of(std::uint32_t chip, std::uint32_t dim, Direction dir) const {
+    return topology_.link_of(chip, dim, dir);
+  }
+  [[nodiscard]] std::size_t link_count() const { return topology_.link_count(); }
+  [[nodiscard]] const std::string& link_name(Link l) const { return topology_.link_name(l); }
+
+  [[nodiscard]] Cycles hop_latency() const { return hop_latency_; }
+  [[nodiscard]] double link_bytes_per_cycle() const { return link_bytes_per_s_ / clock_.hz(); }
+
+  // Per directed link, for reports: bytes carried so far, and cycles during which at least one
+  // transfer was streaming bytes over it (rounded up to a whole cycle; the latency phase of a
+  // transfer occupies no link). Both are as of the fabric's last event; after the run, exact.
+  [[nodiscard]] std::uint64_t bytes_carried(Link l) const;
+  [[nodiscard]] Cycles busy_cycles(Link l) const;
+
+ private:
+  void reschedule();  // SC_METHOD: retire finished transfers, arm the next completion
+
+  const Clock& clock_;
+  IciTopology topology_;
+  double link_bytes_per_s_;
+  Cycles hop_latency_;
+  FluidNetwork network_;
+  sc_core::sc_event wake_;     // fires at the next completion or when a transfer starts
+  sc_core::sc_event changed_;  // tells waiting transfers that some finished
+};
+
+}  // namespace tpu
