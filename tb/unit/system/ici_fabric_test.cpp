@@ -21,8 +21,8 @@
 namespace tpu {
 namespace {
 
-// Shaped like TPU v4's ICI (reference/training-and-systems.md §3: 45 GB/s per link
-// one way, about 1 µs per hop) at v4's clock (configs/chips/v4.json: 1050 MHz).
+// Shaped like TPU v4's ICI (45 GB/s per link one way, J23 in docs/sources.md; about 1 µs per
+// hop) at v4's clock (configs/chips/v4.json: 1050 MHz).
 constexpr double kClockHz = 1050e6;
 constexpr double kLinkBytesPerS = 45e9;
 constexpr double kHopLatencyNs = 1000;
@@ -200,8 +200,7 @@ TEST(IciFabricRing, BothWaysRoundATorusEveryTransferHasALinkOfItsOwn) {
 // The same on a mesh axis: the two wrap transfers (0 → N−1 over the + links, N−1 → 0 over the −
 // links) share every link of the line with a neighbour transfer. The neighbour transfers stream
 // alone from 1 hop in until the wrap transfers arrive N − 1 hops in, then at r/2; once they are
-// done (t1), the wrap transfers finish alone at r. About twice the torus time for large messages
-// (training-and-systems.md §3: no wraparound roughly doubles most collectives' time).
+// done (t1), the wrap transfers finish alone at r: about twice the torus time for large messages.
 TEST(IciFabricRing, BothWaysRoundAMeshTheWrapTransfersShareEveryLink) {
   Bench b({kRing}, {false});
   std::vector<Send> sends;
