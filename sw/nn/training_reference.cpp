@@ -15,6 +15,7 @@
 #include "numerics/loss.h"
 #include "numerics/optimizer.h"
 #include "sw/ir/ops.h"
+#include "sw/nn/all_reduce.h"
 #include "sw/nn/taps.h"
 
 namespace tpu::nn {
@@ -624,16 +625,29 @@ StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const Tra
                     rec.correct.data() + first);
     }
   }
-  // Replicas add their gradients in replica order; every replica applies the same update.
+  // The replicas' gradients summed as the system sums them (all_reduce.h: each chip's cores in
+  // order, then the chips over the torus), the parameters one after the other; every replica
+  // applies the same update.
+  std::vector<Tensor> flat(plan.replicas);
+  for (std::uint32_t r = 0; r < plan.replicas; ++r)
+    for (const TensorId& p : t.parameters) {
+      const Tensor& grad = replica[r].at({Role::ParameterGradient, p.op, p.param});
+      flat[r].insert(flat[r].end(), grad.begin(), grad.end());
+    }
+  std::uint32_t chips = 1;
+  for (std::uint32_t d : plan.chip_dims) chips *= d;
+  if (plan.replicas % chips != 0)
+    throw std::invalid_argument(fmt::format(
+        "training reference: {} replicas do not split over {} chips", plan.replicas, chips));
+  const Tensor total = all_reduce(flat, plan.replicas / chips, plan.chip_dims);
   ++s.iterations;
+  std::size_t at = 0;
   for (std::size_t k = 0; k < t.parameters.size(); ++k) {
     const TensorId id{Role::ParameterGradient, t.parameters[k].op, t.parameters[k].param};
-    Tensor sum = replica[0].at(id);
-    for (std::uint32_t r = 1; r < plan.replicas; ++r) {
-      const Tensor& more = replica[r].at(id);
-      for (std::size_t e = 0; e < sum.size(); ++e) sum[e] += more[e];
-    }
-    update(opt, s.iterations, tensor_of(s.weights.layers[id.op], id.param), sum, s.m[k], s.v[k]);
+    Tensor& w = tensor_of(s.weights.layers[id.op], id.param);
+    Tensor sum(total.begin() + std::ptrdiff_t(at), total.begin() + std::ptrdiff_t(at + w.size()));
+    at += w.size();
+    update(opt, s.iterations, w, sum, s.m[k], s.v[k]);
     if (gradients) gradients->push_back(std::move(sum));
   }
   return rec;

@@ -25,7 +25,10 @@ struct TrainPlan {
   std::uint32_t micro_batch = 0;  // images of one forward and backward pass; 0: a whole share
   // Per operation (by index): the images of one partial sum of its kernel's gradient, each partial
   // added to the running sum in turn; 0, or no entry: the whole pass.
-  std::vector<std::uint32_t> kernel_chunk;
+  std::vector<std::uint32_t> kernel_chunk{};
+  // The chips the replicas lie on, as the dimensions of their torus (all_reduce.h); empty: one
+  // chip, whose cores are the replicas.
+  std::vector<std::uint32_t> chip_dims{};
 };
 
 enum class OptimizerKind { Sgd, Momentum, Adam };
