@@ -126,12 +126,23 @@ class TrainingCompiler {
  public:
   TrainingCompiler(const ir::Graph& g, const ir::TrainingGraph& t, const nn::Weights& w,
                    const nn::Optimizer& opt, const ChipConfig& cfg, std::uint32_t global_batch,
-                   ActivationHome home)
-      : g_(g), t_(t), w_(w), opt_(opt), cfg_(cfg), global_(global_batch), home_(home) {}
+                   ActivationHome home, std::vector<std::uint32_t> chip_dims)
+      : g_(g),
+        t_(t),
+        w_(w),
+        opt_(opt),
+        cfg_(cfg),
+        global_(global_batch),
+        home_(home),
+        dims_(std::move(chip_dims)) {
+    for (std::uint32_t d : dims_) chips_ *= d;
+  }
 
   TrainingProgram run() {
     check();
-    L_.replicas = cfg_.tensor_cores;
+    L_.cores = cfg_.tensor_cores;
+    L_.chip_dims = dims_;
+    L_.replicas = chips_ * L_.cores;
     L_.share = global_ / L_.replicas;
     L_.tile_rows = cfg_.mxu.rows;
     L_.kernel_chunk.assign(g_.ops.size(), 0);
@@ -168,11 +179,15 @@ class TrainingCompiler {
           fmt::format("{}: {} is an inference chip (int8 MXU): fit trains on the "
                       "bf16 chips (v2, v3, v4)",
                       chip, cfg_.name));
-    if (global_ == 0 || global_ % cfg_.tensor_cores != 0)
+    if (global_ == 0 || global_ % (chips_ * cfg_.tensor_cores) != 0)
       throw InputError(
-          fmt::format("--batch {}: the global batch must split evenly over the {} "
-                      "TensorCores of {}",
-                      global_, cfg_.tensor_cores, cfg_.name));
+          chips_ == 1
+              ? fmt::format("--batch {}: the global batch must split evenly over the {} "
+                            "TensorCores of {}",
+                            global_, cfg_.tensor_cores, cfg_.name)
+              : fmt::format("--batch {}: the global batch must split evenly over the {} "
+                            "TensorCores of {} {} chips",
+                            global_, chips_ * cfg_.tensor_cores, chips_, cfg_.name));
     for (const ir::GradOp& o : t_.ops) {
       if (o.kind != GradKind::ConvInput) continue;
       // Its window (conv_input): dY's channels per window position, the stride as in_dilation.
@@ -253,8 +268,8 @@ class TrainingCompiler {
     grad_bytes_ = total * kF;
     const bool has_m = opt_.kind != nn::OptimizerKind::Sgd;
     const bool has_v = opt_.kind == nn::OptimizerKind::Adam;
-    L_.params.assign(L_.replicas, {});
-    for (std::uint32_t r = 0; r < L_.replicas; ++r) {
+    L_.params.assign(L_.cores, {});
+    for (std::uint32_t r = 0; r < L_.cores; ++r) {
       for (const TensorId& p : t_.parameters) {
         TrainingLayout::Home h;
         h.elements = elements(p);
@@ -276,6 +291,13 @@ class TrainingCompiler {
     for (const TensorId& p : t_.parameters) {
       slot_offset_.push_back(off);
       off += elements(p) * kF;
+    }
+    if (chips_ > 1) {
+      // The chip's sums, reduced in place over the chips; a landing area per reduce-scatter
+      // stage, at the sums' offsets (docs/systems.md, "All-reduce").
+      L_.all_reduce = mem_take(grad_bytes_);
+      for (std::uint32_t d : dims_)
+        landing_.push_back(d > 1 ? mem_take(grad_bytes_) : 0);
     }
     check_memory();
   }
@@ -474,7 +496,7 @@ class TrainingCompiler {
   // Off-chip homes: per replica its bf16 kernels and the pass's tensors, each tensor from its
   // first writer to its last reader (the forward in order, then the backward), first-fit.
   void plan_off_chip() {
-    for (std::uint32_t r = 0; r < L_.replicas; ++r) {
+    for (std::uint32_t r = 0; r < L_.cores; ++r) {
       std::map<std::size_t, std::uint64_t> kernels;
       for (const TensorId& p : t_.parameters)
         if (p.param == ir::Param::Kernel) kernels[p.op] = mem_take(elements(p) * kE);
@@ -556,7 +578,7 @@ class TrainingCompiler {
       for (const Tensor& t : ends[pos]) arena.release(at.at(t), bytes_of(t) * L_.share);
     }
     L_.activation_bytes = arena.high();
-    for (std::uint32_t r = 0; r < L_.replicas; ++r) {
+    for (std::uint32_t r = 0; r < L_.cores; ++r) {
       const std::uint64_t base = mem_take(arena.high());
       std::map<Tensor, std::uint64_t> homes;
       for (const auto& [t, l] : life) homes[t] = base + at.at(root(t));
@@ -1082,8 +1104,11 @@ class TrainingCompiler {
     throw std::logic_error("training lowering: a parameter it does not train");
   }
 
-  void reset_core(std::uint32_t core) {
-    core_ = core;
+  // Replica r's program: core r % cores of chip r / cores.
+  void reset_core(std::uint32_t replica) {
+    replica_ = replica;
+    core_ = replica % L_.cores;
+    chip_ = replica / L_.cores;
     tag_ = std::numeric_limits<std::uint32_t>::max();
     next_mxu_ = 0;
     half_ = 0;
@@ -1098,7 +1123,7 @@ class TrainingCompiler {
     for (std::size_t k = 0; k < t_.parameters.size(); ++k)
       if (grad_ub_[k] != kNone) zero_fill(out, grad_ub_[k], elements(t_.parameters[k]));
     first_partial_.clear();
-    emit_passes(out, core, true);
+    emit_passes(out, replica_, true);
     emit_exchange_and_update(out);
     out.push_back(isa::Halt{});
     return out;
@@ -1107,13 +1132,13 @@ class TrainingCompiler {
   Code emit_evaluate(std::uint32_t core) {
     Code out;
     reset_core(core);
-    emit_passes(out, core, false);
+    emit_passes(out, replica_, false);
     out.push_back(isa::Halt{});
     return out;
   }
 
-  void emit_passes(Code& out, std::uint32_t core, bool train) {
-    const std::uint64_t first = std::uint64_t{core} * L_.share;
+  void emit_passes(Code& out, std::uint32_t replica, bool train) {
+    const std::uint64_t first = std::uint64_t{replica} * L_.share;
     for (std::uint64_t s = 0; s < L_.share; s += L_.micro_batch) {
       const auto n =
           static_cast<std::uint32_t>(std::min<std::uint64_t>(L_.micro_batch, L_.share - s));
@@ -1784,16 +1809,22 @@ class TrainingCompiler {
   // then, per parameter and piece, the slots added in replica order (its own included, so every
   // replica holds ((g0 + g1) + g2) + ... bit for bit) and the optimizer's step on the replica's
   // master weights with that sum; a last barrier keeps a fast replica from overwriting its slot
-  // in the next step while another still reads it.
+  // in the next step while another still reads it. With several chips, each core first sums its
+  // part of the gradient over the chip's cores and all-reduces it over the chips (below); the
+  // update then reads the total.
   void emit_exchange_and_update(Code& out) {
     tag(out, exchange_tag());
-    const bool exchange = L_.replicas > 1;
-    if (exchange) {
+    const bool cores = L_.cores > 1, chips = chips_ > 1;
+    if (cores || chips) {
       for (std::size_t k = 0; k < t_.parameters.size(); ++k)
         if (grad_ub_[k] != kNone)
           write_mem(out, grad_ub_[k], L_.exchange[core_] + slot_offset_[k],
                     elements(t_.parameters[k]) * kF);
-      out.push_back(isa::Sync{true});
+      if (cores) out.push_back(isa::Sync{true});
+    }
+    if (chips) {
+      emit_all_reduce(out);
+      if (cores) out.push_back(isa::Sync{true});
     }
     const std::uint64_t g = stage_ub_[0], w = stage_ub_[1], m = stage_ub_[2], v = stage_ub_[3];
     for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
@@ -1801,12 +1832,15 @@ class TrainingCompiler {
       for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
         const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
         const std::uint64_t bytes = n * kF, at = slot_offset_[k] + e0 * kF;
-        // The step's gradient of these elements: the replicas' sum, or the replica's own.
+        // The step's gradient of these elements: the chips' total, the replicas' sum, or the
+        // replica's own.
         std::uint64_t grad = g;
         tag(out, exchange_tag());
-        if (exchange) {
+        if (chips) {
+          read_mem(out, L_.all_reduce + at, g, bytes);
+        } else if (cores) {
           read_mem(out, L_.exchange[0] + at, g, bytes);
-          for (std::uint32_t r = 1; r < L_.replicas; ++r) {
+          for (std::uint32_t r = 1; r < L_.cores; ++r) {
             read_mem(out, L_.exchange[r] + at, w, bytes);
             eltwise(out, isa::EltOp::Add, g, w, g, n);
           }
@@ -1837,9 +1871,141 @@ class TrainingCompiler {
         refresh_from_stage(out, k, e0, n, w, g);
       }
     }
-    if (exchange) {
+    if (cores) {
       tag(out, exchange_tag());
       out.push_back(isa::Sync{true});
+    }
+  }
+
+  // Elements [begin, end) of the flat gradient (every parameter's sums, one after the other).
+  struct Span {
+    std::uint64_t begin = 0, end = 0;
+  };
+  static Span chunk(Span r, std::uint64_t j, std::uint64_t n) {
+    const std::uint64_t len = r.end - r.begin;
+    return {r.begin + j * len / n, r.begin + (j + 1) * len / n};
+  }
+  static Span half(Span c, int which) {
+    const std::uint64_t mid = c.begin + (c.end - c.begin) / 2;
+    return which == 0 ? Span{c.begin, mid} : Span{mid, c.end};
+  }
+  // The chip at coordinate `at` along dimension d, the others this chip's.
+  std::uint32_t chip_along(std::size_t d, std::uint32_t at) const {
+    std::vector<std::uint32_t> c = coordinates(chip_);
+    c[d] = at;
+    std::uint32_t chip = 0;
+    for (std::size_t k = 0; k < dims_.size(); ++k) chip = chip * dims_[k] + c[k];
+    return chip;
+  }
+  // Row-major over the dimensions, the first the slowest.
+  std::vector<std::uint32_t> coordinates(std::uint32_t chip) const {
+    std::vector<std::uint32_t> c(dims_.size());
+    for (std::size_t d = dims_.size(); d-- > 0;) {
+      c[d] = chip % dims_[d];
+      chip /= dims_[d];
+    }
+    return c;
+  }
+
+  // The all-reduce over the chips (docs/systems.md, "All-reduce"; the reference's
+  // sw/nn/all_reduce.h): this core's part of the gradient, summed over the chip's cores into the
+  // all-reduce area, then a reduce-scatter along each dimension of more than one chip (each
+  // chunk's first half around the + ring, its second half around the - ring, every member
+  // adding its value to the partial it received), then an all-gather along them in reverse.
+  // ici_write pieces of the staging buffer's size; the receiver waits for each piece on a
+  // semaphore of its own per core, stage and direction.
+  void emit_all_reduce(Code& out) {
+    const std::uint64_t total = grad_bytes_ / kF;
+    const Span part = chunk({0, total}, core_, L_.cores);
+    const std::uint64_t g = stage_ub_[0], w = stage_ub_[1];
+    // 1. The chip's sum of the part: its cores' slots in core order.
+    for (std::uint64_t e0 = part.begin; e0 < part.end; e0 += stage_elems_) {
+      const std::uint64_t bytes = std::min(stage_elems_, part.end - e0) * kF;
+      read_mem(out, L_.exchange[0] + e0 * kF, g, bytes);
+      for (std::uint32_t r = 1; r < L_.cores; ++r) {
+        read_mem(out, L_.exchange[r] + e0 * kF, w, bytes);
+        eltwise(out, isa::EltOp::Add, g, w, g, bytes / kF);
+      }
+      write_mem(out, g, L_.all_reduce + e0 * kF, bytes);
+    }
+    // 2. The rings.
+    std::size_t dims_used = 0;
+    for (std::uint32_t d : dims_) dims_used += d > 1 ? 1 : 0;
+    if (std::uint64_t{L_.cores} * 4 * dims_used > isa::kIciSemaphores)
+      fail(fmt::format("an all-reduce over {} dimensions by {} cores needs {} of a chip's {} ICI "
+                       "semaphores",
+                       dims_used, L_.cores, L_.cores * 4 * dims_used, isa::kIciSemaphores));
+    const auto sem = [&](std::size_t stage, int kind) {
+      return static_cast<std::uint8_t>((core_ * dims_used + stage) * 4 + kind);
+    };
+    const auto pieces = [&](const Span& s) { return ceil_div(s.end - s.begin, stage_elems_); };
+    // Sends a span of the all-reduce area to `chip`, landing at `base` + its offset there.
+    const auto send = [&](const Span& s, std::uint32_t chip, std::uint64_t base, std::uint8_t sm) {
+      for (std::uint64_t e0 = s.begin; e0 < s.end; e0 += stage_elems_) {
+        const std::uint64_t bytes = std::min(stage_elems_, s.end - e0) * kF;
+        read_mem(out, L_.all_reduce + e0 * kF, stage_ub_[0], bytes);
+        out.push_back(isa::IciWrite{ub(stage_ub_[0]), MemAddr(base + e0 * kF),
+                                    static_cast<std::uint32_t>(bytes), chip, sm});
+      }
+    };
+    // Adds each arriving piece of a span (at `landing`) to this chip's value: partial + own.
+    const auto receive_add = [&](const Span& s, std::uint64_t landing, std::uint8_t sm) {
+      for (std::uint64_t e0 = s.begin; e0 < s.end; e0 += stage_elems_) {
+        const std::uint64_t n = std::min(stage_elems_, s.end - e0);
+        out.push_back(isa::IciWait{sm, 1});
+        read_mem(out, landing + e0 * kF, stage_ub_[1], n * kF);
+        read_mem(out, L_.all_reduce + e0 * kF, stage_ub_[2], n * kF);
+        eltwise(out, isa::EltOp::Add, stage_ub_[1], stage_ub_[2], stage_ub_[2], n);
+        write_mem(out, stage_ub_[2], L_.all_reduce + e0 * kF, n * kF);
+      }
+    };
+    const std::vector<std::uint32_t> at = coordinates(chip_);
+    struct Stage {
+      std::size_t d;
+      Span region;
+    };
+    std::vector<Stage> stages;
+    Span region = part;
+    for (std::size_t d = 0; d < dims_.size(); ++d) {
+      const std::uint32_t n = dims_[d];
+      if (n == 1) continue;
+      const std::size_t st = stages.size();
+      const std::uint32_t m = at[d];
+      const std::uint32_t next = chip_along(d, (m + 1) % n), prev = chip_along(d, (m + n - 1) % n);
+      const auto ring = [&](std::int64_t j) {
+        return static_cast<std::uint32_t>(((j % n) + n) % n);
+      };
+      for (std::uint32_t s = 0; s + 1 < n; ++s) {
+        send(half(chunk(region, ring(std::int64_t{m} - s - 1), n), 0), next, landing_[d],
+             sem(st, 0));
+        send(half(chunk(region, ring(std::int64_t{m} + s + 1), n), 1), prev, landing_[d],
+             sem(st, 1));
+        receive_add(half(chunk(region, ring(std::int64_t{m} - s - 2), n), 0), landing_[d],
+                    sem(st, 0));
+        receive_add(half(chunk(region, ring(std::int64_t{m} + s + 2), n), 1), landing_[d],
+                    sem(st, 1));
+      }
+      stages.push_back({d, region});
+      region = chunk(region, m, n);
+    }
+    for (std::size_t k = stages.size(); k-- > 0;) {
+      const std::size_t d = stages[k].d;
+      const Span r = stages[k].region;
+      const std::uint32_t n = dims_[d], m = at[d];
+      const std::uint32_t next = chip_along(d, (m + 1) % n), prev = chip_along(d, (m + n - 1) % n);
+      const auto ring = [&](std::int64_t j) {
+        return static_cast<std::uint32_t>(((j % n) + n) % n);
+      };
+      for (std::uint32_t s = 0; s + 1 < n; ++s) {
+        send(half(chunk(r, ring(std::int64_t{m} - s), n), 0), next, L_.all_reduce, sem(k, 2));
+        send(half(chunk(r, ring(std::int64_t{m} + s), n), 1), prev, L_.all_reduce, sem(k, 3));
+        const auto wait = [&](const Span& sp, std::uint8_t sm) {
+          if (const std::uint64_t p = pieces(sp))
+            out.push_back(isa::IciWait{sm, static_cast<std::uint32_t>(p)});
+        };
+        wait(half(chunk(r, ring(std::int64_t{m} - s - 1), n), 0), sem(k, 2));
+        wait(half(chunk(r, ring(std::int64_t{m} + s + 1), n), 1), sem(k, 3));
+      }
     }
   }
 
@@ -1852,6 +2018,9 @@ class TrainingCompiler {
   const ChipConfig& cfg_;
   const std::uint32_t global_;
   const ActivationHome home_;
+  const std::vector<std::uint32_t> dims_;  // the chips' torus; empty: one chip
+  std::uint32_t chips_ = 1;
+  std::vector<std::uint64_t> landing_;  // per dimension: its reduce-scatter's landing area
   TrainingLayout L_;
   TrainingProgram P_;
   std::string resident_failure_;
@@ -1877,7 +2046,7 @@ class TrainingCompiler {
   std::vector<std::map<Tensor, std::uint64_t>> home_mem_;
 
   // While a program is emitted.
-  std::uint32_t core_ = 0, tag_ = 0, next_mxu_ = 0, half_ = 0;
+  std::uint32_t replica_ = 0, core_ = 0, chip_ = 0, tag_ = 0, next_mxu_ = 0, half_ = 0;
   bool train_ = true, last_pass_ = false;
   std::vector<std::uint32_t> parity_;
   std::set<std::pair<Tensor, DType>> ready_;  // copies made in this pass
@@ -1894,8 +2063,8 @@ class TrainingCompiler {
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
-                                 ActivationHome home) {
-  return TrainingCompiler(g, t, w, opt, cfg, global_batch, home).run();
+                                 ActivationHome home, const std::vector<std::uint32_t>& chip_dims) {
+  return TrainingCompiler(g, t, w, opt, cfg, global_batch, home, chip_dims).run();
 }
 
 }  // namespace tpu::compiler

@@ -29,7 +29,9 @@ enum class ActivationHome { kAuto, kUnifiedBuffer, kOffChip };
 
 // Where a step's data lives.
 struct TrainingLayout {
-  std::uint32_t replicas = 1;     // TensorCores
+  std::uint32_t replicas = 1;     // TensorCores of every chip: chips x cores
+  std::uint32_t cores = 1;        // TensorCores per chip; replica r is core r % cores of chip r / cores
+  std::vector<std::uint32_t> chip_dims;  // the chips' torus (row-major, the first the slowest)
   std::uint32_t share = 0;        // images per replica per step
   std::uint32_t micro_batch = 0;  // images per forward and backward pass
   std::uint32_t tile_rows = 0;    // mxu.rows
@@ -44,22 +46,26 @@ struct TrainingLayout {
   // each image's {loss, correct} (2 x fp32) at records_addr + 8 * image.
   std::uint64_t images_addr = 0, labels_addr = 0, optimizer_addr = 0, records_addr = 0;
   std::uint64_t image_bytes = 0, optimizer_bytes = 0, host_bytes = 0;
-  // Off-chip memory: per replica, per trainable parameter (TrainingGraph::parameters order), its
-  // fp32 master values and optimizer slots; per replica, its gradient sums for the exchange (with
-  // off_chip, a kernel's running sum during the step too).
+  // Off-chip memory, the same addresses on every chip: per core of the chip, per trainable
+  // parameter (TrainingGraph::parameters order), its replica's fp32 master values and optimizer
+  // slots; per core, its gradient sums for the exchange (with off_chip, a kernel's running sum
+  // during the step too).
   struct Home {
     std::uint64_t w = 0, m = 0, v = 0;  // m, v unused (0) when the optimizer has no such slot
     std::uint64_t elements = 0;
   };
-  std::vector<std::vector<Home>> params;  // [replica][parameter]
-  std::vector<std::uint64_t> exchange;    // [replica]: its gradient sums, parameters in order
+  std::vector<std::vector<Home>> params;  // [core][parameter]
+  std::vector<std::uint64_t> exchange;    // [core]: its gradient sums, parameters in order
+  std::uint64_t all_reduce = 0;           // several chips: the chip's sums, then the total
   [[nodiscard]] nn::TrainPlan plan() const {
-    return {tile_rows, replicas, micro_batch, kernel_chunk};
+    return {tile_rows, replicas, micro_batch, kernel_chunk, chip_dims};
   }
+  [[nodiscard]] std::uint32_t chips() const { return replicas / cores; }
 };
 
 struct TrainingProgram {
   TrainingLayout layout;
+  // Programs have a core per replica (chip-major); every chip's memory image is the same.
   // Once, before the first step: the memory image (every replica's master weights, zeroed
   // optimizer state) and a program that prepares the first step's bf16 kernels.
   Program setup;
@@ -74,6 +80,7 @@ struct TrainingProgram {
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
-                                 ActivationHome home = ActivationHome::kAuto);
+                                 ActivationHome home = ActivationHome::kAuto,
+                                 const std::vector<std::uint32_t>& chip_dims = {});
 
 }  // namespace tpu::compiler
