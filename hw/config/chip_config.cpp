@@ -1,21 +1,10 @@
 #include "hw/config/chip_config.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 
-#include <cerrno>
-#include <cmath>
-#include <filesystem>
-#include <limits>
-#include <set>
-#include <vector>
-
-#include "hw/common/error.h"
-#include "hw/common/input_file.h"
-#include "hw/common/json_text.h"
+#include "hw/config/json_reader.h"
 
 namespace tpu {
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string_view name_of(MemoryKind k) {
@@ -29,252 +18,11 @@ std::string_view name_of(MemoryKind k) {
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Includes. An object's "include" names a file whose object is the starting point; the object's
-// own keys override it (objects merge recursively). `Origins` remembers, per JSON pointer of the
-// merged document, which file wrote it, so errors name the file the user must edit.
-
-constexpr int kMaxIncludeDepth = 16;
-using Origins = std::map<std::string, std::string>;
-
-std::string escape_key(const std::string& k) {
-  std::string out;
-  for (char c : k) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
-
-void erase_below(Origins& o, const std::string& ptr) {
-  const std::string prefix = ptr + "/";
-  for (auto it = o.lower_bound(prefix); it != o.end() && it->first.rfind(prefix, 0) == 0;)
-    it = o.erase(it);
-}
-
-json parse_file(const fs::path& file) {
-  std::string text;
-  try {
-    text = read_input_file(file.string(), "chip config", kMaxConfigBytes);
-  } catch (const InputError& e) {
-    throw ConfigError(e.what());
-  }
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    throw ConfigError(fmt::format("{}: file is empty (expected a JSON object)", file.string()));
-  try {
-    return parse_json_text(text, file.string());
-  } catch (const InputError& e) {
-    throw ConfigError(e.what());
-  }
-}
-
-// Where a file's includes are looked up: beside the file itself, so a symlink to a config (or
-// to its folder) finds the includes the config's author put beside it. Follows symlinks as
-// the kernel does; a path it cannot resolve keeps its own folder (the read reports the error).
-fs::path include_dir(const fs::path& file) {
-  std::error_code ec;
-  const fs::path real = fs::canonical(file, ec);
-  return (ec ? file : real).parent_path();
-}
-
-json resolve(const json& node, const fs::path& file, const std::string& ptr, Origins& origins,
-             std::vector<fs::path>& stack);
-
-json load_resolved(const fs::path& file, const std::string& ptr, Origins& origins,
-                   std::vector<fs::path>& stack) {
-  std::error_code ec;
-  const fs::path canon = fs::weakly_canonical(file, ec);
-  if (stack.size() >= kMaxIncludeDepth)
-    throw ConfigError(fmt::format("{}: includes nested deeper than {} (the chain starts at {})",
-                                  file.string(), kMaxIncludeDepth, stack.front().string()));
-  stack.push_back(canon);
-  json doc = resolve(parse_file(file), file, ptr, origins, stack);
-  stack.pop_back();
-  return doc;
-}
-
-void merge_into(json& base, const json& overlay) {
-  for (auto it = overlay.begin(); it != overlay.end(); ++it) {
-    if (base.contains(it.key()) && base[it.key()].is_object() && it.value().is_object())
-      merge_into(base[it.key()], it.value());
-    else
-      base[it.key()] = it.value();
-  }
-}
-
-json resolve(const json& node, const fs::path& file, const std::string& ptr, Origins& origins,
-             std::vector<fs::path>& stack) {
-  origins[ptr] = file.string();
-  if (!node.is_object()) {
-    erase_below(origins, ptr);
-    return node;
-  }
-  json out = json::object();
-  if (auto inc = node.find("include"); inc != node.end()) {
-    if (!inc->is_string() || inc->get<std::string>().empty())
-      throw ConfigError(fmt::format("{}: {}/include = {} (must be a file name, relative to {})",
-                                    file.string(), ptr, inc->dump(), include_dir(file).string()));
-    const fs::path target = include_dir(file) / inc->get<std::string>();
-    // Checked here, not in load_resolved, so the message names the including file, the pointer
-    // and the value the user wrote.
-    struct stat st {};
-    if (::stat(target.c_str(), &st) != 0)
-      throw ConfigError(fmt::format("{}: {}/include = {} ({}: {})", file.string(), ptr, inc->dump(),
-                                    target.string(), path_error_reason(errno)));
-    if (!S_ISREG(st.st_mode))
-      throw ConfigError(fmt::format("{}: {}/include = {} ({} is {})", file.string(), ptr,
-                                    inc->dump(), target.string(), file_kind(st.st_mode)));
-    std::error_code ec;
-    const fs::path canon = fs::weakly_canonical(target, ec);
-    for (const auto& f : stack)
-      if (f == canon)
-        throw ConfigError(fmt::format("{}: {}/include = {} (include cycle back to {})",
-                                      file.string(), ptr, inc->dump(), target.string()));
-    out = load_resolved(target, ptr, origins, stack);
-    // The object itself belongs to the including file: a key missing from it is for that file's
-    // author to add (the included file may be a deliberately partial fragment).
-    origins[ptr] = file.string();
-    if (!out.is_object())
-      throw ConfigError(fmt::format("{}: must hold a JSON object to be included at {} by {}",
-                                    target.string(), ptr.empty() ? "/" : ptr, file.string()));
-  }
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    if (it.key() == "include") continue;
-    const std::string child = ptr + "/" + escape_key(it.key());
-    json v = resolve(it.value(), file, child, origins, stack);
-    if (out.contains(it.key()) && out[it.key()].is_object() && v.is_object())
-      merge_into(out[it.key()], v);
-    else
-      out[it.key()] = std::move(v);
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Validation. Every error reads "<file>: <json pointer> = <value> (<what is allowed>)".
-
-struct Context {
-  std::string top;  // the file the user named
-  const Origins* origins = nullptr;
-
-  [[nodiscard]] std::string file_of(const std::string& ptr) const {
-    if (origins) {
-      std::string p = ptr;
-      while (true) {
-        if (auto it = origins->find(p); it != origins->end()) return it->second;
-        if (p.empty()) break;
-        p = p.substr(0, p.rfind('/'));
-      }
-    }
-    return top;
-  }
-  [[noreturn]] void fail(const std::string& ptr, const std::string& msg) const {
-    throw ConfigError(fmt::format("{}: {} {}", file_of(ptr), ptr.empty() ? "/" : ptr, msg));
-  }
-  [[noreturn]] void bad(const std::string& ptr, const json& v, const std::string& rule) const {
-    std::string shown = v.dump();
-    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-    fail(ptr, fmt::format("= {} ({})", shown, rule));
-  }
-};
-
-class ObjectReader {
- public:
-  ObjectReader(const json& j, std::string ptr, const Context& ctx)
-      : j_(j), ptr_(std::move(ptr)), ctx_(ctx) {
-    if (!j_.is_object()) ctx_.bad(ptr_, j_, "must be a JSON object");
-  }
-
-  [[nodiscard]] std::string at(const std::string& key) const {
-    return ptr_ + "/" + escape_key(key);
-  }
-
-  const json& need(const std::string& key, const std::string& rule) {
-    used_.insert(key);
-    auto it = j_.find(key);
-    if (it == j_.end()) ctx_.fail(at(key), fmt::format("is missing ({})", rule));
-    return *it;
-  }
-  [[nodiscard]] bool has(const std::string& key) const { return j_.contains(key); }
-
-  std::uint64_t integer(const std::string& key, std::uint64_t min, std::uint64_t max) {
-    const std::string rule = max == std::numeric_limits<std::uint64_t>::max()
-                                 ? fmt::format("must be an integer >= {}", min)
-                                 : fmt::format("must be an integer in [{}, {}]", min, max);
-    const json& v = need(key, rule);
-    if (!v.is_number_integer()) ctx_.bad(at(key), v, rule);
-    if (v.is_number_unsigned()) {
-      const auto u = v.get<std::uint64_t>();
-      if (u < min || u > max) ctx_.bad(at(key), v, rule);
-      return u;
-    }
-    const auto s = v.get<std::int64_t>();
-    if (s < 0 || static_cast<std::uint64_t>(s) < min || static_cast<std::uint64_t>(s) > max)
-      ctx_.bad(at(key), v, rule);
-    return static_cast<std::uint64_t>(s);
-  }
-  std::uint32_t u32(const std::string& key, std::uint32_t min, std::uint32_t max) {
-    return static_cast<std::uint32_t>(integer(key, min, max));
-  }
-
-  // A finite number; `strict` excludes `min` itself.
-  double number(const std::string& key, double min, bool strict, double max) {
-    const std::string rule = fmt::format("must be a number {} {}{}", strict ? ">" : ">=", min,
-                                         std::isinf(max) ? "" : fmt::format(" and <= {}", max));
-    const json& v = need(key, rule);
-    if (!v.is_number()) ctx_.bad(at(key), v, rule);
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || d < min || (strict && d == min) || d > max) ctx_.bad(at(key), v, rule);
-    return d;
-  }
-  std::string string(const std::string& key) {
-    const json& v = need(key, "must be a non-empty string");
-    if (!v.is_string() || v.get<std::string>().empty())
-      ctx_.bad(at(key), v, "must be a non-empty string");
-    return v.get<std::string>();
-  }
-
-  template <class E>
-  E choice(const std::string& key, const std::vector<std::pair<std::string, E>>& allowed) {
-    std::string names;
-    for (const auto& [n, e] : allowed) names += (names.empty() ? "" : ", ") + ("\"" + n + "\"");
-    const std::string rule = "must be one of " + names;
-    const json& v = need(key, rule);
-    if (v.is_string())
-      for (const auto& [n, e] : allowed)
-        if (v.get<std::string>() == n) return e;
-    ctx_.bad(at(key), v, rule);
-  }
-
-  ObjectReader object(const std::string& key) {
-    const json& v = need(key, "must be a JSON object");
-    return ObjectReader(v, at(key), ctx_);
-  }
-
-  // Every key must have been read: a typo must never fall back to a default.
-  void finish(std::initializer_list<const char*> optional = {}) {
-    for (const char* k : optional) used_.insert(k);
-    for (auto it = j_.begin(); it != j_.end(); ++it) {
-      if (used_.count(it.key())) continue;
-      std::string allowed;
-      for (const auto& k : used_) allowed += (allowed.empty() ? "" : ", ") + k;
-      ctx_.fail(at(it.key()), fmt::format("is not a known key (allowed here: {})", allowed));
-    }
-  }
-
-  [[nodiscard]] const std::string& pointer() const { return ptr_; }
-  [[nodiscard]] const json& raw() const { return j_; }
-
- private:
-  const json& j_;
-  std::string ptr_;
-  const Context& ctx_;
-  std::set<std::string> used_;
-};
+using config_reader::Context;
+using config_reader::kMaxBandwidthGbps;
+using config_reader::kMaxLatencyNs;
+using config_reader::kMinBandwidthGbps;
+using config_reader::ObjectReader;
 
 // Limits that keep the model's host memory and integer arithmetic sane; each has its reason.
 constexpr std::uint32_t kMaxCores = 64;  // cores are SystemC threads; more is no TPU
@@ -287,39 +35,11 @@ constexpr double kMaxClockMhz = 4000;  // Clock: cycle<->ps round trip is exact 
 // Below 1 MHz a cycle is longer than a microsecond: no accelerator, and SystemC's 64-bit
 // picosecond clock would run out after 2^64 ps / 1e6 ps per cycle = 1.8e13 cycles.
 constexpr double kMinClockMhz = 1;
-// Bandwidths from 1 MB/s (slower than any link a TPU has used) to 1 PB/s (about 300 times the
-// fastest HBM): the fluid-sharing model needs a transfer of one byte to take a representable
-// number of cycles, and absurd values (1e300, a typo's 2^63) are refused, not simulated.
-constexpr double kMinBandwidthGbps = 1e-3;
-constexpr double kMaxBandwidthGbps = 1e6;
-// Latencies up to a second: a million times DRAM's, ten thousand times a USB round trip.
-constexpr double kMaxLatencyNs = 1e9;
+// Bandwidths and latencies: config_reader's limits, shared with the ICI of system configs.
 // Energies per action up to a microjoule (DRAM is about 10^2 pJ/byte, a 45 nm fp32 multiply
 // 3.7 pJ) and idle power up to a megawatt (a TPU v4 pod draws about that).
 constexpr double kMaxActionPj = 1e6;
 constexpr double kMaxIdleW = 1e6;
-
-void check_sources(const json& doc, const json& sources, const Context& ctx) {
-  if (!sources.is_object())
-    ctx.bad("/sources", sources, "must be an object of JSON pointer -> citation");
-  for (auto it = sources.begin(); it != sources.end(); ++it) {
-    const std::string at = "/sources/" + escape_key(it.key());
-    if (!it.value().is_string() || it.value().get<std::string>().empty())
-      ctx.bad(at, it.value(), "must be a non-empty citation string");
-    bool names_field = false;
-    try {
-      names_field = !it.key().empty() && it.key()[0] == '/' &&
-                    doc.contains(json::json_pointer(it.key())) &&
-                    it.key().rfind("/sources", 0) != 0;
-    } catch (const json::exception&) {
-      names_field = false;
-    }
-    if (!names_field)
-      ctx.fail(at, fmt::format("= {} names no field of this config (keys of /sources are JSON "
-                               "pointers such as \"/clock_mhz\")",
-                               json(it.key()).dump()));
-  }
-}
 
 ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
   ChipConfig c;
@@ -424,11 +144,8 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
     en.idle_w = e.number("idle_w", 0, false, kMaxIdleW);
     e.finish();
   }
-  if (top.has("sources")) {
-    check_sources(doc, doc["sources"], ctx);
-    for (auto it = doc["sources"].begin(); it != doc["sources"].end(); ++it)
-      c.sources[it.key()] = it.value().get<std::string>();
-  }
+  if (top.has("sources"))
+    c.sources = config_reader::read_sources(doc, doc["sources"], ctx, "/clock_mhz");
   top.finish({"sources", "description"});
   if (doc.contains("description") && !doc["description"].is_string())
     ctx.bad("/description", doc["description"], "must be a string");
@@ -444,15 +161,13 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
 }  // namespace
 
 json load_json_with_includes(const std::string& path) {
-  Origins origins;
-  std::vector<fs::path> stack;
-  return load_resolved(path, "", origins, stack);
+  config_reader::Origins origins;
+  return config_reader::load_with_includes(path, "chip config", origins);
 }
 
 ChipConfig load_chip_config(const std::string& path) {
-  Origins origins;
-  std::vector<fs::path> stack;
-  const json doc = load_resolved(path, "", origins, stack);
+  config_reader::Origins origins;
+  const json doc = config_reader::load_with_includes(path, "chip config", origins);
   return parse_chip_config_impl(doc, Context{path, &origins});
 }
 

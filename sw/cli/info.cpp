@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 namespace tpu::cli {
 namespace {
 
@@ -10,6 +14,20 @@ std::string bytes_text(double b) {
   int u = 0;
   while (b >= 1024 && u < 4) b /= 1024, ++u;
   return fmt::format("{:.{}f} {}", b, u == 0 ? 0 : 1, units[u]);
+}
+
+// 340e12 -> "340.0 T", 1.1e15 -> "1.11 P": three significant digits, a decimal prefix.
+std::string decimal_text(double v) {
+  const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
+  int p = 0;
+  while (v >= 1000 && p < 6) v /= 1000, ++p;
+  return fmt::format("{:.{}f} {}", v, v >= 100 ? 1 : 2, prefixes[p]);
+}
+
+std::string joined(const std::vector<std::uint32_t>& v, const char* sep) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += fmt::format("{}{}", i ? sep : "", v[i]);
+  return s;
 }
 
 }  // namespace
@@ -53,6 +71,38 @@ std::string describe(const ChipConfig& c) {
       e.off_chip_pj_per_byte, e.host_link_pj_per_byte, e.scale_from_45nm);
   s += fmt::format("idle power      {:g} W\n", e.idle_w);
   return s;
+}
+
+std::string describe(const SystemConfig& s) {
+  const auto& ici = s.ici;
+  const char* ops = is_float(s.chip.mxu.input_type) ? "FLOPS" : "OPS";
+  std::string wraps;
+  for (std::size_t d = 0; d < ici.wraparound.size(); ++d)
+    wraps += fmt::format("{}{}", d ? ", " : "", ici.wraparound[d] ? "yes" : "no");
+  std::string t;
+  t += fmt::format("system          {}  ({})\n", s.name, s.file);
+  t += fmt::format("chips           {} = {} of {}, {} TensorCores\n", s.chips(),
+                   joined(ici.dims, " x "), s.chip.name, s.tensor_cores());
+  t += fmt::format("hosts           {}, each driving up to {} chip(s)\n", s.hosts(),
+                   s.chips_per_host);
+  t += fmt::format("topology        {}D, dims {}, wraparound per axis: {}\n", ici.dims.size(),
+                   joined(ici.dims, " x "), wraps);
+  t += fmt::format(
+      "ici             {} links per chip ({} in use), {} links in all, {:g} GB/s per "
+      "link per direction, {:g} ns per hop\n",
+      ici.links_per_chip, s.links_in_use(), s.links(), ici.bandwidth_gbps, ici.latency_ns);
+  t += fmt::format("peak            {} x {}{} = {}{}\n", s.chips(),
+                   decimal_text(s.chip.peak_ops_per_s()), ops, decimal_text(s.peak_ops_per_s()),
+                   ops);
+  t += fmt::format(
+      "all-reduce      {}B/s (sum over chips of one-way injection: 2 x {} links x "
+      "{:g} GB/s)\n",
+      decimal_text(s.all_reduce_bytes_per_s()), s.links(), ici.bandwidth_gbps);
+  t += fmt::format("bisection       {}B/s (one way, the cheapest cut that halves an axis)\n",
+                   decimal_text(s.bisection_bytes_per_s()));
+  t += "\n";
+  t += describe(s.chip);
+  return t;
 }
 
 }  // namespace tpu::cli

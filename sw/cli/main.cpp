@@ -11,6 +11,7 @@
 #include "hw/common/error.h"
 #include "hw/common/input_file.h"
 #include "hw/config/chip_config.h"
+#include "hw/config/system_config.h"
 #include "hw/isa/assembler.h"
 #include "sw/cli/compare_cmd.h"
 #include "sw/cli/fit_cmd.h"
@@ -30,11 +31,16 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tpusim ") + TPUSIM_VERSION);
 
-  std::string chip_file;
+  std::string chip_file, system_file;
   bool as_json = false;
-  CLI::App* info =
-      app.add_subcommand("info", "Print a chip's resolved configuration and derived figures");
-  info->add_option("--chip", chip_file, "Chip config (JSON)")->required();
+  CLI::App* info = app.add_subcommand(
+      "info", "Print a chip's or a system's resolved configuration and derived figures");
+  // Exactly one of --chip and --system (docs/systems.md).
+  CLI::Option_group* info_config = info->add_option_group("config", "What to describe");
+  info_config->add_option("--chip", chip_file, "Chip config (JSON)");
+  CLI::Option* info_system =
+      info_config->add_option("--system", system_file, "System config (JSON, docs/systems.md)");
+  info_config->require_option(1);
   info->add_flag("--json", as_json, "Print JSON instead of text");
 
   tpu::cli::RunCommand rc;
@@ -152,11 +158,16 @@ int run_cli(int argc, char** argv) {
   }
 
   if (info->parsed()) {
-    const tpu::ChipConfig cfg = tpu::load_chip_config(chip_file);
-    if (as_json)
-      std::cout << tpu::to_json(cfg).dump(2) << "\n";
+    auto print = [as_json](const auto& cfg) {
+      if (as_json)
+        std::cout << tpu::to_json(cfg).dump(2) << "\n";
+      else
+        std::cout << tpu::cli::describe(cfg);
+    };
+    if (info_system->count() > 0)
+      print(tpu::load_system_config(system_file));
     else
-      std::cout << tpu::cli::describe(cfg);
+      print(tpu::load_chip_config(chip_file));
   } else if (asm_cmd->parsed()) {
     tpu::io::OutputSet out;
     const std::size_t binary = out.add(asm_out, "-o output");

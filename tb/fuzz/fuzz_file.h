@@ -32,10 +32,15 @@ class PrivateDir {
   std::string path_;
 };
 
-// Writes `size` bytes to <private dir>/<name> and returns the path; the directory is made once.
-inline std::string write_input(const char* name, const std::uint8_t* data, std::size_t size) {
+// The process's private directory, made once.
+inline const PrivateDir& private_dir() {
   static const PrivateDir dir;
-  const std::string path = dir.path() + "/" + name;
+  return dir;
+}
+
+// Writes `size` bytes to <private dir>/<name> and returns the path.
+inline std::string write_input(const char* name, const std::uint8_t* data, std::size_t size) {
+  const std::string path = private_dir().path() + "/" + name;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) std::abort();
   if (size != 0 && std::fwrite(data, 1, size, f) != size) std::abort();

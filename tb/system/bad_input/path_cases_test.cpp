@@ -43,6 +43,17 @@ const Entry kChip =
             return {"run", "--chip",     p.input.string(), "--random-weights", "--images",
                     "1",   "--no-check", "--json",         p.out.string()};
           });
+// v3-2048 with its chip named by an absolute path, so the copy works from any directory.
+std::string system_text() {
+  nlohmann::json doc =
+      nlohmann::json::parse(read_bytes(source_path("configs/systems/v3-2048.json")));
+  doc["chip"] = source_path("configs/chips/v3.json");
+  return doc.dump(2);
+}
+const Entry kSystem = entry("system config", "info.json", "system.json", system_text(),
+                            [](const Paths& p) -> std::vector<std::string> {
+                              return {"info", "--system", p.input.string(), "--json"};
+                            });
 const Entry kModel = entry(
     "model", "report.json", "model.json", read_bytes(kCnn),
     [](const Paths& p) -> std::vector<std::string> {
@@ -169,6 +180,7 @@ std::vector<Case> cases() {
                           {"permission denied"}});
   };
   add(kChip, "chip", false);
+  add(kSystem, "system", false);
   add(kModel, "model", false);
   add(kGraph, "graph_model", false);
   add(kTopology, "topology", false);
@@ -202,6 +214,27 @@ std::vector<Case> cases() {
                       "chip_include_in_a_symlink_loop",
                       including("base.json", symlink_to("base.json", "base.json")),
                       {"/include", "symlink loop"}});
+  // The chip a system config names: the message names the system file, /chip and the reason.
+  auto naming_chip = [](Generator make_chip) -> Generator {
+    return [make_chip](const fs::path& d) {
+      make_chip(d);
+      nlohmann::json doc = nlohmann::json::parse(system_text());
+      doc["chip"] = "chip.json";
+      return write_bytes(d / "system.json", doc.dump(2));
+    };
+  };
+  rows.push_back(Case{&kSystem.plain,
+                      "system_chip_naming_a_fifo",
+                      naming_chip(fifo("chip.json")),
+                      {"/chip", "FIFO"}});
+  rows.push_back(Case{&kSystem.plain,
+                      "system_chip_naming_dev_zero",
+                      naming_chip(symlink_to("chip.json", "/dev/zero")),
+                      {"/chip", "character device"}});
+  rows.push_back(Case{&kSystem.plain,
+                      "system_chip_in_a_symlink_loop",
+                      naming_chip(symlink_to("chip.json", "chip.json")),
+                      {"/chip", "symlink loop"}});
   return rows;
 }
 
