@@ -10,7 +10,7 @@ BandwidthResource* Chip::make_off_chip_bw(const ChipConfig& cfg, const Clock& cl
                                cfg.off_chip_memory.latency_ns);
 }
 
-Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg)
+Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg, std::optional<std::uint32_t> system_chip)
     : sc_core::sc_module(name),
       cfg_(std::move(cfg)),
       clock_(cfg_.clock_hz()),
@@ -22,8 +22,8 @@ Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg)
       mem_ic("mem_ic"),
       host_ic("host_ic", &host_link_out, &host_link_in),
       sync(cfg_.tensor_cores),
-      ici_port("ici_port"),
-      ici_inbox("ici_inbox", sync, cfg_.off_chip_memory.bytes) {
+      ici_port("ici_port", system_chip),
+      ici_inbox("ici_inbox", sync, cfg_.off_chip_memory.bytes, system_chip.has_value()) {
   mem_ic.out.bind(memory.socket);
   ici_inbox.ici2mem.bind(mem_ic.in);
   std::vector<Sequencer*> seqs;
@@ -72,8 +72,8 @@ LayerCounters Chip::take_counters(Cycle end) {
   return all;
 }
 
-void Chip::enable_trace(Trace& trace) {
-  for (auto& c : cores) c->sequencer->set_trace(&trace, c->id());
+void Chip::enable_trace(Trace& trace, std::uint32_t first_core) {
+  for (auto& c : cores) c->sequencer->set_trace(&trace, first_core + c->id());
 }
 
 void Chip::disable_trace() {

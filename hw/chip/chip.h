@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <systemc>
 #include <tlm>
 #include <vector>
@@ -29,15 +30,19 @@ class Chip : public sc_core::sc_module {
   Clock clock_;
 
  public:
-  Chip(sc_core::sc_module_name name, ChipConfig cfg);
+  // `system_chip`: this chip's id in a system (hw/system), which binds its ICI ends; none: a
+  // chip alone, which refuses ici_write.
+  Chip(sc_core::sc_module_name name, ChipConfig cfg,
+       std::optional<std::uint32_t> system_chip = std::nullopt);
 
   [[nodiscard]] const ChipConfig& config() const { return cfg_; }
   [[nodiscard]] const Clock& clock() const { return clock_; }
 
   // Activity of every core, by layer, plus what the host interface moved (layer 0).
   [[nodiscard]] LayerCounters counters() const;
-  // Records an execution trace into `trace` (call before sc_start; `trace` outlives the run).
-  void enable_trace(Trace& trace);
+  // Records an execution trace into `trace` (call before sc_start; `trace` outlives the run),
+  // its cores numbered from `first_core` (a system's chips side by side in one trace).
+  void enable_trace(Trace& trace, std::uint32_t first_core = 0);
   // Stops recording (between programs, with no instruction in flight).
   void disable_trace();
   // Closes the cycle accounting at `end` (after the run).
@@ -71,10 +76,6 @@ class Chip : public sc_core::sc_module {
   // The ICI ends, for a system to bind (docs/systems.md); a chip alone refuses ici_write.
   tlm::tlm_initiator_socket<>& chip2ici() { return ici_port.chip2ici; }
   tlm::tlm_target_socket<>& ici2chip() { return ici_inbox.ici2chip; }
-  void join_system(std::uint32_t id) {
-    ici_port.join_system(id);
-    ici_inbox.join_system();
-  }
 
  private:
   static BandwidthResource* make_off_chip_bw(const ChipConfig& cfg, const Clock& clock);

@@ -8,23 +8,18 @@
 
 namespace tpu {
 
-IciPort::IciPort(sc_core::sc_module_name name)
-    : sc_core::sc_module(name), in("in"), chip2ici("chip2ici"), alone_("alone") {
+IciPort::IciPort(sc_core::sc_module_name name, std::optional<std::uint32_t> chip)
+    : sc_core::sc_module(name), in("in"), chip2ici("chip2ici"), chip_(chip) {
   in.register_b_transport(this, &IciPort::b_transport);
-  alone_.register_b_transport(this, &IciPort::refuse);
-}
-
-void IciPort::join_system(std::uint32_t id) {
-  joined_ = true;
-  id_ = id;
-}
-
-void IciPort::before_end_of_elaboration() {
-  if (!joined_) chip2ici.bind(alone_);
+  if (!chip_) {
+    alone_ = std::make_unique<tlm_utils::simple_target_socket<IciPort>>("alone");
+    alone_->register_b_transport(this, &IciPort::refuse);
+    chip2ici.bind(*alone_);
+  }
 }
 
 void IciPort::b_transport(int, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
-  if (IciRoute* route = gp.get_extension<IciRoute>()) route->from = id_;
+  if (IciRoute* route = gp.get_extension<IciRoute>()) route->from = chip_.value_or(0);
   chip2ici->b_transport(gp, delay);
 }
 
@@ -36,18 +31,18 @@ void IciPort::refuse(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
   gp.set_response_status(tlm::TLM_COMMAND_ERROR_RESPONSE);
 }
 
-IciInbox::IciInbox(sc_core::sc_module_name name, ChipSync& sync, std::uint64_t memory_bytes)
+IciInbox::IciInbox(sc_core::sc_module_name name, ChipSync& sync, std::uint64_t memory_bytes,
+                   bool in_system)
     : sc_core::sc_module(name),
       ici2chip("ici2chip"),
       ici2mem("ici2mem"),
-      alone_("alone"),
       sync_(sync),
       memory_bytes_(memory_bytes) {
   ici2chip.register_b_transport(this, &IciInbox::b_transport);
-}
-
-void IciInbox::before_end_of_elaboration() {
-  if (!joined_) alone_.bind(ici2chip);
+  if (!in_system) {
+    alone_ = std::make_unique<tlm_utils::simple_initiator_socket<IciInbox>>("alone");
+    alone_->bind(ici2chip);
+  }
 }
 
 void IciInbox::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {

@@ -12,9 +12,8 @@ System::System(sc_core::sc_module_name name, SystemConfig cfg)
               cfg_.chips() > 1 ? cfg_.link_bytes_per_s() : 1.0, cfg_.ici.latency_ns),
       router_("router", fabric_) {
   for (std::uint32_t c = 0; c < cfg_.chips(); ++c) {
-    chips_.push_back(std::make_unique<Chip>(fmt::format("chip{}", c).c_str(), cfg_.chip));
+    chips_.push_back(std::make_unique<Chip>(fmt::format("chip{}", c).c_str(), cfg_.chip, c));
     Chip& chip = *chips_.back();
-    chip.join_system(c);
     chip.chip2ici().bind(router_.in);
     router_.out.bind(chip.ici2chip());
   }

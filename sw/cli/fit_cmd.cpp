@@ -12,7 +12,13 @@ namespace tpu::cli {
 
 void add_fit_options(CLI::App* app, FitCommand& cmd) {
   auto& o = cmd.options;
-  app->add_option("--chip", cmd.chip, "Chip config (JSON)")->required();
+  CLI::Option* chip = app->add_option("--chip", cmd.chip, "Chip config (JSON)");
+  CLI::Option* system =
+      app->add_option("--system", cmd.system,
+                      "System config (JSON): its chips train as TPUStrategy's replicas, every "
+                      "TensorCore one (docs/systems.md)")
+          ->excludes(chip);
+  (void)system;
   app->add_option("--model", o.model, "Model (Keras-style JSON) ending in a softmax")
       ->capture_default_str();
   app->add_option("--data-dir", o.data_dir, "Fashion-MNIST directory (default: Debian's)");
@@ -82,13 +88,16 @@ void run_fit(FitCommand& cmd) {
   if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");
   if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
   if (!o.trace.empty()) trace = out.add(o.trace, "--trace output");
-  const ChipConfig cfg = load_chip_config(cmd.chip);
+  if (cmd.chip.empty() && cmd.system.empty())
+    throw InputError("fit needs a chip config (--chip) or a system config (--system)");
+  const SystemConfig sys = cmd.system.empty() ? system_of_chip(load_chip_config(cmd.chip))
+                                              : load_system_config(cmd.system);
   if (o.weights.empty())
     out.check({{o.model, "model"}});
   else
     out.check({{o.model, "model"}, {o.weights, "weights"}});
   o.log = [](const std::string& line) { std::cerr << line << "\n"; };
-  sim::FitResult r = sim::fit_session(cfg, o);
+  sim::FitResult r = sim::fit_session(sys, o);
   if (json) out.set(*json, r.report.dump(2) + "\n");
   if (markdown) out.set(*markdown, report::fit_markdown(r.report));
   if (trace) out.set(*trace, std::move(r.trace_json));

@@ -11,6 +11,7 @@ namespace tpu::cli {
 
 struct FitCommand {
   std::string chip;
+  std::string system;
   sim::FitOptions options;
   std::string optimizer = "adam";
   std::string activations = "auto";

@@ -12,67 +12,81 @@
 
 namespace tpu::driver {
 
-FitDriver::FitDriver(sc_core::sc_module_name name, Chip& chip,
+FitDriver::FitDriver(sc_core::sc_module_name name, std::vector<Chip*> chips,
                      const compiler::TrainingProgram& program, BeforeStep before, AfterStep after)
     : sc_core::sc_module(name),
       host2chip("host2chip"),
       host_memory("host_memory"),
-      chip_(chip),
+      chips_(std::move(chips)),
       program_(program),
       before_(std::move(before)),
       after_(std::move(after)),
       memory_(program.layout.host_bytes),
       halts_(program.step.cores.size(), 0) {
   host_memory.register_b_transport(this, &FitDriver::b_transport);
-  host2chip.bind(chip.host2chip());
-  chip.chip2host().bind(host_memory);
+  for (Chip* chip : chips_) {
+    host2chip.bind(chip->host2chip());
+    chip->chip2host().bind(host_memory);
+  }
   SC_HAS_PROCESS(FitDriver);
   SC_THREAD(run);
 }
 
 void FitDriver::run() {
-  write_memory_image(host2chip, program_.setup.memory_image);
+  for (std::size_t c = 0; c < chips_.size(); ++c) {
+    auto* port = host2chip[static_cast<int>(c)];
+    write_memory_image(port, program_.setup.memory_image);
+  }
   stream(program_.setup);
-  setup_end_ = chip_.clock().now();
+  const Clock& clock = chips_.front()->clock();
+  setup_end_ = clock.now();
   for (std::uint64_t run = 0;; ++run) {
     const Next next = before_(run, memory_);
     if (next == Next::Stop) break;
-    const Cycle begin = chip_.clock().now();
+    const Cycle begin = clock.now();
     stream(next == Next::Step ? program_.step : program_.evaluate);
-    after_(run, memory_, begin, chip_.clock().now());
+    after_(run, memory_, begin, clock.now());
   }
   done_ = true;
 }
 
-// Streams p's instructions into every core's queue (one thread per core, as the queues drain)
-// and waits until every core has halted once more.
+// Streams p's instructions into every core's queue of every chip (one thread per core, as the
+// queues drain) and waits until every core has halted once more.
 void FitDriver::stream(const compiler::Program& p) {
   sc_core::sc_event_and_list all;
   std::vector<sc_core::sc_process_handle> threads;
-  for (std::uint32_t c = 0; c < p.cores.size(); ++c) {
-    threads.push_back(sc_core::sc_spawn([this, &p, c] {
-      push_instructions(host2chip, c, p.cores[c]);
-      ++halts_[c];
-      while (chip_.halts(c) < halts_[c]) sc_core::wait(chip_.halted_event(c));
+  const std::uint32_t cores = program_.layout.cores;
+  for (std::uint32_t r = 0; r < p.cores.size(); ++r) {
+    threads.push_back(sc_core::sc_spawn([this, &p, r, cores] {
+      const std::uint32_t c = r / cores, q = r % cores;
+      auto* port = host2chip[static_cast<int>(c)];
+      push_instructions(port, q, p.cores[r]);
+      ++halts_[r];
+      Chip& chip = *chips_[c];
+      while (chip.halts(q) < halts_[r]) sc_core::wait(chip.halted_event(q));
     }));
     all &= threads.back().terminated_event();
   }
   sc_core::wait(all);
 }
 
-std::vector<std::uint8_t> FitDriver::read_memory(std::uint64_t addr, std::uint64_t bytes) {
+std::vector<std::uint8_t> FitDriver::read_memory(std::uint32_t chip, std::uint64_t addr,
+                                                 std::uint64_t bytes) {
   std::vector<std::uint8_t> out(bytes);
+  auto* port = host2chip[static_cast<int>(chip)];
   for (std::uint64_t o = 0; o < bytes; o += kImageChunk) {
     const std::uint64_t n = std::min<std::uint64_t>(kImageChunk, bytes - o);
-    const auto st = tlm_transfer(host2chip, tlm::TLM_READ_COMMAND, addr + o, out.data() + o, n);
+    const auto st = tlm_transfer(port, tlm::TLM_READ_COMMAND, addr + o, out.data() + o, n);
     if (st != tlm::TLM_OK_RESPONSE)
-      throw std::logic_error(fmt::format("fit: reading {} bytes of off-chip memory at {:#x}: {}", n,
-                                         addr + o, response_name(st)));
+      throw std::logic_error(
+          fmt::format("fit: reading {} bytes of chip {}'s off-chip memory at "
+                      "{:#x}: {}",
+                      n, chip, addr + o, response_name(st)));
   }
   return out;
 }
 
-void FitDriver::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
+void FitDriver::b_transport(int, tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
   serve_host_memory(memory_, gp);
 }
 

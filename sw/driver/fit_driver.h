@@ -1,13 +1,14 @@
-// The host driver of a training run (docs/training.md, "The host loop"): it writes the training
-// program's memory image, streams the setup program to every core and waits for their halts,
+// The host driver of a training run (docs/training.md, "The host loop"), on one chip or every
+// chip of a system: it writes the training program's memory image into every chip, streams the
+// setup program to every core and waits for their halts,
 // then step after step lets the host fill its memory (the step's images, labels and optimizer
 // record), streams the step program to every core, waits for every core's halt and hands the
 // host its memory back (the chip wrote the loss records there). Between steps the host may read
 // the chip's off-chip memory through the host interface (the master weights, to check them).
 #pragma once
 
-#include <tlm_utils/simple_initiator_socket.h>
-#include <tlm_utils/simple_target_socket.h>
+#include <tlm_utils/multi_passthrough_initiator_socket.h>
+#include <tlm_utils/multi_passthrough_target_socket.h>
 
 #include <cstdint>
 #include <functional>
@@ -22,8 +23,10 @@ namespace tpu::driver {
 
 class FitDriver : public sc_core::sc_module {
  public:
-  tlm_utils::simple_initiator_socket<FitDriver> host2chip;
-  tlm_utils::simple_target_socket<FitDriver> host_memory;
+  // One binding per chip, in chip order: the chips' host interfaces, and the host memory every
+  // chip's host link reaches.
+  tlm_utils::multi_passthrough_initiator_socket<FitDriver> host2chip;
+  tlm_utils::multi_passthrough_target_socket<FitDriver> host_memory;
 
   // What the host asks for next.
   enum class Next { Step, Evaluate, Stop };
@@ -34,26 +37,29 @@ class FitDriver : public sc_core::sc_module {
   using AfterStep = std::function<void(std::uint64_t step, const std::vector<std::uint8_t>& memory,
                                        Cycle begin, Cycle end)>;
 
-  FitDriver(sc_core::sc_module_name name, Chip& chip, const compiler::TrainingProgram& program,
-            BeforeStep before, AfterStep after);
+  // The program's cores are the replicas, chip-major (compiler::TrainingLayout): chip c runs
+  // cores c * layout.cores ... of it. Every chip gets the same memory image.
+  FitDriver(sc_core::sc_module_name name, std::vector<Chip*> chips,
+            const compiler::TrainingProgram& program, BeforeStep before, AfterStep after);
 
-  // Off-chip memory bytes [addr, addr + bytes), read through the host interface; only from
-  // within AfterStep (the driver's thread).
-  std::vector<std::uint8_t> read_memory(std::uint64_t addr, std::uint64_t bytes);
+  // Chip `chip`'s off-chip memory bytes [addr, addr + bytes), read through its host interface;
+  // only from within AfterStep (the driver's thread).
+  std::vector<std::uint8_t> read_memory(std::uint32_t chip, std::uint64_t addr,
+                                        std::uint64_t bytes);
   [[nodiscard]] bool done() const { return done_; }
   [[nodiscard]] Cycle setup_end() const { return setup_end_; }
 
  private:
   void run();  // SC_THREAD
   void stream(const compiler::Program& p);
-  void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
 
-  Chip& chip_;
+  std::vector<Chip*> chips_;
   const compiler::TrainingProgram& program_;
   BeforeStep before_;
   AfterStep after_;
   std::vector<std::uint8_t> memory_;
-  std::vector<std::uint64_t> halts_;  // per core, halts streamed so far
+  std::vector<std::uint64_t> halts_;  // per replica (chip-major), halts streamed so far
   Cycle setup_end_ = 0;
   bool done_ = false;
 };

@@ -18,6 +18,7 @@
 #include "hw/chip/chip.h"
 #include "hw/chip/energy.h"
 #include "hw/common/error.h"
+#include "hw/system/system.h"
 #include "numerics/bf16.h"
 #include "sw/compiler/training.h"
 #include "sw/data/idx.h"
@@ -113,7 +114,14 @@ struct StepLog {
 
 class Fit {
  public:
-  Fit(const ChipConfig& cfg, const FitOptions& opt) : cfg_(cfg), opt_(opt) {}
+  Fit(const SystemConfig& sys, const FitOptions& opt) : sys_(sys), cfg_(sys.chip), opt_(opt) {
+    // The system as one chip for the report's rates and energy: every chip's cores and MXUs
+    // (peaks add up), every chip's idle power, its per-action energies (docs/systems.md).
+    all_ = cfg_;
+    all_.name = sys_.chips() > 1 ? sys_.name : cfg_.name;
+    all_.tensor_cores = sys_.tensor_cores();
+    all_.energy.idle_w = cfg_.energy.idle_w * sys_.chips();
+  }
 
   FitResult run() {
     const double t0 = now_s();
@@ -146,13 +154,17 @@ class Fit {
                       : opt_.activations == FitOptions::Activations::kOffChip
                           ? compiler::ActivationHome::kOffChip
                           : compiler::ActivationHome::kAuto;
-    prog_ = compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_, home);
+    prog_ =
+        compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_, home,
+                                   sys_.chips() > 1 ? sys_.ici.dims : std::vector<std::uint32_t>{});
     if (opt_.check) ref_ = nn::initial_state(g_, t_, w0, opt_.optimizer);
     order_.resize(train_.count());
     shuffle_rng_.seed(opt_.seed ^ data::kShuffleStream);
 
-    Chip chip("chip", cfg_);
-    chip_ = &chip;
+    System system("system", sys_);
+    system_ = &system;
+    std::vector<Chip*> chips;
+    for (std::size_t c = 0; c < system.size(); ++c) chips.push_back(&system.chip(c));
     // An error in the host loop (a mismatch with the reference is a bug in tpusim) stops the
     // run and leaves the simulation as itself: thrown inside the kernel it would come out as an
     // sc_report, which main() takes for bad input.
@@ -168,7 +180,7 @@ class Fit {
       }
     };
     driver::FitDriver drv(
-        "driver", chip, prog_,
+        "driver", chips, prog_,
         [this, &guarded](std::uint64_t, std::vector<std::uint8_t>& m) {
           Next next = Next::Stop;
           guarded([&] { next = before(m); });
@@ -178,22 +190,33 @@ class Fit {
                                Cycle e) { guarded([&] { after(drv, m, b, e); }); });
     sc_core::sc_start();
     if (failure) std::rethrow_exception(failure);
-    if (!drv.done()) throw ProgramError("the chip deadlocked during fit");
+    if (!drv.done())
+      throw ProgramError(sys_.chips() > 1 ? "the system deadlocked during fit"
+                                          : "the chip deadlocked during fit");
     FitResult r;
     r.weights = chip_weights(drv_weights_);
     r.report = report(now_s() - t0);
-    if (!opt_.trace.empty()) r.trace_json = report::chrome_trace_json(trace_, cfg_, tag_names());
-    chip_ = nullptr;
+    if (!opt_.trace.empty()) r.trace_json = report::chrome_trace_json(trace_, all_, tag_names());
+    system_ = nullptr;
     return r;
   }
 
  private:
   // ---- the host loop (Keras's fit) ---------------------------------------------------------
 
+  // The simulated instant (every chip runs on the same clock) and the activity of every chip
+  // since the last call, its per-core layers side by side.
+  Cycle now() const { return system_->chip(0).clock().now(); }
+  LayerCounters take_counters(Cycle end) {
+    LayerCounters all;
+    for (std::size_t c = 0; c < system_->size(); ++c) all += system_->chip(c).take_counters(end);
+    return all;
+  }
+
   Next before(std::vector<std::uint8_t>& m) {
     // What ran since the last program (setup, the host's reads of the check) is no step's.
-    chip_->take_counters(chip_->clock().now());
-    chip_->disable_trace();
+    take_counters(now());
+    for (std::size_t c = 0; c < system_->size(); ++c) system_->chip(c).disable_trace();
     if (validating_) return next_validation(m);
     if (step_in_epoch_ == 0) {
       if (epoch_ == opt_.epochs) return Next::Stop;
@@ -215,7 +238,9 @@ class Fit {
                           static_cast<float>(std::pow(static_cast<double>(o.beta1), t)),
                           static_cast<float>(std::pow(static_cast<double>(o.beta2), t))};
     for (int k = 0; k < 6; ++k) put_f32(&m[prog_.layout.optimizer_addr + 4 * k], rec[k]);
-    if (!opt_.trace.empty() && traced_step(iterations_ + 1)) chip_->enable_trace(trace_);
+    if (!opt_.trace.empty() && traced_step(iterations_ + 1))
+      for (std::size_t c = 0; c < system_->size(); ++c)
+        system_->chip(c).enable_trace(trace_, static_cast<std::uint32_t>(c) * cfg_.tensor_cores);
     if (opt_.check) start_reference();
     return Next::Step;
   }
@@ -254,7 +279,7 @@ class Fit {
   }
 
   void after(driver::FitDriver& drv, const std::vector<std::uint8_t>& m, Cycle begin, Cycle end) {
-    const LayerCounters counters = chip_->take_counters(end);
+    const LayerCounters counters = take_counters(end);
     const compiler::TrainingLayout& L = prog_.layout;
     double loss = 0, correct = 0;
     const std::size_t counted = validating_ ? val_real_ : batch_index_.size();
@@ -366,9 +391,9 @@ class Fit {
     st.cycles = cycles;
     for (const auto& [tag, c] : counters.by_layer())
       st.parts[static_cast<std::size_t>(part_of(tag))] +=
-          static_cast<double>(c.cycles) / cfg_.tensor_cores;
+          static_cast<double>(c.cycles) / all_.tensor_cores;
     st.energy_j =
-        energy_of(cfg_.energy, counters.total(), seconds(static_cast<double>(cycles))).total_j();
+        energy_of(all_.energy, counters.total(), seconds(static_cast<double>(cycles))).total_j();
     EpochLog& e = epochs_.back();
     for (std::size_t k = 0; k < kParts; ++k) e.parts[k] += st.parts[k];
     e.energy_j += st.energy_j;
@@ -446,8 +471,9 @@ class Fit {
     drv_weights_.assign(L.replicas, {});
     for (std::uint32_t r = 0; r < L.replicas; ++r)
       for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
-        const compiler::TrainingLayout::Home& h = L.params[r][k];
-        const std::vector<std::uint8_t> bytes = drv.read_memory(h.w, h.elements * 4);
+        // Replica r: core r % cores of chip r / cores, at that core's addresses.
+        const compiler::TrainingLayout::Home& h = L.params[r % L.cores][k];
+        const std::vector<std::uint8_t> bytes = drv.read_memory(r / L.cores, h.w, h.elements * 4);
         const ir::TensorId& p = t_.parameters[k];
         const std::vector<float>& want = nn::tensor_of(ref_->weights.layers[p.op], p.param);
         for (std::uint64_t e = 0; e < h.elements; ++e)
@@ -479,6 +505,7 @@ class Fit {
     ordered_json j;
     j["schema"] = "tpusim.fit/1";
     j["chip"] = cfg_.name;
+    if (sys_.chips() > 1) j["system"] = system_summary_json(sys_);
     j["model"] = g_.name;
     j["replicas"] = prog_.layout.replicas;
     j["global_batch"] = batch_;
@@ -520,7 +547,7 @@ class Fit {
                    {"seconds_median", seconds(static_cast<double>(s[s.size() / 2]))},
                    {"last", last_step_json()}};
       const double flops = 2.0 * static_cast<double>(step_macs());
-      const double peak_macs = static_cast<double>(cfg_.peak_macs_per_cycle());
+      const double peak_macs = static_cast<double>(all_.peak_macs_per_cycle());
       ordered_json per = ordered_json::array();
       for (std::size_t i = 0; i < steps_.size(); ++i) {
         const auto cycles = static_cast<double>(steps_[i].cycles);
@@ -556,11 +583,11 @@ class Fit {
     j["split_cycles"] = parts_json(st.parts);
     j["flops"] = 2.0 * static_cast<double>(macs);
     j["tflops"] = 2.0 * static_cast<double>(macs) / seconds(cycles) / 1e12;
-    j.update(activity_json(cfg_, last_counters_.total(), cycles, cycles, batch_, macs));
+    j.update(activity_json(all_, last_counters_.total(), cycles, cycles, batch_, macs));
     const std::vector<std::string> names = tag_names();
     ordered_json rows = ordered_json::array();
     for (const auto& [tag, c] : last_counters_.by_layer()) {
-      const double cyc = static_cast<double>(c.cycles) / cfg_.tensor_cores;
+      const double cyc = static_cast<double>(c.cycles) / all_.tensor_cores;
       ordered_json row;
       row["tag"] = tag;
       row["name"] = tag < names.size() ? names[tag] : fmt::format("tag {}", tag);
@@ -569,14 +596,16 @@ class Fit {
       if (tag < prog_.step.layers.size()) row["type"] = prog_.step.layers[tag].type;
       row["cycles"] = cyc;
       row.update(
-          activity_json(cfg_, c, cyc, static_cast<double>(c.span()), batch_, network_macs(tag)));
+          activity_json(all_, c, cyc, static_cast<double>(c.span()), batch_, network_macs(tag)));
       rows.push_back(row);
     }
     j["layers"] = rows;
     return j;
   }
 
+  const SystemConfig& sys_;
   const ChipConfig& cfg_;
+  ChipConfig all_;  // the whole system as one chip, for rates and energy
   const FitOptions& opt_;
   ir::Graph g_;
   ir::TrainingGraph t_;
@@ -595,7 +624,7 @@ class Fit {
   std::vector<EpochLog> epochs_;
   std::vector<StepLog> steps_;
   LayerCounters last_counters_;  // the last training step's
-  Chip* chip_ = nullptr;         // while run() simulates
+  System* system_ = nullptr;     // while run() simulates
   Trace trace_;
   bool validating_ = false;
   std::uint64_t val_first_ = 0, val_real_ = 0;  // first test image of the batch, images counted
@@ -606,6 +635,8 @@ class Fit {
 
 }  // namespace
 
-FitResult fit_session(const ChipConfig& cfg, const FitOptions& opt) { return Fit(cfg, opt).run(); }
+FitResult fit_session(const SystemConfig& sys, const FitOptions& opt) {
+  return Fit(sys, opt).run();
+}
 
 }  // namespace tpu::sim

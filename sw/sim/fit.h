@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "hw/config/chip_config.h"
+#include "hw/config/system_config.h"
 #include "sw/nn/training_reference.h"
 #include "sw/nn/weights.h"
 
@@ -54,6 +54,6 @@ struct FitResult {
 // Throws InputError for bad inputs and ProgramError when the chip stops; a step whose weights
 // differ from the reference's is a bug in tpusim (std::logic_error naming the step, the replica,
 // the parameter and the element).
-FitResult fit_session(const ChipConfig& cfg, const FitOptions& opt);
+FitResult fit_session(const SystemConfig& sys, const FitOptions& opt);
 
 }  // namespace tpu::sim

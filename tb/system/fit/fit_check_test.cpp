@@ -43,7 +43,7 @@ TEST(FitCheck, AOneBitDifferenceAfterStepTwoEndsTheRunNamingWhere) {
     std::memcpy(&w, &bits, 4);
   };
   try {
-    (void)fit_session(cfg, o);
+    (void)fit_session(system_of_chip(cfg), o);
     FAIL() << "the run passed its check";
   } catch (const std::logic_error& e) {
     EXPECT_THAT(e.what(), HasSubstr("after step 2, replica 0's conv2d/kernel[5] is "));
@@ -57,7 +57,7 @@ TEST(FitCheck, WithoutTheFaultTheSameRunPasses) {
   FitOptions o = short_fit();
   std::uint64_t calls = 0;
   o.reference_fault = [&calls](std::uint64_t, nn::TrainState&) { ++calls; };
-  const FitResult r = fit_session(cfg, o);
+  const FitResult r = fit_session(system_of_chip(cfg), o);
   EXPECT_EQ(calls, 3u);
   EXPECT_EQ(r.report["steps"], 3);
   EXPECT_EQ(r.report["checked"], true);
