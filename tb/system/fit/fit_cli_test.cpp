@@ -222,6 +222,57 @@ TEST(FitCli, TensorsThatDoNotFitTheUnifiedBufferAreRefusedWhenForcedThere) {
   EXPECT_THAT(r.out, HasSubstr("16777216-byte unified buffer"));
 }
 
+// TPUStrategy on a system: every TensorCore of every chip a replica, the gradients summed by the
+// chips over the ICI links; the reference sums them in the same documented order and every
+// replica's weights are checked against it after every step.
+class FitSystems : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FitSystems, EveryReplicaTrainsBitExactWithTheReference) {
+  const auto sys = read_json(source("configs/systems/" + GetParam() + ".json"));
+  const fs::path d = scratch("system-" + GetParam());
+  const auto r =
+      test::run_tpusim("fit --system " + source("configs/systems/" + GetParam() + ".json") +
+                       " --steps 2 --batch 64 --json " + (d / "fit.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = read_json(d / "fit.json");
+  EXPECT_EQ(j["system"]["name"], sys["name"]);
+  const auto chips = j["system"]["chips"].get<int>();
+  EXPECT_EQ(j["replicas"], j["system"]["tensor_cores"]);
+  EXPECT_GT(chips, 1);
+  EXPECT_EQ(j["checked"], true);
+  // The all-reduce over the chips shows in the step's communication part.
+  EXPECT_GT(j["step"]["last"]["split_cycles"]["communication"].get<double>(), 0.0);
+  fs::remove_all(d);
+}
+
+INSTANTIATE_TEST_SUITE_P(Slices, FitSystems, ::testing::Values("v2-8", "v3-8", "v4-8", "v3-32"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// The tutorial's network with its tensors off-chip on a system: the kernels' running sums are in
+// the exchange slots the all-reduce reads.
+TEST(FitCli, ASystemTrainsWithItsTensorsOffChip) {
+  const auto r = test::run_tpusim("fit --system " + source("configs/systems/v3-8.json") +
+                                  " --model " + source("configs/models/resnet_mini.json") +
+                                  " --steps 2 --batch 32 --activations off-chip");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2/2 - "));
+}
+
+TEST(FitCli, ChipAndSystemExcludeEachOtherAndOneIsNeeded) {
+  auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") + " --system " +
+                            source("configs/systems/v3-8.json"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("excludes"));
+  r = test::run_tpusim("fit --steps 1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--chip"));
+  EXPECT_THAT(r.out, HasSubstr("--system"));
+}
+
 // 10,000 test images in global batches of 24: 416 whole batches and 16 images padded to a
 // 417th; every image counts once, checked bit for bit against the reference's forward.
 TEST(FitCli, ValidationCountsEveryTestImageWhenTheLastBatchIsPartial) {

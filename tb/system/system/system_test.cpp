@@ -1,0 +1,90 @@
+// A system of chips joined by the ICI (hw/system/system.h): an ici_write lands in the other
+// chip's off-chip memory and counts on its semaphore, taking the fabric's time; an ici_wait holds
+// the core until then; a chip outside the system is named.
+#include "hw/system/system.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/test_host.h"
+#include "hw/config/system_config.h"
+
+namespace tpu {
+namespace {
+
+SystemConfig v3_8() {
+  return load_system_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/systems/v3-8.json");
+}
+
+// Every chip of the system with a test host of its own; chip 0 core 0 sends `bytes` bytes of
+// its host memory to chip 3, whose core 0 waits for them and writes them to its host.
+struct Sending {
+  System system{"system", v3_8()};
+  std::vector<std::unique_ptr<test::TestHost>> hosts;
+  std::uint32_t bytes;
+  explicit Sending(std::uint32_t n, std::uint32_t to = 3) : bytes(n) {
+    for (std::size_t c = 0; c < system.size(); ++c)
+      hosts.push_back(std::make_unique<test::TestHost>(("host" + std::to_string(c)).c_str(),
+                                                       system.chip(c), 1 << 20));
+    for (auto& h : hosts)
+      for (auto& p : h->programs) p = {isa::Halt{}};
+    for (std::uint32_t i = 0; i < n; ++i) hosts[0]->memory[i] = static_cast<std::uint8_t>(i * 7);
+    hosts[0]->programs[0] = {isa::ReadHost{HostAddr(0), UbAddr(0), n}, isa::Sync{false},
+                             isa::IciWrite{UbAddr(0), MemAddr(0x1000), n, to, 5}, isa::Halt{}};
+    hosts[3]->programs[0] = {isa::IciWait{5, 1}, isa::ReadMem{MemAddr(0x1000), UbAddr(0x4000), n},
+                             isa::WriteHost{UbAddr(0x4000), HostAddr(0x80000), n}, isa::Halt{}};
+  }
+};
+
+TEST(SystemIci, AWriteLandsInTheOtherChipsMemoryAfterTheFabricsTime) {
+  const std::uint32_t n = 1 << 16;
+  Sending s(n);
+  sc_core::sc_start();
+  for (std::uint32_t i = 0; i < n; ++i)
+    ASSERT_EQ(s.hosts[3]->memory[0x80000 + i], static_cast<std::uint8_t>(i * 7)) << i;
+  // Chip 0's core halts when its ici_write has landed; chip 3's only after it, for it waited.
+  const Cycle sent = s.hosts[0]->halted_at[0];
+  EXPECT_GT(s.hosts[3]->halted_at[0], sent);
+  // Chips 0 and 3 are opposite corners of the 2 x 2: two hops; the write took the fabric's
+  // uncontended time, its UB port being faster.
+  const Cycles fabric = s.system.fabric().uncontended_cycles(0, 3, n);
+  EXPECT_EQ(s.system.fabric().route(0, 3).size(), 2u);
+  EXPECT_GE(sent, fabric.value());
+}
+
+// The ici_write itself (from the trace) takes the fabric's uncontended time for its two hops: the
+// hops' latency plus the bytes at one link's rate, its UB port (256 B a cycle) being faster.
+TEST(SystemIci, AWriteTakesTheFabricsTimeForItsRoute) {
+  const std::uint32_t n = 1 << 16;
+  Sending s(n);
+  Trace trace;
+  s.system.chip(0).enable_trace(trace);
+  sc_core::sc_start();
+  const Cycles fabric = s.system.fabric().uncontended_cycles(0, 3, n);
+  bool found = false;
+  for (const TraceSlice& sl : trace.slices())
+    if (sl.core == 0 && !sl.is_stall && sl.opcode == isa::Opcode::IciWrite) {
+      EXPECT_EQ(sl.end - sl.begin, fabric.value());
+      found = true;
+    }
+  EXPECT_TRUE(found);
+}
+
+TEST(SystemIci, AWriteToAChipOutsideTheSystemIsNamed) {
+  Sending s(64, 9);
+  try {
+    sc_core::sc_start();
+    FAIL() << "no error";
+  } catch (const sc_core::sc_report& r) {
+    const std::string m = r.get_msg();
+    EXPECT_NE(m.find("chip 9 does not exist (the system has 4 chips, 0 to 3)"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("ici_write"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace tpu
