@@ -323,9 +323,23 @@ class Fit {
       val_first_ = 0;
     }
     const double ms = static_cast<double>(e.cycles) / cfg_.clock_hz() * 1e3 / opt_.steps_per_epoch;
+    // On a system, the step's split too: where the chips' time went, the all-reduce apart.
+    std::string split;
+    if (sys_.chips() > 1 && e.cycles > 0) {
+      const auto share = [&](std::initializer_list<Part> parts) {
+        double c = 0;
+        for (Part p : parts) c += e.parts[static_cast<std::size_t>(p)];
+        return 100.0 * c / static_cast<double>(e.cycles);
+      };
+      split = fmt::format(": compute {:.1f}%, all-reduce {:.1f}%, infeed {:.1f}%, update {:.1f}%",
+                          share({Part::Forward, Part::Loss, Part::Backward}),
+                          share({Part::Communication}), share({Part::Infeed}),
+                          share({Part::Update}));
+    }
     std::string line = fmt::format(
-        "{}/{} - {:.3f} ms/step (simulated) - loss: {:.4f} - accuracy: {:.4f}",
-        opt_.steps_per_epoch, opt_.steps_per_epoch, ms, e.loss / e.images, e.correct / e.images);
+        "{}/{} - {:.3f} ms/step (simulated{}) - loss: {:.4f} - accuracy: {:.4f}",
+        opt_.steps_per_epoch, opt_.steps_per_epoch, ms, split, e.loss / e.images,
+        e.correct / e.images);
     if (e.val_loss)
       line +=
           fmt::format(" - val_loss: {:.4f} - val_accuracy: {:.4f}", *e.val_loss, *e.val_accuracy);

@@ -234,6 +234,8 @@ TEST_P(FitSystems, EveryReplicaTrainsBitExactWithTheReference) {
       test::run_tpusim("fit --system " + source("configs/systems/" + GetParam() + ".json") +
                        " --steps 2 --batch 64 --json " + (d / "fit.json").string());
   ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("ms/step (simulated: compute "));
+  EXPECT_THAT(r.out, HasSubstr("%, all-reduce "));
   const auto j = read_json(d / "fit.json");
   EXPECT_EQ(j["system"]["name"], sys["name"]);
   const auto chips = j["system"]["chips"].get<int>();
