@@ -937,24 +937,19 @@ struct EltF32Kernel {
 };
 
 // reduce: each column from its start value (s, cols values), the rows in order: one fp32 add, or
-// max_float, per value; the columns side by side in lanes.
+// max_float, per value; the columns side by side in lanes, row after row.
 struct ReduceKernel {
   template <std::size_t B>
   static TPUSIM_LANES_INLINE void run(bool sum, const std::uint8_t* in, std::uint64_t rows,
                                       std::uint64_t stride, std::uint64_t cols, float* s) {
     using V = L<B>;
     auto* out = reinterpret_cast<std::uint8_t*>(s);
-    V::for_each(
-        cols, [&](std::uint64_t c, auto k) __attribute__((always_inline)) {
-          typename V::F acc = V::load(out + 4 * c, k);
-          const std::uint8_t* at = in + 4 * c;
-          if (sum)
-            for (std::uint64_t r = 0; r < rows; ++r, at += stride) acc = acc + V::load(at, k);
-          else
-            for (std::uint64_t r = 0; r < rows; ++r, at += stride)
-              acc = V::max_float(acc, V::load(at, k));
-          V::store(out + 4 * c, acc, k);
-        });
+    for (std::uint64_t r = 0; r < rows; ++r, in += stride)
+      V::for_each(
+          cols, [&](std::uint64_t c, auto k) __attribute__((always_inline)) {
+            const typename V::F acc = V::load(out + 4 * c, k), v = V::load(in + 4 * c, k);
+            V::store(out + 4 * c, sum ? acc + v : V::max_float(acc, v), k);
+          });
   }
 };
 
