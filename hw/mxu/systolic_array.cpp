@@ -28,9 +28,12 @@ using isa::WindowSegment;
 // Rows gathered and multiplied together: the weight tile is read once per block instead of once
 // per row, and the block's column sums stay in registers across k.
 constexpr std::uint32_t kRowBlock = 4;
-// Columns per register block of the widest kernel (two 32-byte vectors of 32-bit lanes); the
-// weight scratch is padded to a multiple of it with zero columns, whose sums are discarded.
+// Columns per register block of the AVX2 kernel (two 32-byte vectors of 32-bit lanes) and of the
+// AVX-512 one (two 64-byte vectors); the weight scratch is padded to a multiple of the block with
+// zero columns, whose sums are discarded. The AVX-512 kernel takes tiles wider than kColPad only:
+// a narrower one would be mostly padding.
 constexpr std::uint32_t kColPad = 16;
+constexpr std::uint32_t kWideColPad = 32;
 
 // Scratch reused across calls, so a multiply allocates nothing in the steady state. Per thread,
 // so arrays in different threads (parallel sweeps) never share it.
@@ -182,9 +185,10 @@ inline __attribute__((always_inline)) void kernel_body(const T* x, std::uint32_t
   }
 }
 
-// The kernel for the host: AVX2 where the CPU has it, else 16-byte vectors, which every SIMD
-// instruction set has (SSE2, NEON). Both give the same bits: integer sums are exact modulo 2^32,
-// and every column's fp32 sum is the same sequence of rounded adds whatever the vector width.
+// The kernel for the host: AVX-512 (for tiles wider than kColPad) or AVX2 where the CPU has it,
+// else 16-byte vectors, which every SIMD instruction set has (SSE2, NEON). All give the same bits:
+// integer sums are exact modulo 2^32, and every column's fp32 sum is the same sequence of rounded
+// adds whatever the vector width (-ffp-contract=off fuses no multiply-add, AVX-512's included).
 template <class T, bool kColumns>
 void kernel_portable(const T* x, std::uint32_t x_pitch, const T* w, std::uint32_t k,
                      std::uint32_t np, std::uint32_t n, std::uint32_t rows, std::uint32_t* out,
@@ -201,17 +205,43 @@ __attribute__((target("avx2"))) void kernel_avx2(const T* x, std::uint32_t x_pit
   kernel_body<T, 32, kColPad, kColumns>(x, x_pitch, w, k, np, n, rows, out, out_stride, accumulate);
 }
 
+template <class T, bool kColumns>
+__attribute__((target("avx512f"))) void kernel_avx512(const T* x, std::uint32_t x_pitch, const T* w,
+                                                      std::uint32_t k, std::uint32_t np,
+                                                      std::uint32_t n, std::uint32_t rows,
+                                                      std::uint32_t* out, std::uint32_t out_stride,
+                                                      bool accumulate) {
+  kernel_body<T, 64, kWideColPad, kColumns>(x, x_pitch, w, k, np, n, rows, out, out_stride,
+                                            accumulate);
+}
+
 bool host_has_avx2() {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   return avx2;
 }
+bool host_has_avx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+}
 #endif
+
+// Whether a tile of n columns runs on the AVX-512 kernel, whose weights are padded to kWideColPad.
+bool wide_kernel(std::uint32_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+  return n > kColPad && host_has_avx512();
+#else
+  (void)n;
+  return false;
+#endif
+}
 
 template <bool kColumns, class T>
 void kernel(const T* x, std::uint32_t x_pitch, const T* w, std::uint32_t k, std::uint32_t np,
             std::uint32_t n, std::uint32_t rows, std::uint32_t* out, std::uint32_t out_stride,
             bool accumulate) {
 #if defined(__x86_64__) || defined(__i386__)
+  if (wide_kernel(n))
+    return kernel_avx512<T, kColumns>(x, x_pitch, w, k, np, n, rows, out, out_stride, accumulate);
   if (host_has_avx2())
     return kernel_avx2<T, kColumns>(x, x_pitch, w, k, np, n, rows, out, out_stride, accumulate);
 #endif
@@ -287,7 +317,8 @@ void run(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub, st
          std::uint32_t acc_stride, bool accumulate) {
   using W = typename E::Wide;
   const std::uint32_t k = tile.rows, n = tile.cols;
-  const std::uint32_t np = (n + kColPad - 1) / kColPad * kColPad;
+  const std::uint32_t pad = wide_kernel(n) ? kWideColPad : kColPad;
+  const std::uint32_t np = (n + pad - 1) / pad * pad;
   Scratch& sc = scratch;
 
   // 1. Widen the weight tile once per call; padding columns are zero.

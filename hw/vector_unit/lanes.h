@@ -1,7 +1,7 @@
 // Lanes of fp32 values for the vector unit's host kernels (hw/vector_unit/vector_ops.cpp): GCC
 // vector extensions `Bytes` wide, 16 in the portable build (every SIMD instruction set has them:
 // SSE2, NEON) and 32 in the AVX2 build. Every operation is the scalar one on each lane — one
-// IEEE-754 fp32 operation rounded to nearest even, never fused (ISO C++ mode contracts nothing:
+// IEEE-754 fp32 operation rounded to nearest even, never fused (-ffp-contract=off:
 // numerics/activation.h) — so every width gives the bits of the numerics library's scalar
 // definitions. The functions are always inlined, so that they compile for the instruction set of
 // the kernel they sit in (a target("avx2") function gets AVX2 code).
