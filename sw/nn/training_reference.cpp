@@ -97,6 +97,86 @@ TPUSIM_REF_INLINE void axpy(std::size_t n, float a, const float* __restrict row,
   for (std::size_t o = 0; o < n; ++o) psum[o] += a * row[o];
 }
 
+// A matrix product in the MXU's order: acc[r * lda + o] for r < rows, o < n is the sum over
+// k < K of x[r * x_row + k * x_k] * w[k * ldw + o], its terms in chunks of R consecutive k, each
+// chunk from +0 in k order, each chunk's sum added to the accumulator, which starts at +0 (what
+// mxu_accumulate computes for one output row). `x_row` and `x_k` let x be read as it is stored,
+// by rows or by columns.
+struct Product {
+  std::size_t rows = 0, K = 0, n = 0;
+  const float* x = nullptr;
+  std::size_t x_row = 0, x_k = 0;
+  const float* w = nullptr;
+  std::size_t ldw = 0;
+  float* acc = nullptr;
+  std::size_t lda = 0;
+};
+
+// Output columns per block: two vectors (AVX2) or four (the baseline's 16-byte vectors). Weights
+// are read a whole block wide, so a product whose n is not a multiple of it gets padded weights.
+constexpr std::size_t kProductCols = 16;
+
+// Rows [r0, r0 + RB) of p, every block of kProductCols columns: each chunk's sums and the
+// accumulators in registers (a GCC vector extension, Bytes wide, one lane per output).
+template <std::size_t Bytes, std::size_t RB>
+TPUSIM_REF_INLINE void product_rows(const Product& p, std::size_t R, std::size_t r0) {
+  typedef float V __attribute__((vector_size(Bytes)));
+  constexpr std::size_t L = Bytes / sizeof(float), NV = kProductCols / L;
+  for (std::size_t o0 = 0; o0 < p.n; o0 += kProductCols) {
+    V acc[RB][NV] = {};
+    for (std::size_t k0 = 0; k0 < p.K; k0 += R) {
+      V sum[RB][NV] = {};
+      const std::size_t k1 = std::min(p.K, k0 + R);
+      for (std::size_t k = k0; k < k1; ++k) {
+        V wk[NV];
+        for (std::size_t v = 0; v < NV; ++v)
+          std::memcpy(&wk[v], p.w + k * p.ldw + o0 + v * L, sizeof(V));
+        for (std::size_t r = 0; r < RB; ++r) {
+          const float xk = p.x[(r0 + r) * p.x_row + k * p.x_k];
+          for (std::size_t v = 0; v < NV; ++v) sum[r][v] += xk * wk[v];
+        }
+      }
+      for (std::size_t r = 0; r < RB; ++r)
+        for (std::size_t v = 0; v < NV; ++v) acc[r][v] += sum[r][v];
+    }
+    const std::size_t cols = std::min(kProductCols, p.n - o0);
+    for (std::size_t r = 0; r < RB; ++r) {
+      float* to = p.acc + (r0 + r) * p.lda + o0;
+      if (cols == kProductCols)
+        std::memcpy(to, acc[r], sizeof acc[r]);
+      else
+        std::memcpy(to, acc[r], cols * sizeof(float));
+    }
+  }
+}
+
+template <std::size_t Bytes>
+TPUSIM_REF_INLINE void product_body(const Product& p, std::size_t R) {
+  std::size_t r0 = 0;
+  for (; r0 + 4 <= p.rows; r0 += 4) product_rows<Bytes, 4>(p, R, r0);
+  for (; r0 < p.rows; ++r0) product_rows<Bytes, 1>(p, R, r0);
+}
+void product_baseline(const Product& p, std::size_t R) { product_body<16>(p, R); }
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) void product_avx2(const Product& p, std::size_t R) {
+  product_body<32>(p, R);
+}
+#endif
+
+void mxu_product(Product p, std::size_t R) {
+  thread_local std::vector<float> padded;
+  if (p.n % kProductCols != 0) {
+    const std::size_t ldw = (p.n + kProductCols - 1) / kProductCols * kProductCols;
+    padded.assign(p.K * ldw, 0.0f);
+    for (std::size_t k = 0; k < p.K; ++k) std::copy_n(p.w + k * p.ldw, p.n, &padded[k * ldw]);
+    p.w = padded.data(), p.ldw = ldw;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  if (host_has_avx2()) return product_avx2(p, R);
+#endif
+  product_baseline(p, R);
+}
+
 // One tap of max pooling's gradient over c channels: where v[ch] > best[ch] (false for a NaN on
 // either side), the tap's value and number k replace the best so far. Four channels per SSE
 // vector (a GCC vector extension), each lane the scalar compare and selects.
@@ -131,6 +211,15 @@ Tensor im2col(const Op& l, const float* image) {
   });
   return cols;
 }
+// im2col of n images, one after another.
+Tensor im2col(const Op& l, const float* images, std::size_t n) {
+  Tensor cols;
+  for (std::size_t b = 0; b < n; ++b) {
+    const Tensor one = im2col(l, images + b * l.in.size());
+    cols.insert(cols.end(), one.begin(), one.end());
+  }
+  return cols;
+}
 
 // [rows][cols] -> [cols][rows].
 Tensor transposed(const Tensor& m, std::size_t rows, std::size_t cols) {
@@ -156,13 +245,17 @@ void activate(Act a, Tensor& t) {
   throw std::logic_error("training reference: activation without a gradient rule");
 }
 
-// dy · f'(x), written with the activation's output y (the eltwise *_grad operations).
-float activation_grad(Act a, float y, float dy) {
+// dy · f'(x) in place on every element, written with the activation's output y (the eltwise
+// *_grad operations); the switch outside the loop.
+void activation_grad(Act a, const Tensor& y, Tensor& dy) {
+  const auto each = [&](auto f) {
+    for (std::size_t e = 0; e < dy.size(); ++e) dy[e] = f(y[e], dy[e]);
+  };
   switch (a) {
-    case Act::Relu: return y > 0.0f ? dy : 0.0f;
-    case Act::Relu6: return y > 0.0f && y < 6.0f ? dy : 0.0f;
-    case Act::Sigmoid: return dy * (y * (1.0f - y));
-    case Act::Tanh: return dy * (1.0f - y * y);
+    case Act::Relu: return each([](float v, float d) { return v > 0.0f ? d : 0.0f; });
+    case Act::Relu6: return each([](float v, float d) { return v > 0.0f && v < 6.0f ? d : 0.0f; });
+    case Act::Sigmoid: return each([](float v, float d) { return d * (v * (1.0f - v)); });
+    case Act::Tanh: return each([](float v, float d) { return d * (1.0f - v * v); });
     default: break;
   }
   throw std::logic_error("training reference: activation without a gradient rule");
@@ -258,22 +351,16 @@ struct Pass {
     const Tensor xb = bf(value(l.inputs[0]));
     const Tensor wb = bf(w.layers[i].kernel);
     const Tensor& bias = w.layers[i].bias;
-    const std::size_t in = l.in.size(), out = l.out.size(), co = l.out.c;
+    const std::size_t out = l.out.size(), co = l.out.c;
     const std::size_t K = wb.size() / co;  // rows of the kernel: the contraction
     Tensor z(n * out);
-    for (std::size_t b = 0; b < n; ++b) {
-      // The MXU's input rows of this image: one per output pixel.
-      const Tensor cols =
-          l.kind == OpKind::Dense ? Tensor(&xb[b * in], &xb[b * in] + in) : im2col(l, &xb[b * in]);
-      for (std::size_t p = 0; p < out / co; ++p) {
-        float* zp = &z[b * out + p * co];
-        mxu_accumulate(K, plan.tile_rows, co, zp,
-                       [&](std::size_t k, float* psum) TPUSIM_REF_INLINE_LAMBDA {
-                         axpy(co, cols[p * K + k], &wb[k * co], psum);
-                       });
-        for (std::size_t c = 0; c < co; ++c) zp[c] += bias[c];
-      }
-    }
+    // The MXU's input rows: one per image (Dense) or per output pixel of every image.
+    const Tensor cols = l.kind == OpKind::Dense ? Tensor() : im2col(l, xb.data(), n);
+    const float* rows = l.kind == OpKind::Dense ? xb.data() : cols.data();
+    const std::size_t n_rows = n * out / co;
+    mxu_product({n_rows, K, co, rows, K, 1, wb.data(), co, z.data(), co}, plan.tile_rows);
+    for (std::size_t r = 0; r < n_rows; ++r)
+      for (std::size_t c = 0; c < co; ++c) z[r * co + c] += bias[c];
     return z;
   }
 
@@ -398,11 +485,7 @@ struct Pass {
     const Tensor dzb = bf(dz), wt = transposed(bf(kernel), l.in.size(), l.out.c);
     const std::size_t in = l.in.size(), co = l.out.c;
     Tensor dx(n * in);
-    for (std::size_t b = 0; b < n; ++b)
-      mxu_accumulate(co, plan.tile_rows, in, &dx[b * in],
-                     [&](std::size_t c, float* psum) TPUSIM_REF_INLINE_LAMBDA {
-                       axpy(in, dzb[b * co + c], &wt[c * in], psum);
-                     });
+    mxu_product({n, co, in, dzb.data(), co, 1, wt.data(), in, dx.data(), in}, plan.tile_rows);
     return dx;
   }
 
@@ -413,28 +496,19 @@ struct Pass {
     // Summed as dW^T[c][k] (the product dz * x is x * dz, exactly), so that each term runs along
     // the long axis of the input's elements, then transposed.
     Tensor dwt(co * in);
-    mxu_accumulate(n, plan.tile_rows, co * in, dwt.data(),
-                   [&](std::size_t b, float* psum) TPUSIM_REF_INLINE_LAMBDA {
-                     for (std::size_t c = 0; c < co; ++c)
-                       axpy(in, dzb[b * co + c], &xb[b * in], &psum[c * in]);
-                   });
+    mxu_product({co, n, in, dzb.data(), 1, co, xb.data(), in, dwt.data(), in}, plan.tile_rows);
     return transposed(dwt, co, in);
   }
 
   // The contraction runs over the pass's output pixels, image after image.
   Tensor conv_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz) const {
     const Tensor xb = bf(x), dzb = bf(dz);
-    const std::size_t in = l.in.size(), co = l.out.c, pixels = std::size_t{l.out.h} * l.out.w;
+    const std::size_t co = l.out.c, pixels = std::size_t{l.out.h} * l.out.w;
     const std::size_t K = std::size_t{l.kernel_h} * l.kernel_w * l.in.c;
-    std::vector<Tensor> cols(n);
-    for (std::size_t b = 0; b < n; ++b) cols[b] = im2col(l, &xb[b * in]);
+    const Tensor cols = im2col(l, xb.data(), n);
     Tensor dw(K * co);
-    mxu_accumulate(n * pixels, plan.tile_rows, K * co, dw.data(),
-                   [&](std::size_t j, float* psum) TPUSIM_REF_INLINE_LAMBDA {
-                     const float* xj = &cols[j / pixels][(j % pixels) * K];
-                     const float* dzj = &dzb[j * co];
-                     for (std::size_t k = 0; k < K; ++k) axpy(co, xj[k], dzj, &psum[k * co]);
-                   });
+    mxu_product({K, n * pixels, co, cols.data(), 1, K, dzb.data(), co, dw.data(), co},
+                plan.tile_rows);
     return dw;
   }
 
@@ -492,7 +566,7 @@ struct Pass {
           break;
         case GradKind::Activation:
           r = in(1);
-          for (std::size_t e = 0; e < r.size(); ++e) r[e] = activation_grad(o.act, in(0)[e], r[e]);
+          activation_grad(o.act, in(0), r);
           break;
         case GradKind::Pass: r = in(0); break;
         case GradKind::Pool: r = pool_grad(l, in(0), in(1)); break;
