@@ -260,6 +260,14 @@ class RowReader {
       : in_(in), g_(in_.geom), k_(k), ub_(ub) {
     if (!in.window) return;
     segs_ = window_segments(g_, in.k_first, k);
+    // A window inside the image reads adjacent segments that are adjacent in memory (the
+    // channels of neighbouring positions along a row) as one run.
+    for (const WindowSegment& sg : segs_)
+      if (!runs_.empty() && runs_.back().k + runs_.back().count == sg.k &&
+          runs_.back().offset + runs_.back().count == sg.offset)
+        runs_.back().count += sg.count;
+      else
+        runs_.push_back(sg);
     image_elems_ = std::uint64_t{g_.in_h} * g_.in_w * g_.in_c;
     span_h_ = window_span_h(g_), span_w_ = window_span_w(g_);
     const std::uint64_t per_image = std::uint64_t{g_.out_h} * g_.out_w;
@@ -268,14 +276,9 @@ class RowReader {
     ox_ = in.first_pixel % g_.out_w;
   }
 
-  // Row `r` (rows are read in order, each once) into out[0], out[step], ... out[(k - 1) * step].
-  void read(std::uint32_t r, W* out, std::size_t step) {
-    if (!in_.window) {
-      const std::uint8_t* row = ub_ + in_.src + std::uint64_t{r} * in_.src_stride;
-      for (std::uint32_t kk = 0; kk < k_; ++kk)
-        out[kk * step] = E::load(row + std::size_t{kk} * E::bytes);
-      return;
-    }
+  // Row `r` (rows are read in order, each once) into out[0..k).
+  void read(std::uint32_t r, W* out) {
+    if (!in_.window) return E::widen(ub_ + in_.src + std::uint64_t{r} * in_.src_stride, k_, out);
     // Element index of channel 0 at window position (0, 0). When that position lies in the
     // padding the index wraps modulo 2^64, and adding an in-image segment's offset wraps back.
     const std::int64_t y0 = window_input_y(g_, oy_, 0), x0 = window_input_x(g_, ox_, 0);
@@ -283,18 +286,15 @@ class RowReader {
         b_ * image_elems_ + static_cast<std::uint64_t>(y0 * g_.in_w + x0) * g_.in_c;
     const bool inside = y0 >= 0 && x0 >= 0 && static_cast<std::uint64_t>(y0) + span_h_ <= g_.in_h &&
                         static_cast<std::uint64_t>(x0) + span_w_ <= g_.in_w;
-    for (const WindowSegment& sg : segs_) {
-      W* to = out + sg.k * step;
+    for (const WindowSegment& sg : inside ? runs_ : segs_) {
       if (!inside) {
         const std::int64_t y = window_input_y(g_, oy_, sg.ky), xx = window_input_x(g_, ox_, sg.kx);
         if (y < 0 || y >= g_.in_h || xx < 0 || xx >= g_.in_w) {
-          for (std::uint32_t i = 0; i < sg.count; ++i) to[i * step] = W{};
+          std::fill_n(out + sg.k, sg.count, W{});
           continue;
         }
       }
-      const std::uint8_t* src = ub_ + in_.src + (corner + sg.offset) * E::bytes;
-      for (std::uint32_t i = 0; i < sg.count; ++i)
-        to[i * step] = E::load(src + std::size_t{i} * E::bytes);
+      E::widen(ub_ + in_.src + (corner + sg.offset) * E::bytes, sg.count, out + sg.k);
     }
     if (++ox_ == g_.out_w) {
       ox_ = 0;
@@ -307,7 +307,7 @@ class RowReader {
   const isa::SetWindow& g_;
   std::uint32_t k_;
   const std::uint8_t* ub_;
-  std::vector<WindowSegment> segs_;
+  std::vector<WindowSegment> segs_, runs_;
   std::uint64_t image_elems_ = 0, span_h_ = 0, span_w_ = 0;
   std::uint64_t b_ = 0, oy_ = 0, ox_ = 0;
 };
@@ -321,33 +321,42 @@ void run(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub, st
   const std::uint32_t np = (n + pad - 1) / pad * pad;
   Scratch& sc = scratch;
 
-  // 1. Widen the weight tile once per call; padding columns are zero.
+  // 1. Widen the weight tile once per call; padding columns are zero. (Scratch is only grown:
+  // every element a call reads it writes first.)
   std::vector<W>& w = E::w(sc);
-  w.assign(std::size_t{k} * np, W{});
-  for (std::uint32_t kk = 0; kk < k; ++kk)
-    E::widen(&tile.bytes[std::size_t{kk} * n * E::bytes], n, &w[std::size_t{kk} * np]);
+  if (w.size() < std::size_t{k} * np) w.resize(std::size_t{k} * np);
+  for (std::uint32_t kk = 0; kk < k; ++kk) {
+    W* row = &w[std::size_t{kk} * np];
+    E::widen(&tile.bytes[std::size_t{kk} * n * E::bytes], n, row);
+    std::fill(row + n, row + np, W{});
+  }
   std::vector<W>& x = E::x(sc);
 
   if (in.transpose) {
     // 2t. A transposed input is its untransposed view's k rows of B elements: read them once,
     // row j into column j of x (x[j * pitch + r] is row r's element j), the pitch a whole number
-    // of row blocks (the rows past B read zeros; their sums are not written).
-    const std::uint32_t pitch = (in.rows + kRowBlock - 1) / kRowBlock * kRowBlock;
-    x.assign(std::size_t{k} * pitch, W{});
+    // of row blocks (the rows past B read zeros; their sums are not written) and some more: a
+    // pitch of a multiple of 4 KiB would put the k elements a row reads in one L1 cache set.
+    const std::uint32_t pitch = (in.rows + kRowBlock - 1) / kRowBlock * kRowBlock + kColPad;
+    if (x.size() < std::size_t{k} * pitch) x.resize(std::size_t{k} * pitch);
     RowReader<E> view(isa::transposed_view(in, k), in.rows, ub);
-    for (std::uint32_t j = 0; j < k; ++j) view.read(j, &x[std::size_t{j} * pitch], 1);
+    for (std::uint32_t j = 0; j < k; ++j) {
+      W* row = &x[std::size_t{j} * pitch];
+      view.read(j, row);
+      std::fill(row + in.rows, row + pitch, W{});
+    }
     for (std::uint32_t r0 = 0; r0 < in.rows; r0 += kRowBlock)
       kernel<true>(x.data() + r0, pitch, w.data(), k, np, n, std::min(kRowBlock, in.rows - r0),
                    acc + std::uint64_t{r0} * acc_stride, acc_stride, accumulate);
     return;
   }
-  x.assign(std::size_t{kRowBlock} * k, W{});
+  if (x.size() < std::size_t{kRowBlock} * k) x.resize(std::size_t{kRowBlock} * k);
   RowReader<E> rows(in, k, ub);
   for (std::uint32_t r0 = 0; r0 < in.rows; r0 += kRowBlock) {
     const std::uint32_t block = std::min(kRowBlock, in.rows - r0);
     // 2. Gather the block's input rows into contiguous, widened vectors (rows past the end of the
     // matmul keep stale values; their sums are not written).
-    for (std::uint32_t r = 0; r < block; ++r) rows.read(r0 + r, &x[std::size_t{r} * k], 1);
+    for (std::uint32_t r = 0; r < block; ++r) rows.read(r0 + r, &x[std::size_t{r} * k]);
     // 3. Multiply, and write or accumulate columns 0..n-1; the rest of each entry is untouched.
     kernel<false>(x.data(), k, w.data(), k, np, n, block, acc + std::uint64_t{r0} * acc_stride,
                   acc_stride, accumulate);
