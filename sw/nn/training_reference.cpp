@@ -200,23 +200,21 @@ void max_step(std::size_t c, const float* v, std::int32_t k, float* best, std::i
     if (v[ch] > best[ch]) best[ch] = v[ch], tap[ch] = k;
 }
 
-// The window of every output pixel of one image, as the MXU's rows see it: K = kh·kw·ci values
-// per pixel in (ky, kx, ci) order, +0 in the padding.
-Tensor im2col(const Op& l, const float* image) {
+// The window of every output pixel of n images, as the MXU's rows see it: K = kh·kw·ci values
+// per pixel in (ky, kx, ci) order, +0 in the padding; the taps found once, copied for each image.
+Tensor im2col(const Op& l, const float* images, std::size_t n) {
   const Taps tp = taps_of(l);
   const std::size_t ci = l.in.c, K = std::size_t{tp.kh} * tp.kw * ci;
-  Tensor cols(std::size_t{l.out.h} * l.out.w * K, 0.0f);
+  const std::size_t per_image = std::size_t{l.out.h} * l.out.w * K;
+  std::vector<std::pair<std::size_t, std::size_t>> from_to;  // input element, column element
   for_taps(l, [&](std::size_t ip, std::size_t op, std::size_t tap) {
-    std::copy_n(image + ip * ci, ci, &cols[op * K + tap * ci]);
+    from_to.emplace_back(ip * ci, op * K + tap * ci);
   });
-  return cols;
-}
-// im2col of n images, one after another.
-Tensor im2col(const Op& l, const float* images, std::size_t n) {
-  Tensor cols;
+  Tensor cols(n * per_image, 0.0f);
   for (std::size_t b = 0; b < n; ++b) {
-    const Tensor one = im2col(l, images + b * l.in.size());
-    cols.insert(cols.end(), one.begin(), one.end());
+    const float* image = images + b * l.in.size();
+    float* to = &cols[b * per_image];
+    for (const auto& [i, o] : from_to) std::copy_n(image + i, ci, to + o);
   }
   return cols;
 }
