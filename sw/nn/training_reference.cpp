@@ -116,45 +116,53 @@ struct Product {
 // are read a whole block wide, so a product whose n is not a multiple of it gets padded weights.
 constexpr std::size_t kProductCols = 16;
 
-// Rows [r0, r0 + RB) of p, every block of kProductCols columns: each chunk's sums and the
-// accumulators in registers (a GCC vector extension, Bytes wide, one lane per output).
+// Rows [r0, r0 + RB) of p, every block of kProductCols columns, over one chunk [k0, k1): the
+// chunk's sums in registers (a GCC vector extension, Bytes wide, one lane per output), then added
+// to acc.
 template <std::size_t Bytes, std::size_t RB>
-TPUSIM_REF_INLINE void product_rows(const Product& p, std::size_t R, std::size_t r0) {
+TPUSIM_REF_INLINE void product_chunk(const Product& p, std::size_t k0, std::size_t k1,
+                                     std::size_t r0) {
   typedef float V __attribute__((vector_size(Bytes)));
   constexpr std::size_t L = Bytes / sizeof(float), NV = kProductCols / L;
   for (std::size_t o0 = 0; o0 < p.n; o0 += kProductCols) {
-    V acc[RB][NV] = {};
-    for (std::size_t k0 = 0; k0 < p.K; k0 += R) {
-      V sum[RB][NV] = {};
-      const std::size_t k1 = std::min(p.K, k0 + R);
-      for (std::size_t k = k0; k < k1; ++k) {
-        V wk[NV];
-        for (std::size_t v = 0; v < NV; ++v)
-          std::memcpy(&wk[v], p.w + k * p.ldw + o0 + v * L, sizeof(V));
-        for (std::size_t r = 0; r < RB; ++r) {
-          const float xk = p.x[(r0 + r) * p.x_row + k * p.x_k];
-          for (std::size_t v = 0; v < NV; ++v) sum[r][v] += xk * wk[v];
-        }
+    V sum[RB][NV] = {};
+    for (std::size_t k = k0; k < k1; ++k) {
+      V wk[NV];
+      for (std::size_t v = 0; v < NV; ++v)
+        std::memcpy(&wk[v], p.w + k * p.ldw + o0 + v * L, sizeof(V));
+      for (std::size_t r = 0; r < RB; ++r) {
+        const float xk = p.x[(r0 + r) * p.x_row + k * p.x_k];
+        for (std::size_t v = 0; v < NV; ++v) sum[r][v] += xk * wk[v];
       }
-      for (std::size_t r = 0; r < RB; ++r)
-        for (std::size_t v = 0; v < NV; ++v) acc[r][v] += sum[r][v];
     }
     const std::size_t cols = std::min(kProductCols, p.n - o0);
     for (std::size_t r = 0; r < RB; ++r) {
-      float* to = p.acc + (r0 + r) * p.lda + o0;
-      if (cols == kProductCols)
-        std::memcpy(to, acc[r], sizeof acc[r]);
-      else
-        std::memcpy(to, acc[r], cols * sizeof(float));
+      float* a = p.acc + (r0 + r) * p.lda + o0;
+      if (cols == kProductCols) {
+        V old[NV];
+        std::memcpy(old, a, sizeof old);
+        for (std::size_t v = 0; v < NV; ++v) old[v] += sum[r][v];
+        std::memcpy(a, old, sizeof old);
+        continue;
+      }
+      float s[kProductCols];
+      std::memcpy(s, sum[r], sizeof s);
+      for (std::size_t o = 0; o < cols; ++o) a[o] += s[o];
     }
   }
 }
 
+// Chunk after chunk (a long contraction's chunk of weights stays in cache while every block of
+// rows reads it), the accumulators from +0.
 template <std::size_t Bytes>
 TPUSIM_REF_INLINE void product_body(const Product& p, std::size_t R) {
-  std::size_t r0 = 0;
-  for (; r0 + 4 <= p.rows; r0 += 4) product_rows<Bytes, 4>(p, R, r0);
-  for (; r0 < p.rows; ++r0) product_rows<Bytes, 1>(p, R, r0);
+  for (std::size_t r = 0; r < p.rows; ++r) std::fill_n(p.acc + r * p.lda, p.n, 0.0f);
+  for (std::size_t k0 = 0; k0 < p.K; k0 += R) {
+    const std::size_t k1 = std::min(p.K, k0 + R);
+    std::size_t r0 = 0;
+    for (; r0 + 4 <= p.rows; r0 += 4) product_chunk<Bytes, 4>(p, k0, k1, r0);
+    for (; r0 < p.rows; ++r0) product_chunk<Bytes, 1>(p, k0, k1, r0);
+  }
 }
 void product_baseline(const Product& p, std::size_t R) { product_body<16>(p, R); }
 #if defined(__x86_64__) || defined(__i386__)
