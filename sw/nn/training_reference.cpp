@@ -39,10 +39,10 @@ Tensor bf(const Tensor& t) {
 }
 
 // Functions (and the lambdas they call) always inlined into their caller, so that they compile
-// for its instruction set: mxu_accumulate's loops run inside a target("avx2") function on CPUs
-// with AVX2 (8 outputs per vector instruction instead of the baseline's 4). Every output is the
-// same sequence of single fp32 operations at either width (no fused multiply-add: -ffp-contract=off
-// contracts nothing), so the results are the same bits.
+// for its instruction set: the loops of mxu_accumulate and mxu_product run inside target("avx2")
+// functions on CPUs with AVX2 (8 outputs per vector instruction instead of the baseline's 4).
+// Every output is the same sequence of single fp32 operations at either width (no fused
+// multiply-add: -ffp-contract=off contracts nothing), so the results are the same bits.
 #define TPUSIM_REF_INLINE inline __attribute__((always_inline))
 #define TPUSIM_REF_INLINE_LAMBDA __attribute__((always_inline))
 
