@@ -118,10 +118,11 @@ constexpr std::size_t kProductCols = 16;
 
 // Rows [r0, r0 + RB) of p, every block of kProductCols columns, over one chunk [k0, k1): the
 // chunk's sums in registers (a GCC vector extension, Bytes wide, one lane per output), then added
-// to acc.
+// to acc, or for the first chunk to +0 (acc is not read).
 template <std::size_t Bytes, std::size_t RB>
 TPUSIM_REF_INLINE void product_chunk(const Product& p, std::size_t k0, std::size_t k1,
                                      std::size_t r0) {
+  const bool first = k0 == 0;
   typedef float V __attribute__((vector_size(Bytes)));
   constexpr std::size_t L = Bytes / sizeof(float), NV = kProductCols / L;
   for (std::size_t o0 = 0; o0 < p.n; o0 += kProductCols) {
@@ -139,15 +140,15 @@ TPUSIM_REF_INLINE void product_chunk(const Product& p, std::size_t k0, std::size
     for (std::size_t r = 0; r < RB; ++r) {
       float* a = p.acc + (r0 + r) * p.lda + o0;
       if (cols == kProductCols) {
-        V old[NV];
-        std::memcpy(old, a, sizeof old);
+        V old[NV] = {};
+        if (!first) std::memcpy(old, a, sizeof old);
         for (std::size_t v = 0; v < NV; ++v) old[v] += sum[r][v];
         std::memcpy(a, old, sizeof old);
         continue;
       }
       float s[kProductCols];
       std::memcpy(s, sum[r], sizeof s);
-      for (std::size_t o = 0; o < cols; ++o) a[o] += s[o];
+      for (std::size_t o = 0; o < cols; ++o) a[o] = (first ? 0.0f : a[o]) + s[o];
     }
   }
 }
@@ -156,7 +157,8 @@ TPUSIM_REF_INLINE void product_chunk(const Product& p, std::size_t k0, std::size
 // rows reads it), the accumulators from +0.
 template <std::size_t Bytes>
 TPUSIM_REF_INLINE void product_body(const Product& p, std::size_t R) {
-  for (std::size_t r = 0; r < p.rows; ++r) std::fill_n(p.acc + r * p.lda, p.n, 0.0f);
+  if (p.K == 0)
+    for (std::size_t r = 0; r < p.rows; ++r) std::fill_n(p.acc + r * p.lda, p.n, 0.0f);
   for (std::size_t k0 = 0; k0 < p.K; k0 += R) {
     const std::size_t k1 = std::min(p.K, k0 + R);
     std::size_t r0 = 0;
