@@ -31,18 +31,11 @@ using ir::Role;
 using ir::TensorId;
 using Tensor = std::vector<float>;
 
-float bf(float x) { return round_bf16(x); }
-Tensor bf(const Tensor& t) {
-  Tensor r(t.size());
-  std::transform(t.begin(), t.end(), r.begin(), [](float x) { return bf(x); });
-  return r;
-}
-
 // Functions (and the lambdas they call) always inlined into their caller, so that they compile
-// for its instruction set: the loops of mxu_accumulate and mxu_product run inside target("avx2")
-// functions on CPUs with AVX2 (8 outputs per vector instruction instead of the baseline's 4).
-// Every output is the same sequence of single fp32 operations at either width (no fused
-// multiply-add: -ffp-contract=off contracts nothing), so the results are the same bits.
+// for its instruction set: the loops of bf, mxu_accumulate and mxu_product run inside
+// target("avx2") functions on CPUs with AVX2 (8 values per vector instruction instead of the
+// baseline's 4). Every output is the same sequence of single operations at either width (no
+// fused multiply-add: -ffp-contract=off contracts nothing), so the results are the same bits.
 #define TPUSIM_REF_INLINE inline __attribute__((always_inline))
 #define TPUSIM_REF_INLINE_LAMBDA __attribute__((always_inline))
 
@@ -53,6 +46,26 @@ bool host_has_avx2() {
 #else
   return false;
 #endif
+}
+
+TPUSIM_REF_INLINE void bf_all(const float* in, std::size_t n, float* out) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = round_bf16(in[i]);
+}
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) void bf_all_avx2(const float* in, std::size_t n, float* out) {
+  bf_all(in, n, out);
+}
+#endif
+Tensor bf(const Tensor& t) {
+  Tensor r(t.size());
+#if defined(__x86_64__) || defined(__i386__)
+  if (host_has_avx2()) {
+    bf_all_avx2(t.data(), t.size(), r.data());
+    return r;
+  }
+#endif
+  bf_all(t.data(), t.size(), r.data());
+  return r;
 }
 
 // The MXU's order (docs/training.md): each output element sums its contraction k < K in chunks
