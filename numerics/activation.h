@@ -2,8 +2,8 @@
 // them: the definitions the vector unit and the quantized reference both follow.
 //
 // Floating-point results depend on evaluation order and on no fused multiply-add: every
-// operation here is one IEEE-754 fp32 operation rounded to nearest even, as ISO C++ mode
-// (-std=c++17, CMAKE_CXX_EXTENSIONS OFF) compiles it on GCC (no -ffp-contract=fast). expf, expm1f
+// operation here is one IEEE-754 fp32 operation rounded to nearest even, as GCC compiles it with
+// -ffp-contract=off (every target of ours has it: CMakeLists.txt). expf, expm1f
 // and tanhf come from the C library, so the chip and the reference agree when linked against the
 // same libm (they are one binary). tb/unit/numerics/activation_test.cpp bounds each function's
 // error in ULPs against a float64 evaluation.

@@ -23,14 +23,16 @@ inline float to_float(Bf16 h) {
   return f;
 }
 
+// A NaN (exponent all ones, mantissa not zero: magnitude bits above infinity's) keeps its sign
+// and top payload bits, quieted; any other value rounds to nearest, ties to even, by adding 0x7fff
+// plus the lsb it keeps. A select rather than a branch, so that loops over many values vectorise.
 inline Bf16 to_bf16(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
-    return Bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};  // quiet NaN
-  const std::uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7fffu + lsb;
-  return Bf16{static_cast<std::uint16_t>(u >> 16)};
+  const std::uint32_t top = u >> 16;
+  const std::uint32_t rounded = (u + 0x7fffu + (top & 1u)) >> 16;
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return Bf16{static_cast<std::uint16_t>(nan ? (top | 0x0040u) : rounded)};
 }
 
 // Rounds an fp32 value to the nearest bf16-representable fp32 value.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 // sc_spawn: <systemc> includes it only under SC_INCLUDE_DYNAMIC_PROCESSES.
 #include <sysc/kernel/sc_dynamic_processes.h>
 
@@ -99,15 +101,24 @@ namespace {
 // The tile a ReadWeights makes resident from its stored matrix S (rows x cols, dense in `tile`):
 // S itself, or with `transpose` W = S^T, W[k][n] = S[n][k]. The transpose unit sits on the
 // weight path (docs/timing-model.md), so the FIFO holds tiles as the array takes them.
+template <class E>  // an element: std::uint8_t (int8) or std::uint16_t (bf16)
+void transpose_elements(const std::uint8_t* s, std::uint32_t rows, std::uint32_t cols,
+                        std::uint8_t* d) {
+  for (std::uint32_t i = 0; i < rows; ++i)
+    for (std::uint32_t j = 0; j < cols; ++j)
+      std::memcpy(d + (std::size_t{j} * rows + i) * sizeof(E),
+                  s + (std::size_t{i} * cols + j) * sizeof(E), sizeof(E));
+}
+
 void orient(WeightTile& tile, const isa::ReadWeights& rw, std::uint32_t elem) {
   tile.rows = rw.rows;
   tile.cols = rw.cols;
   if (!rw.transpose) return;
   std::vector<std::uint8_t> w(tile.bytes.size());
-  for (std::uint32_t i = 0; i < rw.rows; ++i)
-    for (std::uint32_t j = 0; j < rw.cols; ++j)
-      std::copy_n(&tile.bytes[(std::size_t{i} * rw.cols + j) * elem], elem,
-                  &w[(std::size_t{j} * rw.rows + i) * elem]);
+  if (elem == 2)
+    transpose_elements<std::uint16_t>(tile.bytes.data(), rw.rows, rw.cols, w.data());
+  else
+    transpose_elements<std::uint8_t>(tile.bytes.data(), rw.rows, rw.cols, w.data());
   tile.bytes = std::move(w);
   tile.rows = rw.cols;
   tile.cols = rw.rows;

@@ -73,6 +73,9 @@
 //             read).
 //   pool_grad dst must not overlap dy, nor x for max (dst is zeroed first, before either is
 //             read); x and dy may overlap each other (both are only read).
+// The lane kernels below pass 32-byte vectors between always-inlined functions (lanes.h).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #include "hw/vector_unit/vector_ops.h"
 
 #include <fmt/format.h>
@@ -97,6 +100,7 @@
 #include "hw/isa/pooling.h"
 #include "hw/isa/window.h"
 #include "hw/vector_unit/functions.h"
+#include "hw/vector_unit/lanes.h"
 #include "numerics/activation.h"
 #include "numerics/bf16.h"
 #include "numerics/elementwise.h"
@@ -363,16 +367,6 @@ void pool_avg_f32(Runs runs, std::size_t n_runs, std::size_t ch, float* sum, std
   const auto n = static_cast<std::int32_t>(n_runs);
   for (std::size_t c = 0; c < ch; ++c)
     store_u32(out + 4 * c, float_to_bits(numerics::avg_float(sum[c], n)));
-}
-
-// fp32 max pooling: numerics::max_float in window order, per channel (no rounding after it).
-void pool_max_f32(Runs runs, std::size_t n_runs, std::size_t ch, std::uint8_t* out) {
-  for (std::size_t c = 0; c < ch; ++c) {
-    float m = bits_to_float(load_u32(runs[0] + 4 * c));
-    for (std::size_t k = 1; k < n_runs; ++k)
-      m = numerics::max_float(m, bits_to_float(load_u32(runs[k] + 4 * c)));
-    store_u32(out + 4 * c, float_to_bits(m));
-  }
 }
 
 namespace portable {
@@ -772,6 +766,224 @@ bool use_avx2() {
       fmt::format("environment TPUSIM_SIMD = {} (allowed: auto, portable, avx2)", want));
 }
 
+// ---- lane kernels ----
+//
+// The loops of pool_grad, map, fp32 eltwise, fp32 max pooling and reduce, written once over
+// lanes::Lanes<Bytes> (hw/vector_unit/lanes.h) and built twice: 16-byte lanes in the portable
+// build, 32-byte lanes inside target("avx2") functions. A kernel is a struct whose static
+// template run<Bytes> is always inlined into the build that calls it; elements left over after
+// the last whole vector run the scalar definitions.
+template <std::size_t Bytes>
+using L = lanes::Lanes<Bytes>;
+
+template <class Kernel, class... Args>
+void run_portable(Args... args) {
+  Kernel::template run<16>(args...);
+}
+#if defined(__x86_64__) || defined(__i386__)
+template <class Kernel, class... Args>
+__attribute__((target("avx2"))) void run_avx2(Args... args) {
+  Kernel::template run<32>(args...);
+}
+#endif
+// The build of Kernel for this CPU (use_avx2()), to call many times.
+template <class Kernel, class... Args>
+auto lanes_kernel(bool avx2) -> void (*)(Args...) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (avx2) return &run_avx2<Kernel, Args...>;
+#endif
+  return &run_portable<Kernel, Args...>;
+}
+template <class Kernel, class... Args>
+void run_lanes(Args... args) {
+  lanes_kernel<Kernel, Args...>(use_avx2())(args...);
+}
+
+// Each axis's window positions inside the image, [first, last) per output, looked up once.
+struct AxisTable {
+  std::vector<std::int64_t> first, last;
+  AxisTable(const isa::PoolAxis& a, std::uint32_t outputs) : first(outputs), last(outputs) {
+    for (std::uint32_t o = 0; o < outputs; ++o) first[o] = a.first(o), last[o] = a.last(o);
+  }
+};
+
+// Byte offsets of the pixels of output (img, oy, ox)'s window that lie inside the image, in
+// window order (ky, then kx), into pos; returns how many.
+inline std::size_t window_positions(const AxisTable& rows, const AxisTable& cols, std::uint64_t img,
+                                    std::uint32_t oy, std::uint32_t ox, std::uint32_t in_h,
+                                    std::uint32_t in_w, std::uint64_t pixel_bytes,
+                                    std::uint64_t* pos) {
+  std::size_t n = 0;
+  for (std::int64_t y = rows.first[oy]; y < rows.last[oy]; ++y) {
+    const std::uint64_t row = (img * in_h + static_cast<std::uint64_t>(y)) * in_w;
+    for (std::int64_t x = cols.first[ox]; x < cols.last[ox]; ++x)
+      pos[n++] = (row + static_cast<std::uint64_t>(x)) * pixel_bytes;
+  }
+  return n;
+}
+
+// pool_grad after dX is zeroed: output pixels in NHWC order (b, oy, ox), each pixel's channels
+// side by side in lanes (each channel's adds keep their order: a pixel's window positions are
+// distinct). max: dy into the first maximum of x over the window positions inside the image, or
+// into its first NaN (numerics::max_pool_grad_position); avg: dy / n into each of the n positions
+// (numerics::avg_pool_grad_share).
+struct PoolGradKernel {
+  template <std::size_t B>
+  static TPUSIM_LANES_INLINE void run(const isa::SetWindow* w, const isa::PoolAxis* row_axis,
+                                      const isa::PoolAxis* col_axis, std::uint64_t images,
+                                      bool is_max, const std::uint8_t* x, const std::uint8_t* dy,
+                                      std::uint8_t* dx) {
+    using V = L<B>;
+    using F = typename V::F;
+    using I = typename V::I;
+    const std::uint64_t pixel_bytes = 4 * std::uint64_t{w->in_c};
+    const AxisTable rows(*row_axis, w->out_h), cols(*col_axis, w->out_w);
+    std::vector<std::uint64_t> pos(std::uint64_t{std::min(w->kernel_h, w->in_h)} *
+                                   std::min(w->kernel_w, w->in_w));
+    const std::uint8_t* grad = dy;
+    for (std::uint64_t img = 0; img < images; ++img)
+      for (std::uint32_t oy = 0; oy < w->out_h; ++oy)
+        for (std::uint32_t ox = 0; ox < w->out_w; ++ox, grad += pixel_bytes) {
+          const std::size_t n =
+              window_positions(rows, cols, img, oy, ox, w->in_h, w->in_w, pixel_bytes, pos.data());
+          V::for_each(
+              w->in_c, [&](std::uint64_t c, auto k) __attribute__((always_inline)) {
+                const F d = V::load(grad + 4 * c, k);
+                if (!is_max) {
+                  const F share = d / static_cast<float>(n);
+                  for (std::size_t p = 0; p < n; ++p) {
+                    std::uint8_t* at = dx + pos[p] + 4 * c;
+                    V::store(at, V::load(at, k) + share, k);
+                  }
+                  return;
+                }
+                // The position taken so far, its value, and whether it was a NaN (then it stays).
+                F best = V::load(x + pos[0] + 4 * c, k);
+                I nan = V::is_nan(best), at = I{};
+                for (std::size_t p = 1; p < n; ++p) {
+                  const F val = V::load(x + pos[p] + 4 * c, k);
+                  const I val_nan = V::is_nan(val);
+                  const I take = ~nan & (val_nan | (val > best));
+                  best = take ? val : best;
+                  at = take ? I{} + static_cast<std::int32_t>(p) : at;
+                  nan |= val_nan;
+                }
+                for (std::size_t p = 0; p < n; ++p) {
+                  std::uint8_t* to = dx + pos[p] + 4 * c;
+                  const F old = V::load(to, k);
+                  V::store(to, at == static_cast<std::int32_t>(p) ? old + d : old, k);
+                }
+              });
+        }
+  }
+};
+
+// fp32 max pooling of one window (numerics::max_float in window order): the running maximum
+// (v > m ? v : m) and, apart, whether any value was NaN, which makes the result the quiet NaN.
+struct MaxF32Kernel {
+  template <std::size_t B>
+  static TPUSIM_LANES_INLINE void run(Runs runs, std::size_t n_runs, std::size_t ch,
+                                      std::uint8_t* out) {
+    using V = L<B>;
+    V::for_each(
+        ch, [&](std::uint64_t c, auto k) __attribute__((always_inline)) {
+          typename V::F m = V::load(runs[0] + 4 * c, k);
+          typename V::I nan = V::is_nan(m);
+          for (std::size_t r = 1; r < n_runs; ++r) {
+            const typename V::F val = V::load(runs[r] + 4 * c, k);
+            nan |= V::is_nan(val);
+            m = val > m ? val : m;
+          }
+          V::store(out + 4 * c, nan ? V::splat(std::numeric_limits<float>::quiet_NaN()) : m, k);
+        });
+  }
+};
+
+// eltwise on fp32 with op Op, per lane the scalar step: one IEEE operation, or numerics'
+// max_float, min_float and the *_grad definitions (numerics/gradient.h) in their written order.
+// b repeats every `period` elements.
+template <isa::EltOp Op>
+struct EltF32Kernel {
+  template <class V>
+  static TPUSIM_LANES_INLINE typename V::F step(typename V::F x, typename V::F y) {
+    using E = isa::EltOp;
+    if constexpr (Op == E::Add) return x + y;
+    if constexpr (Op == E::Sub) return x - y;
+    if constexpr (Op == E::Mul) return x * y;
+    if constexpr (Op == E::Div) return x / y;
+    if constexpr (Op == E::Max) return V::max_float(x, y);
+    if constexpr (Op == E::Min) return V::min_float(x, y);
+    if constexpr (Op == E::ReluGrad) return x > 0.0f ? y : typename V::F{};
+    if constexpr (Op == E::Relu6Grad) return (x > 0.0f) & (x < 6.0f) ? y : typename V::F{};
+    if constexpr (Op == E::SigmoidGrad) return y * (x * (1.0f - x));
+    if constexpr (Op == E::TanhGrad) return y * (1.0f - x * x);
+  }
+  template <std::size_t B>
+  static TPUSIM_LANES_INLINE void run(std::uint64_t count, const std::uint8_t* a,
+                                      const std::uint8_t* b, std::uint8_t* dst,
+                                      std::uint64_t period) {
+    using V = L<B>;
+    for (std::uint64_t i0 = 0; i0 < count; i0 += period) {
+      const std::uint8_t *ai = a + 4 * i0, *bi = b;
+      std::uint8_t* di = dst + 4 * i0;
+      V::for_each(
+          std::min(period, count - i0), [&](std::uint64_t j,
+                                            auto k) __attribute__((always_inline)) {
+            const std::uint64_t at = 4 * j;
+            V::store(di + at, step<V>(V::load(ai + at, k), V::load(bi + at, k)), k);
+          });
+    }
+  }
+};
+
+// reduce: each column from its start value (s, cols values), the rows in order: one fp32 add, or
+// max_float, per value; the columns side by side in lanes, row after row.
+struct ReduceKernel {
+  template <std::size_t B>
+  static TPUSIM_LANES_INLINE void run(bool sum, const std::uint8_t* in, std::uint64_t rows,
+                                      std::uint64_t stride, std::uint64_t cols, float* s) {
+    using V = L<B>;
+    auto* out = reinterpret_cast<std::uint8_t*>(s);
+    for (std::uint64_t r = 0; r < rows; ++r, in += stride)
+      V::for_each(
+          cols, [&](std::uint64_t c, auto k) __attribute__((always_inline)) {
+            const typename V::F acc = V::load(out + 4 * c, k), v = V::load(in + 4 * c, k);
+            V::store(out + 4 * c, sum ? acc + v : V::max_float(acc, v), k);
+          });
+  }
+};
+
+// map for inputs and outputs of bf16 or fp32 and the functions identity, relu and relu6:
+// numerics::affine(x, a, b) and the function per lane (lanes.h). The records a and b repeat every
+// `period` elements: a whole number of channels, at least a few vectors long.
+template <DType In, DType Out, isa::MapFunc Func>
+struct MapKernel {
+  template <std::size_t B>
+  static TPUSIM_LANES_INLINE void run(std::uint64_t count, const std::uint8_t* in,
+                                      std::uint8_t* out, const float* a, const float* b,
+                                      std::uint64_t period) {
+    using V = L<B>;
+    const auto* ra = reinterpret_cast<const std::uint8_t*>(a);
+    const auto* rb = reinterpret_cast<const std::uint8_t*>(b);
+    for (std::uint64_t i0 = 0; i0 < count; i0 += period) {
+      V::for_each(
+          std::min(period, count - i0), [&](std::uint64_t j,
+                                            auto k) __attribute__((always_inline)) {
+            const std::uint64_t i = i0 + j;
+            const typename V::F x =
+                In == DType::Bf16 ? V::load_bf16(in + 2 * i, k) : V::load(in + 4 * i, k);
+            typename V::F y = x * V::load(ra + 4 * j, k) + V::load(rb + 4 * j, k);
+            if constexpr (Func == isa::MapFunc::Relu) y = V::relu(y);
+            if constexpr (Func == isa::MapFunc::Relu6) y = V::relu6(y);
+            if constexpr (Out == DType::Bf16)
+              V::store_bf16(out + 2 * i, y, k);
+            else
+              V::store(out + 4 * i, y, k);
+          });
+    }
+  }
+};
+
 }  // namespace
 
 VectorOps::VectorOps(const ChipConfig& cfg) : cfg_(cfg) {
@@ -935,6 +1147,8 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
                                    dst, dst_len, src, src_len));
 
   [[maybe_unused]] const bool avx2 = use_avx2();
+  const auto max_f32 =
+      lanes_kernel<MaxF32Kernel, Runs, std::size_t, std::size_t, std::uint8_t*>(avx2);
   const std::uint8_t* in = ub.data + src;
   std::uint8_t* out = ub.data + dst;
   const std::uint64_t ch = p.channels;
@@ -959,7 +1173,7 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
         }
         if (fp32) {
           if (is_max)
-            pool_max_f32(runs.data(), k, ch, out);
+            max_f32(runs.data(), k, ch, out);
           else
             pool_avg_f32(runs.data(), k, ch, sum_f.data(), out);
           continue;
@@ -986,6 +1200,27 @@ void VectorOps::pool(const isa::Pool& p, UbView ub) const {
           portable::max_bf16(runs.data(), k, ch, sum_f.data(), nan.data(), out);
       }
 }
+
+namespace {
+
+void eltwise_f32(isa::EltOp op, std::uint64_t count, const std::uint8_t* a, const std::uint8_t* b,
+                 std::uint8_t* dst, std::uint64_t period) {
+  using E = isa::EltOp;
+  switch (op) {
+    case E::Add: return run_lanes<EltF32Kernel<E::Add>>(count, a, b, dst, period);
+    case E::Sub: return run_lanes<EltF32Kernel<E::Sub>>(count, a, b, dst, period);
+    case E::Mul: return run_lanes<EltF32Kernel<E::Mul>>(count, a, b, dst, period);
+    case E::Max: return run_lanes<EltF32Kernel<E::Max>>(count, a, b, dst, period);
+    case E::Min: return run_lanes<EltF32Kernel<E::Min>>(count, a, b, dst, period);
+    case E::ReluGrad: return run_lanes<EltF32Kernel<E::ReluGrad>>(count, a, b, dst, period);
+    case E::Relu6Grad: return run_lanes<EltF32Kernel<E::Relu6Grad>>(count, a, b, dst, period);
+    case E::SigmoidGrad: return run_lanes<EltF32Kernel<E::SigmoidGrad>>(count, a, b, dst, period);
+    case E::TanhGrad: return run_lanes<EltF32Kernel<E::TanhGrad>>(count, a, b, dst, period);
+    case E::Div: return run_lanes<EltF32Kernel<E::Div>>(count, a, b, dst, period);
+  }
+}
+
+}  // namespace
 
 void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
   constexpr std::string_view op = "eltwise";
@@ -1045,7 +1280,11 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
                     "not overlap it)",
                     op, dst, b, len));
 
+  // fp32 add, subtract, multiply and divide are single IEEE-754 operations (round to nearest
+  // even; x / 0 is a signed infinity, 0 / 0 NaN): EltF32Kernel. int8 and bf16 element by element.
   std::uint8_t* const base = ub.data;
+  if (e.type == DType::Fp32)
+    return eltwise_f32(e.op, e.count, base + a, base + b, base + dst, period);
   std::uint64_t j = 0;  // i mod period, b's element
   for (std::uint64_t i = 0; i < e.count; ++i, j = j + 1 == period ? 0 : j + 1) {
     if (e.type == DType::Int8) {
@@ -1063,7 +1302,7 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
         default: break;  // the gradient ops and div: fp32 only, refused above
       }
       store_i8(base + dst + i, r);
-    } else if (e.type == DType::Bf16) {
+    } else {
       const Bf16 x = load_bf16(base + a + 2 * i), y = load_bf16(base + b + 2 * j);
       Bf16 r;
       switch (e.op) {
@@ -1075,25 +1314,6 @@ void VectorOps::eltwise(const isa::Eltwise& e, UbView ub) const {
         default: break;  // the gradient ops and div: fp32 only, refused above
       }
       store_bf16(base + dst + 2 * i, r);
-    } else {
-      // fp32 add, subtract, multiply and divide are single IEEE-754 operations (round to
-      // nearest even; x / 0 is a signed infinity, 0 / 0 NaN).
-      const float x = bits_to_float(load_u32(base + a + 4 * i));
-      const float y = bits_to_float(load_u32(base + b + 4 * j));
-      float r = 0.0f;
-      switch (e.op) {
-        case isa::EltOp::Add: r = x + y; break;
-        case isa::EltOp::Sub: r = x - y; break;
-        case isa::EltOp::Mul: r = x * y; break;
-        case isa::EltOp::Max: r = numerics::max_float(x, y); break;
-        case isa::EltOp::Min: r = numerics::min_float(x, y); break;
-        case isa::EltOp::ReluGrad: r = numerics::relu_grad(x, y); break;
-        case isa::EltOp::Relu6Grad: r = numerics::relu6_grad(x, y); break;
-        case isa::EltOp::SigmoidGrad: r = numerics::sigmoid_grad(x, y); break;
-        case isa::EltOp::TanhGrad: r = numerics::tanh_grad(x, y); break;
-        case isa::EltOp::Div: r = x / y; break;
-      }
-      store_u32(base + dst + 4 * i, float_to_bits(r));
     }
   }
 }
@@ -1181,6 +1401,43 @@ void map_store(std::uint8_t* base, std::uint64_t i, float scale, float y) {
   } else {
     store_u32(base + 4 * i, float_to_bits(y));
   }
+}
+
+// map through MapKernel when its types and function have lanes; false when they do not. The
+// records repeat in a buffer of whole channels at least kMapPeriod elements long, so that a
+// channel count of 1 or 3 still fills vectors.
+constexpr std::uint64_t kMapPeriod = 64;
+
+template <DType In, DType Out>
+bool map_lanes(const isa::Map& m, const std::uint8_t* in, std::uint8_t* out, const float* a,
+               const float* b) {
+  using F = isa::MapFunc;
+  if (m.func != F::Identity && m.func != F::Relu && m.func != F::Relu6) return false;
+  const std::uint64_t copies = (kMapPeriod + m.channels - 1) / m.channels;
+  const std::uint64_t period = copies * m.channels;
+  std::vector<float> ra(period), rb(period);
+  for (std::uint64_t j = 0; j < period; ++j) ra[j] = a[j % m.channels], rb[j] = b[j % m.channels];
+  const std::uint64_t count = m.count;
+  switch (m.func) {
+    case F::Identity:
+      run_lanes<MapKernel<In, Out, F::Identity>>(count, in, out, ra.data(), rb.data(), period);
+      break;
+    case F::Relu:
+      run_lanes<MapKernel<In, Out, F::Relu>>(count, in, out, ra.data(), rb.data(), period);
+      break;
+    default:
+      run_lanes<MapKernel<In, Out, F::Relu6>>(count, in, out, ra.data(), rb.data(), period);
+      break;
+  }
+  return true;
+}
+
+template <DType In>
+bool map_lanes(const isa::Map& m, const std::uint8_t* in, std::uint8_t* out, const float* a,
+               const float* b) {
+  if (m.out_type == DType::Bf16) return map_lanes<In, DType::Bf16>(m, in, out, a, b);
+  if (m.out_type == DType::Fp32) return map_lanes<In, DType::Fp32>(m, in, out, a, b);
+  return false;
 }
 
 // The elements of a map: x * a + b, the function, and the output conversion. The types and the
@@ -1273,6 +1530,8 @@ void VectorOps::map(const isa::Map& m, UbView ub) const {
   }
   const std::uint8_t* in = ub.data + src;
   std::uint8_t* out = ub.data + dst;
+  if (m.in_type == DType::Bf16 && map_lanes<DType::Bf16>(m, in, out, a.data(), b.data())) return;
+  if (m.in_type == DType::Fp32 && map_lanes<DType::Fp32>(m, in, out, a.data(), b.data())) return;
   switch (m.in_type) {
     case DType::Int8:
       return map_elements<DType::Int8>(m, in, out, a.data(), b.data(), alpha.data());
@@ -1448,12 +1707,9 @@ void VectorOps::reduce(const isa::Reduce& r, UbView ub) const {
   for (std::uint32_t c = 0; c < r.cols; ++c)
     s[c] = r.accumulate ? bits_to_float(load_u32(ub.data + dst + 4 * c))
                         : (sum ? 0.0f : -std::numeric_limits<float>::infinity());
-  const std::uint8_t* in = ub.data + src;
-  for (std::uint64_t row = 0; row < r.rows; ++row, in += r.stride)
-    for (std::uint32_t c = 0; c < r.cols; ++c) {
-      const float v = bits_to_float(load_u32(in + 4 * c));
-      s[c] = sum ? s[c] + v : numerics::max_float(s[c], v);
-    }
+  run_lanes<ReduceKernel>(sum, static_cast<const std::uint8_t*>(ub.data + src),
+                          std::uint64_t{r.rows}, std::uint64_t{r.stride}, std::uint64_t{r.cols},
+                          s.data());
   for (std::uint32_t c = 0; c < r.cols; ++c) store_u32(ub.data + dst + 4 * c, float_to_bits(s[c]));
 }
 
@@ -1509,45 +1765,13 @@ void VectorOps::pool_grad(const isa::PoolGrad& g, const isa::SetWindow& w, UbVie
     throw ProgramError(fmt::format("{}: dst = {:#x} + {} bytes overlaps dy = {:#x} + {} bytes", op,
                                    dst, x_len, dy, dy_len));
 
-  // 1. dX = +0 everywhere.
+  // 1. dX = +0 everywhere. 2. Output elements in NHWC order (b, oy, ox, then c); each window's
+  // positions in window order (ky, then kx), those inside the image only. 3. max: dy into the
+  // first maximum of x; avg: dy / n into every position, in order.
   std::memset(ub.data + dst, 0, x_len);
-  // 2. Output elements in NHWC order (b, oy, ox, then c); each window's positions in window
-  // order (ky, then kx), those inside the image only.
-  const std::uint64_t pixel_bytes = 4 * ch;
-  // Byte offsets of a window's pixels in x and dX, and x's values there: at most the positions
-  // inside the image, which dst's extent (checked above) bounds.
-  const std::uint64_t most =
-      std::uint64_t{std::min(w.kernel_h, w.in_h)} * std::min(w.kernel_w, w.in_w);
-  std::vector<std::uint64_t> pos(most);
-  std::vector<float> v(is_max ? most : 0);
-  const std::uint8_t* grad = ub.data + dy;
-  for (std::uint64_t img = 0; img < g.images; ++img)
-    for (std::uint32_t oy = 0; oy < w.out_h; ++oy)
-      for (std::uint32_t ox = 0; ox < w.out_w; ++ox, grad += pixel_bytes) {
-        std::size_t n = 0;
-        for (std::int64_t y = rows.first(oy); y < rows.last(oy); ++y) {
-          const std::uint64_t row = (img * w.in_h + static_cast<std::uint64_t>(y)) * w.in_w;
-          for (std::int64_t xx = cols.first(ox); xx < cols.last(ox); ++xx)
-            pos[n++] = (row + static_cast<std::uint64_t>(xx)) * pixel_bytes;
-        }
-        for (std::uint64_t c = 0; c < ch; ++c) {
-          const float d = bits_to_float(load_u32(grad + 4 * c));
-          // 3. max: dy into the first maximum of x; avg: dy / n into every position, in order.
-          if (is_max) {
-            for (std::size_t k = 0; k < n; ++k)
-              v[k] = bits_to_float(load_u32(ub.data + x + pos[k] + 4 * c));
-            std::uint8_t* at =
-                ub.data + dst + pos[numerics::max_pool_grad_position(v.data(), n)] + 4 * c;
-            store_u32(at, float_to_bits(bits_to_float(load_u32(at)) + d));
-            continue;
-          }
-          const float share = numerics::avg_pool_grad_share(d, static_cast<std::int32_t>(n));
-          for (std::size_t k = 0; k < n; ++k) {
-            std::uint8_t* at = ub.data + dst + pos[k] + 4 * c;
-            store_u32(at, float_to_bits(bits_to_float(load_u32(at)) + share));
-          }
-        }
-      }
+  run_lanes<PoolGradKernel>(&w, &rows, &cols, std::uint64_t{g.images}, is_max,
+                            static_cast<const std::uint8_t*>(ub.data + x),
+                            static_cast<const std::uint8_t*>(ub.data + dy), ub.data + dst);
 }
 
 namespace {

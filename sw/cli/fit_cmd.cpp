@@ -1,5 +1,9 @@
 #include "sw/cli/fit_cmd.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <iostream>
 #include <optional>
 
@@ -97,6 +101,15 @@ void run_fit(FitCommand& cmd) {
   else
     out.check({{o.model, "model"}, {o.weights, "weights"}});
   o.log = [](const std::string& line) { std::cerr << line << "\n"; };
+#if defined(__GLIBC__)
+  // Every step allocates and frees the same large blocks again (the training reference's
+  // tensors, megabytes each). glibc would serve each from fresh mmap()ed pages and give them back
+  // on free, so the kernel zeroes and faults them in again every step (36 million page faults
+  // over the tutorial's fit): kept in the heap instead, they are reused (docs/training.md, "Host
+  // time"). 32 MiB is the largest threshold glibc takes; peak memory is what it was.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
   sim::FitResult r = sim::fit_session(sys, o);
   if (json) out.set(*json, r.report.dump(2) + "\n");
   if (markdown) out.set(*markdown, report::fit_markdown(r.report));

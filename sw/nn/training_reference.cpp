@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -31,10 +32,40 @@ using ir::Role;
 using ir::TensorId;
 using Tensor = std::vector<float>;
 
-float bf(float x) { return round_bf16(x); }
+// Functions (and the lambdas they call) always inlined into their caller, so that they compile
+// for its instruction set: the loops of bf, mxu_accumulate and mxu_product run inside
+// target("avx2") functions on CPUs with AVX2 (8 values per vector instruction instead of the
+// baseline's 4). Every output is the same sequence of single operations at either width (no
+// fused multiply-add: -ffp-contract=off contracts nothing), so the results are the same bits.
+#define TPUSIM_REF_INLINE inline __attribute__((always_inline))
+#define TPUSIM_REF_INLINE_LAMBDA __attribute__((always_inline))
+
+bool host_has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+TPUSIM_REF_INLINE void bf_all(const float* in, std::size_t n, float* out) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = round_bf16(in[i]);
+}
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) void bf_all_avx2(const float* in, std::size_t n, float* out) {
+  bf_all(in, n, out);
+}
+#endif
 Tensor bf(const Tensor& t) {
   Tensor r(t.size());
-  std::transform(t.begin(), t.end(), r.begin(), [](float x) { return bf(x); });
+#if defined(__x86_64__) || defined(__i386__)
+  if (host_has_avx2()) {
+    bf_all_avx2(t.data(), t.size(), r.data());
+    return r;
+  }
+#endif
+  bf_all(t.data(), t.size(), r.data());
   return r;
 }
 
@@ -47,30 +78,168 @@ Tensor bf(const Tensor& t) {
 // With `start` false the chunks add into acc as it is: a contraction that runs over several
 // weight tiles of a different shape (conv_input_grad's kernel positions).
 template <class Term>
-void mxu_accumulate(std::size_t K, std::size_t R, std::size_t outputs, float* acc, Term term,
-                    bool start = true) {
-  std::vector<float> psum(outputs);
+TPUSIM_REF_INLINE void mxu_chunks(std::size_t K, std::size_t R, std::size_t outputs, float* acc,
+                                  float* psum, Term& term, bool start) {
   if (start) std::fill(acc, acc + outputs, 0.0f);
   for (std::size_t k0 = 0; k0 < K; k0 += R) {
-    std::fill(psum.begin(), psum.end(), 0.0f);
-    for (std::size_t k = k0; k < std::min(K, k0 + R); ++k) term(k, psum.data());
+    std::fill(psum, psum + outputs, 0.0f);
+    for (std::size_t k = k0; k < std::min(K, k0 + R); ++k) term(k, psum);
     for (std::size_t o = 0; o < outputs; ++o) acc[o] += psum[o];
   }
 }
+#if defined(__x86_64__) || defined(__i386__)
+template <class Term>
+__attribute__((target("avx2"))) void mxu_chunks_avx2(std::size_t K, std::size_t R,
+                                                     std::size_t outputs, float* acc, float* psum,
+                                                     Term& term, bool start) {
+  mxu_chunks(K, R, outputs, acc, psum, term, start);
+}
+#endif
+template <class Term>
+void mxu_accumulate(std::size_t K, std::size_t R, std::size_t outputs, float* acc, Term term,
+                    bool start = true) {
+  thread_local std::vector<float> psum;  // kept across calls: a step makes millions
+  if (psum.size() < outputs) psum.resize(outputs);
+#if defined(__x86_64__) || defined(__i386__)
+  if (host_has_avx2()) return mxu_chunks_avx2(K, R, outputs, acc, psum.data(), term, start);
+#endif
+  mxu_chunks(K, R, outputs, acc, psum.data(), term, start);
+}
 // psum[o] += a * row[o] for o < n: one term of a contraction over many outputs.
-inline void axpy(std::size_t n, float a, const float* row, float* psum) {
+TPUSIM_REF_INLINE void axpy(std::size_t n, float a, const float* __restrict row,
+                            float* __restrict psum) {
   for (std::size_t o = 0; o < n; ++o) psum[o] += a * row[o];
 }
 
-// The window of every output pixel of one image, as the MXU's rows see it: K = kh·kw·ci values
-// per pixel in (ky, kx, ci) order, +0 in the padding.
-Tensor im2col(const Op& l, const float* image) {
+// A matrix product in the MXU's order: acc[r * lda + o] for r < rows, o < n is the sum over
+// k < K of x[r * x_row + k * x_k] * w[k * ldw + o], its terms in chunks of R consecutive k, each
+// chunk from +0 in k order, each chunk's sum added to the accumulator, which starts at +0 (what
+// mxu_accumulate computes for one output row). `x_row` and `x_k` let x be read as it is stored,
+// by rows or by columns.
+struct Product {
+  std::size_t rows = 0, K = 0, n = 0;
+  const float* x = nullptr;
+  std::size_t x_row = 0, x_k = 0;
+  const float* w = nullptr;
+  std::size_t ldw = 0;
+  float* acc = nullptr;
+  std::size_t lda = 0;
+};
+
+// Output columns per block: two vectors (AVX2) or four (the baseline's 16-byte vectors). Weights
+// are read a whole block wide, so a product whose n is not a multiple of it gets padded weights.
+constexpr std::size_t kProductCols = 16;
+
+// Rows [r0, r0 + RB) of p, every block of kProductCols columns, over one chunk [k0, k1): the
+// chunk's sums in registers (a GCC vector extension, Bytes wide, one lane per output), then added
+// to acc, or for the first chunk to +0 (acc is not read).
+template <std::size_t Bytes, std::size_t RB>
+TPUSIM_REF_INLINE void product_chunk(const Product& p, std::size_t k0, std::size_t k1,
+                                     std::size_t r0) {
+  const bool first = k0 == 0;
+  typedef float V __attribute__((vector_size(Bytes)));
+  constexpr std::size_t L = Bytes / sizeof(float), NV = kProductCols / L;
+  for (std::size_t o0 = 0; o0 < p.n; o0 += kProductCols) {
+    V sum[RB][NV] = {};
+    for (std::size_t k = k0; k < k1; ++k) {
+      V wk[NV];
+      for (std::size_t v = 0; v < NV; ++v)
+        std::memcpy(&wk[v], p.w + k * p.ldw + o0 + v * L, sizeof(V));
+      for (std::size_t r = 0; r < RB; ++r) {
+        const float xk = p.x[(r0 + r) * p.x_row + k * p.x_k];
+        for (std::size_t v = 0; v < NV; ++v) sum[r][v] += xk * wk[v];
+      }
+    }
+    const std::size_t cols = std::min(kProductCols, p.n - o0);
+    for (std::size_t r = 0; r < RB; ++r) {
+      float* a = p.acc + (r0 + r) * p.lda + o0;
+      if (cols == kProductCols) {
+        V old[NV] = {};
+        if (!first) std::memcpy(old, a, sizeof old);
+        for (std::size_t v = 0; v < NV; ++v) old[v] += sum[r][v];
+        std::memcpy(a, old, sizeof old);
+        continue;
+      }
+      float s[kProductCols];
+      std::memcpy(s, sum[r], sizeof s);
+      for (std::size_t o = 0; o < cols; ++o) a[o] = (first ? 0.0f : a[o]) + s[o];
+    }
+  }
+}
+
+// Chunk after chunk (a long contraction's chunk of weights stays in cache while every block of
+// rows reads it), the accumulators from +0.
+template <std::size_t Bytes>
+TPUSIM_REF_INLINE void product_body(const Product& p, std::size_t R) {
+  if (p.K == 0)
+    for (std::size_t r = 0; r < p.rows; ++r) std::fill_n(p.acc + r * p.lda, p.n, 0.0f);
+  for (std::size_t k0 = 0; k0 < p.K; k0 += R) {
+    const std::size_t k1 = std::min(p.K, k0 + R);
+    std::size_t r0 = 0;
+    for (; r0 + 4 <= p.rows; r0 += 4) product_chunk<Bytes, 4>(p, k0, k1, r0);
+    for (; r0 < p.rows; ++r0) product_chunk<Bytes, 1>(p, k0, k1, r0);
+  }
+}
+void product_baseline(const Product& p, std::size_t R) { product_body<16>(p, R); }
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) void product_avx2(const Product& p, std::size_t R) {
+  product_body<32>(p, R);
+}
+#endif
+
+void mxu_product(Product p, std::size_t R) {
+  thread_local std::vector<float> padded;
+  if (p.n % kProductCols != 0) {
+    const std::size_t ldw = (p.n + kProductCols - 1) / kProductCols * kProductCols;
+    padded.assign(p.K * ldw, 0.0f);
+    for (std::size_t k = 0; k < p.K; ++k) std::copy_n(p.w + k * p.ldw, p.n, &padded[k * ldw]);
+    p.w = padded.data(), p.ldw = ldw;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  if (host_has_avx2()) return product_avx2(p, R);
+#endif
+  product_baseline(p, R);
+}
+
+// One tap of max pooling's gradient over c channels: where v[ch] > best[ch] (false for a NaN on
+// either side), the tap's value and number k replace the best so far. Four channels per SSE
+// vector (a GCC vector extension), each lane the scalar compare and selects.
+void max_step(std::size_t c, const float* v, std::int32_t k, float* best, std::int32_t* tap) {
+  typedef float F4 __attribute__((vector_size(16)));
+  typedef std::int32_t I4 __attribute__((vector_size(16)));
+  std::size_t ch = 0;
+  for (; ch + 4 <= c; ch += 4) {
+    F4 x, b;
+    I4 t;
+    std::memcpy(&x, v + ch, sizeof x);
+    std::memcpy(&b, best + ch, sizeof b);
+    std::memcpy(&t, tap + ch, sizeof t);
+    const I4 more = x > b;
+    b = more ? x : b;
+    t = more ? I4{k, k, k, k} : t;
+    std::memcpy(best + ch, &b, sizeof b);
+    std::memcpy(tap + ch, &t, sizeof t);
+  }
+  for (; ch < c; ++ch)
+    if (v[ch] > best[ch]) best[ch] = v[ch], tap[ch] = k;
+}
+
+// The window of every output pixel of n images, as the MXU's rows see it: K = kh·kw·ci values
+// per pixel in (ky, kx, ci) order, +0 in the padding; the taps found once, copied for each image.
+Tensor im2col(const Op& l, const float* images, std::size_t n) {
   const Taps tp = taps_of(l);
   const std::size_t ci = l.in.c, K = std::size_t{tp.kh} * tp.kw * ci;
-  Tensor cols(std::size_t{l.out.h} * l.out.w * K, 0.0f);
+  const std::size_t per_image = std::size_t{l.out.h} * l.out.w * K;
+  std::vector<std::pair<std::size_t, std::size_t>> from_to;  // input element, column element
   for_taps(l, [&](std::size_t ip, std::size_t op, std::size_t tap) {
-    std::copy_n(image + ip * ci, ci, &cols[op * K + tap * ci]);
+    from_to.emplace_back(ip * ci, op * K + tap * ci);
   });
+  Tensor cols(n * per_image, 0.0f);
+  for (std::size_t b = 0; b < n; ++b) {
+    const float* image = images + b * l.in.size();
+    float* to = &cols[b * per_image];
+    for (const auto& [i, o] : from_to) std::copy_n(image + i, ci, to + o);
+  }
   return cols;
 }
 
@@ -98,13 +267,17 @@ void activate(Act a, Tensor& t) {
   throw std::logic_error("training reference: activation without a gradient rule");
 }
 
-// dy · f'(x), written with the activation's output y (the eltwise *_grad operations).
-float activation_grad(Act a, float y, float dy) {
+// dy · f'(x) in place on every element, written with the activation's output y (the eltwise
+// *_grad operations); the switch outside the loop.
+void activation_grad(Act a, const Tensor& y, Tensor& dy) {
+  const auto each = [&](auto f) {
+    for (std::size_t e = 0; e < dy.size(); ++e) dy[e] = f(y[e], dy[e]);
+  };
   switch (a) {
-    case Act::Relu: return y > 0.0f ? dy : 0.0f;
-    case Act::Relu6: return y > 0.0f && y < 6.0f ? dy : 0.0f;
-    case Act::Sigmoid: return dy * (y * (1.0f - y));
-    case Act::Tanh: return dy * (1.0f - y * y);
+    case Act::Relu: return each([](float v, float d) { return v > 0.0f ? d : 0.0f; });
+    case Act::Relu6: return each([](float v, float d) { return v > 0.0f && v < 6.0f ? d : 0.0f; });
+    case Act::Sigmoid: return each([](float v, float d) { return d * (v * (1.0f - v)); });
+    case Act::Tanh: return each([](float v, float d) { return d * (1.0f - v * v); });
     default: break;
   }
   throw std::logic_error("training reference: activation without a gradient rule");
@@ -211,21 +384,16 @@ struct Pass {
     const Tensor xb = bf(value(l.inputs[0]));
     const Tensor wb = bf(w.layers[i].kernel);
     const Tensor& bias = w.layers[i].bias;
-    const std::size_t in = l.in.size(), out = l.out.size(), co = l.out.c;
+    const std::size_t out = l.out.size(), co = l.out.c;
     const std::size_t K = wb.size() / co;  // rows of the kernel: the contraction
     Tensor z(n * out);
-    for (std::size_t b = 0; b < n; ++b) {
-      // The MXU's input rows of this image: one per output pixel.
-      const Tensor cols =
-          l.kind == OpKind::Dense ? Tensor(&xb[b * in], &xb[b * in] + in) : im2col(l, &xb[b * in]);
-      for (std::size_t p = 0; p < out / co; ++p) {
-        float* zp = &z[b * out + p * co];
-        mxu_accumulate(K, plan.tile_rows, co, zp, [&](std::size_t k, float* psum) {
-          axpy(co, cols[p * K + k], &wb[k * co], psum);
-        });
-        for (std::size_t c = 0; c < co; ++c) zp[c] += bias[c];
-      }
-    }
+    // The MXU's input rows: one per image (Dense) or per output pixel of every image.
+    const Tensor cols = l.kind == OpKind::Dense ? Tensor() : im2col(l, xb.data(), n);
+    const float* rows = l.kind == OpKind::Dense ? xb.data() : cols.data();
+    const std::size_t n_rows = n * out / co;
+    mxu_product({n_rows, K, co, rows, K, 1, wb.data(), co, z.data(), co}, plan.tile_rows);
+    for (std::size_t r = 0; r < n_rows; ++r)
+      for (std::size_t c = 0; c < co; ++c) z[r * co + c] += bias[c];
     return z;
   }
 
@@ -352,21 +520,28 @@ struct Pass {
     // Per output pixel, its taps in order; the first maximum (or each tap) takes dy.
     std::vector<std::vector<std::size_t>> window(out / c);
     for_taps(l, [&](std::size_t ip, std::size_t op, std::size_t) { window[op].push_back(ip); });
+    // Each output pixel's channels side by side (every channel's adds keep their order: a
+    // window's taps are distinct pixels); max keeps per channel the best tap so far and its value.
+    std::vector<float> best(c);
+    std::vector<std::int32_t> best_tap(c);
     for (std::size_t b = 0; b < n; ++b)
-      for (std::size_t op = 0; op < out / c; ++op)
-        for (std::size_t ch = 0; ch < c; ++ch) {
-          const float d = dy[b * out + op * c + ch];
-          const auto at = [&](std::size_t ip) -> float& { return dx[b * in + ip * c + ch]; };
-          if (is_max_pool(l)) {
-            std::size_t best = window[op][0];
-            for (std::size_t ip : window[op])
-              if (x[b * in + ip * c + ch] > x[b * in + best * c + ch]) best = ip;
-            at(best) += d;
-          } else {
-            const float share = d / count[op];
-            for (std::size_t ip : window[op]) at(ip) += share;
+      for (std::size_t op = 0; op < out / c; ++op) {
+        const float* d = &dy[b * out + op * c];
+        const std::vector<std::size_t>& taps = window[op];
+        if (!is_max_pool(l)) {
+          for (std::size_t ip : taps) {
+            float* to = &dx[b * in + ip * c];
+            for (std::size_t ch = 0; ch < c; ++ch) to[ch] += d[ch] / count[op];
           }
+          continue;
         }
+        std::copy_n(&x[b * in + taps[0] * c], c, best.data());
+        std::fill(best_tap.begin(), best_tap.end(), 0);
+        for (std::size_t k = 1; k < taps.size(); ++k)
+          max_step(c, &x[b * in + taps[k] * c], static_cast<std::int32_t>(k), best.data(),
+                   best_tap.data());
+        for (std::size_t ch = 0; ch < c; ++ch) dx[b * in + taps[best_tap[ch]] * c + ch] += d[ch];
+      }
     return dx;
   }
 
@@ -375,10 +550,7 @@ struct Pass {
     const Tensor dzb = bf(dz), wt = transposed(bf(kernel), l.in.size(), l.out.c);
     const std::size_t in = l.in.size(), co = l.out.c;
     Tensor dx(n * in);
-    for (std::size_t b = 0; b < n; ++b)
-      mxu_accumulate(co, plan.tile_rows, in, &dx[b * in], [&](std::size_t c, float* psum) {
-        axpy(in, dzb[b * co + c], &wt[c * in], psum);
-      });
+    mxu_product({n, co, in, dzb.data(), co, 1, wt.data(), in, dx.data(), in}, plan.tile_rows);
     return dx;
   }
 
@@ -386,13 +558,13 @@ struct Pass {
   Tensor dense_kernel_grad(const Op& l, const Tensor& x, const Tensor& dz, std::size_t b0,
                            std::size_t m) const {
     const std::size_t in = l.in.size(), co = l.out.c;
+    // Summed as dW^T[c][k] (the product dz * x is x * dz, exactly), so that each term runs along
+    // the long axis of the input's elements, then transposed.
     const Tensor xb = bf(Tensor(&x[b0 * in], &x[(b0 + m) * in]));
     const Tensor dzb = bf(Tensor(&dz[b0 * co], &dz[(b0 + m) * co]));
-    Tensor dw(in * co);
-    mxu_accumulate(m, plan.tile_rows, in * co, dw.data(), [&](std::size_t b, float* psum) {
-      for (std::size_t k = 0; k < in; ++k) axpy(co, xb[b * in + k], &dzb[b * co], &psum[k * co]);
-    });
-    return dw;
+    Tensor dwt(co * in);
+    mxu_product({co, m, in, dzb.data(), 1, co, xb.data(), in, dwt.data(), in}, plan.tile_rows);
+    return transposed(dwt, co, in);
   }
 
   // The contraction runs over the output pixels of images b0 .. b0+m-1, image after image.
@@ -400,16 +572,12 @@ struct Pass {
                           std::size_t m) const {
     const std::size_t in = l.in.size(), co = l.out.c, pixels = std::size_t{l.out.h} * l.out.w;
     const std::size_t K = std::size_t{l.kernel_h} * l.kernel_w * l.in.c;
+    const Tensor xb = bf(Tensor(&x[b0 * in], &x[(b0 + m) * in]));
     const Tensor dzb = bf(Tensor(&dz[b0 * pixels * co], &dz[(b0 + m) * pixels * co]));
-    std::vector<Tensor> cols(m);
-    for (std::size_t b = 0; b < m; ++b)
-      cols[b] = im2col(l, bf(Tensor(&x[(b0 + b) * in], &x[(b0 + b + 1) * in])).data());
+    const Tensor cols = im2col(l, xb.data(), m);
     Tensor dw(K * co);
-    mxu_accumulate(m * pixels, plan.tile_rows, K * co, dw.data(), [&](std::size_t j, float* psum) {
-      const float* xj = &cols[j / pixels][(j % pixels) * K];
-      const float* dzj = &dzb[j * co];
-      for (std::size_t k = 0; k < K; ++k) axpy(co, xj[k], dzj, &psum[k * co]);
-    });
+    mxu_product({K, m * pixels, co, cols.data(), 1, K, dzb.data(), co, dw.data(), co},
+                plan.tile_rows);
     return dw;
   }
 
@@ -459,7 +627,8 @@ struct Pass {
               const Tensor& wpos = wt[std::size_t{ky} * tp.kw + kx];
               mxu_accumulate(
                   co, plan.tile_rows, ci, acc.data(),
-                  [&](std::size_t d, float* psum) { axpy(ci, grad[d], &wpos[d * ci], psum); },
+                  [&](std::size_t d, float* psum)
+                      TPUSIM_REF_INLINE_LAMBDA { axpy(ci, grad[d], &wpos[d * ci], psum); },
                   false);
             }
           std::copy(acc.begin(), acc.end(), &dx[b * in + (std::size_t{iy} * l.in.w + ix) * ci]);
@@ -489,7 +658,7 @@ struct Pass {
           break;
         case GradKind::Activation:
           r = in(1);
-          for (std::size_t e = 0; e < r.size(); ++e) r[e] = activation_grad(o.act, in(0)[e], r[e]);
+          activation_grad(o.act, in(0), r);
           break;
         case GradKind::Pass: r = in(0); break;
         case GradKind::Pool: r = pool_grad(l, in(0), in(1)); break;

@@ -275,6 +275,7 @@ class Fit {
     std::fill(batch_index_.begin() + std::ptrdiff_t(val_real_), batch_index_.end(),
               val_first_ + val_real_ - 1);
     fill(m, test_, batch_index_);
+    if (opt_.check) start_validation_reference();
     return Next::Evaluate;
   }
 
@@ -447,33 +448,40 @@ class Fit {
   }
 
   void check_validation(const std::vector<std::uint8_t>& m) {
-    std::vector<float> images;
-    std::vector<std::int32_t> labels;
-    gather(test_, val_real_, images, labels);
-    const nn::StepRecords rec = nn::reference_evaluate(
-        g_, t_, prog_.layout.plan(), *ref_, images.data(), labels.data(), val_real_, batch_);
+    const nn::StepRecords rec = reference_.get();
     check_records(
         m, rec, val_real_,
         fmt::format("validation after step {}, test images from {}", iterations_, val_first_));
   }
 
-  // The reference's step on the batch before() chose runs on another core while the
-  // (single-threaded) kernel simulates the chip's: it shares nothing with the simulation but
-  // read-only inputs and its own state (ref_, which nothing else touches until check_step joins
-  // it). Its results do not depend on the thread it runs on.
+  // The reference's step on the batch before() chose, or its evaluation of the validation batch,
+  // runs on another core while the (single-threaded) kernel simulates the chip's: it shares
+  // nothing with the simulation but read-only inputs and its own state (ref_, which nothing else
+  // touches until check_step or check_validation joins it). Its results do not depend on the
+  // thread it runs on.
   void start_reference() {
     gather(train_, batch_index_.size(), ref_images_, ref_labels_);
-    auto step = [this, plan = prog_.layout.plan()] {
+    launch_reference([this, plan = prog_.layout.plan()] {
       return nn::reference_step(g_, t_, plan, opt_.optimizer, *ref_, ref_images_.data(),
                                 ref_labels_.data(), batch_);
-    };
+    });
+  }
+  void start_validation_reference() {
+    gather(test_, val_real_, ref_images_, ref_labels_);
+    launch_reference([this, plan = prog_.layout.plan(), n = val_real_] {
+      return nn::reference_evaluate(g_, t_, plan, *ref_, ref_images_.data(), ref_labels_.data(),
+                                    n, batch_);
+    });
+  }
+  template <class F>
+  void launch_reference(F f) {
     // The thread blocks the termination signals, so they reach the main thread only
-    // (sw/io/signals.h); a process that may not start a thread runs the step at the join.
+    // (sw/io/signals.h); a process that may not start a thread runs the work at the join.
     io::SignalBlock block;
     try {
-      reference_ = std::async(std::launch::async, step);
+      reference_ = std::async(std::launch::async, f);
     } catch (const std::system_error&) {
-      reference_ = std::async(std::launch::deferred, step);
+      reference_ = std::async(std::launch::deferred, f);
     }
   }
 
@@ -626,7 +634,8 @@ class Fit {
   Images train_, test_;  // test_: none (count 0) with random inputs
   compiler::TrainingProgram prog_;
   std::optional<nn::TrainState> ref_;
-  std::vector<float> ref_images_;  // the step's images and labels, for the reference's thread
+  // The step's or the validation batch's images and labels, for the reference's thread.
+  std::vector<float> ref_images_;
   std::vector<std::int32_t> ref_labels_;
   std::future<nn::StepRecords> reference_;
   std::uint32_t batch_ = 0;

@@ -7,7 +7,12 @@
 //   build/tb/bench/fit_bench                 the full schedule (5 epochs x 60 steps), 3 runs
 //   build/tb/bench/fit_bench --quick         1 epoch of 3 steps (and the validation), 3 runs
 //   build/tb/bench/fit_bench --runs 5 --epochs 2 --steps-per-epoch 10 --no-check
-//   build/tb/bench/fit_bench --quick --tpusim /tmp/tpusim.before     another build, to compare
+//   build/tb/bench/fit_bench --quick --tpusim /tmp/tpusim.before     another build
+//   build/tb/bench/fit_bench --quick --tpusim /tmp/tpusim.before --tpusim build/tpusim
+//
+// With several --tpusim the builds take turns (run 1 of each, then run 2 of each, ...), so that
+// the load of a shared machine falls on all of them alike; each build's medians are printed, and
+// their ratios to the first build's.
 //
 // The number of runs may also come from TPUSIM_FIT_BENCH_RUNS. Not a test: run it from a Release
 // build on a quiet machine (the check's reference runs on a second core).
@@ -81,7 +86,7 @@ int bench(int argc, char** argv) {
   if (const char* e = std::getenv("TPUSIM_FIT_BENCH_RUNS")) runs = std::atoi(e);
   std::string epochs = "5", steps = "60";
   bool check = true;
-  std::string tpusim = TPUSIM_BINARY;
+  std::vector<std::string> builds;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&] {
@@ -97,7 +102,7 @@ int bench(int argc, char** argv) {
     } else if (a == "--steps-per-epoch") {
       steps = value();
     } else if (a == "--tpusim") {
-      tpusim = value();
+      builds.push_back(value());
     } else if (a == "--no-check") {
       check = false;
     } else {
@@ -108,11 +113,12 @@ int bench(int argc, char** argv) {
     }
   }
   if (runs < 1) throw std::invalid_argument("--runs must be >= 1");
+  if (builds.empty()) builds.emplace_back(TPUSIM_BINARY);
   const std::string report =
       fmt::format("{}/tpusim_fit_bench_{}.json",
                   std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp", getpid());
   std::vector<std::string> args = {
-      tpusim,
+      "",
       "fit",
       "--chip",
       std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/v3.json",
@@ -127,21 +133,36 @@ int bench(int argc, char** argv) {
       "--json",
       report};
   if (!check) args.emplace_back("--no-check");
-  fmt::print("{}\n", fmt::join(args, " "));
-  std::vector<double> wall, user, rss, step_ms;
-  for (int k = 0; k < runs; ++k) {
-    const Run r = run_once(args, report);
-    fmt::print("run {}: wall {:.2f} s  user {:.2f} s  sys {:.2f} s  peak RSS {:.0f} MB\n", k + 1,
-               r.wall, r.user, r.sys, r.max_rss_mb);
-    std::fflush(stdout);
-    wall.push_back(r.wall), user.push_back(r.user), rss.push_back(r.max_rss_mb);
-    step_ms.push_back(r.step_ms);
-  }
+  fmt::print("{}\n", fmt::join(args.begin() + 1, args.end(), " "));
+  struct Series {
+    std::vector<double> wall, user, rss, step_ms;
+  };
+  std::vector<Series> series(builds.size());
+  for (int k = 0; k < runs; ++k)
+    for (std::size_t b = 0; b < builds.size(); ++b) {
+      args[0] = builds[b];
+      const Run r = run_once(args, report);
+      fmt::print("run {}{}: wall {:.2f} s  user {:.2f} s  sys {:.2f} s  peak RSS {:.0f} MB\n",
+                 k + 1, builds.size() > 1 ? fmt::format(" of {}", builds[b]) : "", r.wall, r.user,
+                 r.sys, r.max_rss_mb);
+      std::fflush(stdout);
+      Series& s = series[b];
+      s.wall.push_back(r.wall), s.user.push_back(r.user), s.rss.push_back(r.max_rss_mb);
+      s.step_ms.push_back(r.step_ms);
+    }
   std::remove(report.c_str());
-  fmt::print(
-      "median of {}: wall {:.2f} s  user {:.2f} s  peak RSS {:.0f} MB  simulated {:.3f} "
-      "ms/step\n",
-      runs, median(wall), median(user), median(rss), median(step_ms));
+  for (std::size_t b = 0; b < builds.size(); ++b) {
+    const Series& s = series[b];
+    fmt::print(
+        "median of {}{}: wall {:.2f} s  user {:.2f} s  peak RSS {:.0f} MB  simulated {:.3f} "
+        "ms/step\n",
+        runs, builds.size() > 1 ? fmt::format(" of {}", builds[b]) : "", median(s.wall),
+        median(s.user), median(s.rss), median(s.step_ms));
+    if (b > 0)
+      fmt::print("  against {}: wall x{:.2f}  user x{:.2f}  peak RSS x{:.2f}\n", builds[0],
+                 median(s.wall) / median(series[0].wall), median(s.user) / median(series[0].user),
+                 median(s.rss) / median(series[0].rss));
+  }
   return 0;
 }
 

@@ -643,6 +643,40 @@ TEST(SystolicArray, Bf16ProductsAreRoundedToFp32BeforeTheyAreAdded) {
   EXPECT_EQ(bf16_column({a, a}, {b, a}), float_bits(std::numeric_limits<float>::denorm_min()));
 }
 
+// The same rounding in every build of the host kernel (columns side by side in vectors of 4, 8
+// or 16 lanes, rows in blocks, inputs read as rows or, transposed, as columns): tiles of 1 to 64
+// columns and batches of 1 to 6 rows, every product 2^-75 * 2^-74 then 2^-75 * 2^-75, so every
+// result is the smallest subnormal, which a fused multiply-add would round up to twice that.
+TEST(SystolicArray, Bf16ProductsAreRoundedBeforeTheyAreAddedInEveryKernelWidth) {
+  const float a = std::ldexp(1.0f, -75), b = std::ldexp(1.0f, -74);
+  const std::uint32_t want = float_bits(std::numeric_limits<float>::denorm_min());
+  const SystolicArray array(make_config(2, 64, DType::Bf16));
+  for (std::uint32_t n : {1u, 8u, 16u, 17u, 40u, 64u})
+    for (std::uint32_t rows : {1u, 3u, 6u})
+      for (const bool transpose : {false, true}) {
+        WeightTile tile;
+        tile.rows = 2, tile.cols = n;
+        tile.bytes.resize(4 * std::size_t{n});
+        for (std::uint32_t c = 0; c < n; ++c) {
+          Values::set_bf16(&tile.bytes[2 * c], b);
+          Values::set_bf16(&tile.bytes[2 * (n + c)], a);
+        }
+        std::vector<std::uint8_t> ub(4 * std::size_t{rows});
+        for (std::size_t i = 0; i < 2 * std::size_t{rows}; ++i) Values::set_bf16(&ub[2 * i], a);
+        InputSpec in;
+        in.rows = rows;
+        in.transpose = transpose;
+        in.src_stride = transpose ? 2 * rows : 4;  // two stored rows of `rows`, or rows of two
+        std::vector<std::uint32_t> acc(std::size_t{rows} * 64, 0);
+        array.multiply(tile, in, ub.data(), ub.size(), acc.data(), 64, false);
+        for (std::uint32_t r = 0; r < rows; ++r)
+          for (std::uint32_t c = 0; c < n; ++c)
+            ASSERT_EQ(acc[std::size_t{r} * 64 + c], want)
+                << n << " columns, " << rows << " rows, transpose " << transpose << ": row " << r
+                << " column " << c;
+      }
+}
+
 TEST(SystolicArray, Bf16NaNAndInfinityPropagate) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();

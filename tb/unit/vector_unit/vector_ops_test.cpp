@@ -1835,6 +1835,106 @@ TEST(VectorPool, FastPathsMatchScalarFunctionsForEveryChannelCountAndWindow) {
       }
 }
 
+// Both builds of fp32 eltwise: every op, unbroadcast (in place too) and with b broadcast over
+// periods of 1, 7 and 75 elements, on values weighted toward special ones (NaN, infinities,
+// signed zeros, subnormals, the relu6 edge); the builds agree bit for bit and follow the written
+// rule (fp32_op; a NaN result only needs to be NaN: one NaN kind, so its bits are fixed too).
+TEST(VectorEltwise, Fp32LaneBuildsAgreeAndFollowTheWrittenRuleForEveryPeriod) {
+  constexpr std::uint32_t kCount = 1001;
+  for (isa::EltOp op : kEltOps)
+    for (std::uint32_t period : {0u, 1u, 7u, 75u})
+      for (const bool in_place : {false, true}) {
+        Core core;
+        isa::Eltwise e = eltwise_case(DType::Fp32, kCount, 0x100, 0x1100, 0x2100);
+        e.op = op;
+        e.b_period = period;
+        if (in_place) e.dst = e.a;
+        std::mt19937 rng(37 + period);
+        const std::uint32_t b_count = period != 0 ? period : kCount;
+        std::vector<float> a(kCount), b(b_count);
+        for (std::uint32_t i = 0; i < kCount; ++i) {
+          a[i] = float_of(edge_fp32_bits(rng, true));
+          core.put32(e.a.value() + 4 * i, bits_of(a[i]));
+        }
+        for (std::uint32_t j = 0; j < b_count; ++j) {
+          b[j] = float_of(edge_fp32_bits(rng, true));
+          core.put32(e.b.value() + 4 * j, bits_of(b[j]));
+        }
+        const std::vector<std::uint8_t> input = core.ub;
+        std::vector<std::vector<std::uint8_t>> outputs;
+        for (const std::string& path : simd_paths()) {
+          core.ub = input;
+          {
+            ScopedSimd simd(path);
+            VectorOps(core.cfg).eltwise(e, core.ub_view());
+          }
+          for (std::uint32_t i = 0; i < kCount; ++i) {
+            const float expect = fp32_op(op, a[i], b[i % b_count]);
+            const std::uint32_t got = core.get32(e.dst.value() + 4 * i);
+            if (std::isnan(expect))
+              ASSERT_TRUE(std::isnan(float_of(got))) << path << " " << isa::name_of(op) << " " << i;
+            else
+              ASSERT_EQ(got, bits_of(expect))
+                  << path << " " << isa::name_of(op) << " period " << period << " a " << a[i]
+                  << " b " << b[i % b_count] << " element " << i;
+          }
+          outputs.push_back(core.ub);
+        }
+        for (const std::vector<std::uint8_t>& o : outputs)
+          EXPECT_EQ(o, outputs.front()) << isa::name_of(op) << " period " << period;
+      }
+}
+
+// Both builds of fp32 max pooling over channel counts with whole vectors and remainders, valid
+// and "same" windows, on values with ties of +0 and -0 and NaN: numerics::max_float in window
+// order, bit for bit.
+TEST(VectorPool, Fp32MaxLaneBuildsFollowMaxFloatInWindowOrder) {
+  for (const std::string& path : simd_paths())
+    for (std::uint16_t channels : {std::uint16_t{3}, std::uint16_t{8}, std::uint16_t{75}})
+      for (const bool same : {false, true}) {
+        Core core;
+        isa::Pool p = pool_case(isa::PoolKind::Max, DType::Fp32);
+        p.images = 2, p.in_h = 5, p.in_w = 6, p.channels = channels;
+        p.kernel_h = 3, p.kernel_w = 2, p.stride_h = 2, p.stride_w = 2;
+        p.pad_top = p.pad_left = 0, p.out_h = p.out_w = 0;
+        if (same) {
+          same_padding(p.in_h, p.kernel_h, p.stride_h, p.pad_top, p.out_h);
+          same_padding(p.in_w, p.kernel_w, p.stride_w, p.pad_left, p.out_w);
+        }
+        const std::uint64_t in_elems = std::uint64_t{p.images} * p.in_h * p.in_w * channels;
+        p.src = UbAddr(0x100);
+        p.dst = UbAddr(static_cast<std::uint32_t>(0x200 + 4 * in_elems));
+        std::mt19937 rng(41 + channels);
+        std::uniform_int_distribution<int> pick(0, 15);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        const float values[] = {0.0f, -0.0f, 1.5f, -2.0f, nan};
+        for (std::uint64_t i = 0; i < in_elems; ++i) {
+          const int k = pick(rng);
+          core.put32(p.src.value() + 4 * i, bits_of(k < 5 ? values[k] : static_cast<float>(k)));
+        }
+        const PoolGeom g = geom_of(p);
+        std::vector<std::uint32_t> expect;
+        for (std::uint64_t img = 0; img < p.images; ++img)
+          for (std::uint64_t oy = 0; oy < g.oh; ++oy)
+            for (std::uint64_t ox = 0; ox < g.ow; ++ox)
+              for (std::uint64_t c = 0; c < channels; ++c) {
+                const std::vector<std::uint64_t> win = window_of(p, img, oy, ox, c);
+                float m = float_of(core.get32(p.src.value() + 4 * win[0]));
+                for (std::uint64_t i : win)
+                  m = numerics::max_float(m, float_of(core.get32(p.src.value() + 4 * i)));
+                expect.push_back(bits_of(m));
+              }
+        {
+          ScopedSimd simd(path);
+          VectorOps(core.cfg).pool(p, core.ub_view());
+        }
+        for (std::size_t i = 0; i < expect.size(); ++i)
+          ASSERT_EQ(core.get32(p.dst.value() + 4 * i), expect[i])
+              << path << " channels " << channels << " same " << same << " output " << i;
+        EXPECT_EQ(core.get32(p.dst.value() + 4 * expect.size()), 0xa5a5a5a5u) << path;
+      }
+}
+
 TEST(VectorOpsSimd, UnknownBuildInTheEnvironmentIsRejectedNamingIt) {
   ActivateCase t;
   ScopedSimd simd("fastest");
@@ -1968,6 +2068,60 @@ TEST(VectorMap, ElementIUsesTheRecordOfChannelIModuloChannels) {
 // A standalone BatchNormalization on int8: per channel a = gamma / sqrt(var + eps), b = beta -
 // mean * a (Keras's inference formula), the output requantized onto its own scale, ties of the
 // output rounding away from zero.
+// Both builds of map's lanes (identity, relu and relu6 between bf16 and fp32), in place and not,
+// against the numerics chain: channel counts of 1 and 3 (records repeated to fill vectors) and 75
+// (whole vectors and a remainder per period); records a = 1, b = 0 on every third channel pass
+// special values through (and turn -0 into +0).
+TEST(VectorMap, LaneBuildsFollowTheNumericsChainForEveryChannelCount) {
+  for (const std::string& path : simd_paths())
+    for (std::uint16_t channels : {std::uint16_t{1}, std::uint16_t{3}, std::uint16_t{75}})
+      for (isa::MapFunc func : {isa::MapFunc::Identity, isa::MapFunc::Relu, isa::MapFunc::Relu6})
+        for (DType in : {DType::Bf16, DType::Fp32})
+          for (DType out : {DType::Bf16, DType::Fp32})
+            for (const bool in_place : {false, true}) {
+              if (in_place && in != out) continue;
+              Core core;
+              isa::Map m = map_case(func, in, out, 1001);
+              m.channels = channels;
+              if (in_place) m.dst = m.src;
+              std::mt19937 rng(31 + channels);
+              std::uniform_real_distribution<float> a(-3.0f, 3.0f), b(-2.0f, 2.0f);
+              std::vector<float> ra(channels), rb(channels);
+              for (std::uint32_t c = 0; c < channels; ++c) {
+                ra[c] = c % 3 == 0 ? 1.0f : a(rng), rb[c] = c % 3 == 0 ? 0.0f : b(rng);
+                core.put32(m.params.value() + 12 * c, bits_of(ra[c]));
+                core.put32(m.params.value() + 12 * c + 4, bits_of(rb[c]));
+                core.put32(m.params.value() + 12 * c + 8, 0);
+              }
+              std::vector<std::uint32_t> expect;
+              for (std::uint32_t i = 0; i < m.count; ++i) {
+                const std::uint32_t bits = edge_fp32_bits(rng, false);
+                float x = float_of(bits);
+                if (in == DType::Bf16) {
+                  core.ub[m.src.value() + 2 * i] = static_cast<std::uint8_t>(bits >> 16);
+                  core.ub[m.src.value() + 2 * i + 1] = static_cast<std::uint8_t>(bits >> 24);
+                  x = to_float(Bf16{static_cast<std::uint16_t>(bits >> 16)});
+                } else {
+                  core.put32(m.src.value() + 4 * i, bits);
+                }
+                const std::uint32_t c = i % channels;
+                const float y = map_function(func, numerics::affine(x, ra[c], rb[c]), 0.0f);
+                expect.push_back(out == DType::Bf16 ? to_bf16(y).bits : bits_of(y));
+              }
+              {
+                ScopedSimd simd(path);
+                VectorOps(core.cfg).map(m, core.ub_view());
+              }
+              for (std::uint32_t i = 0; i < m.count; ++i)
+                ASSERT_EQ(element_bits(core, m.dst.value(), i, out), expect[i])
+                    << path << " " << isa::name_of(func) << " " << name_of(in) << " -> "
+                    << name_of(out) << " channels " << channels << " in place " << in_place
+                    << " element " << i;
+              EXPECT_EQ(element_bits(core, m.dst.value(), m.count, out) & 0xff, 0xa5u)
+                  << path << ": written past count";
+            }
+}
+
 TEST(VectorMap, Int8BatchNormalizationRoundsHalfAwayAndSaturatesSymmetrically) {
   Core core;
   isa::Map m = map_case(isa::MapFunc::Identity, DType::Int8, DType::Int8, 6);
@@ -2447,6 +2601,34 @@ TEST(VectorReduce, MaxStartsFromMinusInfinityAndPropagatesNan) {
   EXPECT_TRUE(std::isnan(float_of(core.get32(r.dst.value() + 8))));
 }
 
+// Both builds of reduce over 75 columns (whole vectors and a remainder), fresh and accumulated,
+// on values weighted toward special ones (one NaN kind): every column as the scalar loop, in row
+// order, bit for bit.
+TEST(VectorReduce, LaneBuildsRunDownEachColumnAsTheScalarLoop) {
+  for (const std::string& path : simd_paths())
+    for (isa::ReduceOp op : {isa::ReduceOp::Sum, isa::ReduceOp::Max})
+      for (const bool acc : {false, true}) {
+        Core core;
+        isa::Reduce r = reduce_case(op, 9, 75, 75 * 4 + 8);
+        r.accumulate = acc;
+        std::mt19937 rng(43);
+        for (std::uint32_t row = 0; row < r.rows; ++row)
+          for (std::uint32_t c = 0; c < r.cols; ++c)
+            core.put32(r.src.value() + std::uint64_t{row} * r.stride + 4 * c,
+                       edge_fp32_bits(rng, true));
+        for (std::uint32_t c = 0; c < r.cols; ++c)
+          core.put32(r.dst.value() + 4 * c, edge_fp32_bits(rng, true));
+        const std::vector<float> expect = reduce_expected(r, core);
+        {
+          ScopedSimd simd(path);
+          VectorOps(core.cfg).reduce(r, core.ub_view());
+        }
+        for (std::uint32_t c = 0; c < r.cols; ++c)
+          ASSERT_EQ(core.get32(r.dst.value() + 4 * c), bits_of(expect[c]))
+              << path << " " << isa::name_of(op) << " acc " << acc << " column " << c;
+      }
+}
+
 TEST(VectorReduce, RejectsBadFieldsNamingThemBeforeWritingAnything) {
   Core core;
   VectorOps ops(core.cfg);
@@ -2563,6 +2745,48 @@ TEST(VectorPoolGrad, ScattersEachGradientAsTheWrittenLoopsDo) {
       ASSERT_EQ(core.get32(g.dst.value() + 4 * i), bits_of(expect[i]))
           << isa::name_of(kind) << " element " << i;
   }
+}
+
+// Both builds of pool_grad over channel counts with whole vectors and remainders (75, 8, 3), on
+// overlapping padded windows and disjoint ones: x holds few distinct values (ties, which the
+// first maximum breaks; +0 against -0) and NaNs; every dX bit for bit as the written loops.
+TEST(VectorPoolGrad, LaneBuildsScatterAsTheWrittenLoopsForEveryChannelCount) {
+  for (const std::string& path : simd_paths())
+    for (std::uint16_t channels : {std::uint16_t{75}, std::uint16_t{8}, std::uint16_t{3}})
+      for (const bool overlap : {true, false})
+        for (isa::PoolKind kind : {isa::PoolKind::Max, isa::PoolKind::Avg}) {
+          isa::SetWindow w = pool_grad_window();
+          w.in_c = channels;
+          if (!overlap) {
+            w.in_h = 6, w.in_w = 4, w.kernel_h = w.kernel_w = 2, w.stride_h = w.stride_w = 2;
+            w.pad_top = w.pad_left = 0, w.out_h = 3, w.out_w = 2;
+          }
+          Core core;
+          isa::PoolGrad g = pool_grad_case(kind);
+          const std::uint64_t xs = std::uint64_t{g.images} * w.in_h * w.in_w * w.in_c;
+          const std::uint64_t dys = std::uint64_t{g.images} * w.out_h * w.out_w * w.in_c;
+          g.x = UbAddr(0x100);
+          g.dy = UbAddr(static_cast<std::uint32_t>(0x100 + 4 * xs));
+          g.dst = UbAddr(static_cast<std::uint32_t>(0x100 + 4 * (xs + dys)));
+          std::mt19937 rng(47 + channels);
+          std::uniform_int_distribution<int> pick(0, 9);
+          std::uniform_real_distribution<float> f(-10.0f, 10.0f);
+          const float values[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()};
+          for (std::uint64_t i = 0; i < xs; ++i) {
+            const int k = pick(rng);
+            core.put32(g.x.value() + 4 * i, bits_of(k < 3 ? values[k] : static_cast<float>(k % 4)));
+          }
+          for (std::uint64_t i = 0; i < dys; ++i) core.put32(g.dy.value() + 4 * i, bits_of(f(rng)));
+          const std::vector<float> expect = pool_grad_expected(g, w, core);
+          {
+            ScopedSimd simd(path);
+            VectorOps(core.cfg).pool_grad(g, w, core.ub_view());
+          }
+          for (std::uint64_t i = 0; i < xs; ++i)
+            ASSERT_EQ(core.get32(g.dst.value() + 4 * i), bits_of(expect[i]))
+                << path << " " << isa::name_of(kind) << " channels " << channels << " overlap "
+                << overlap << " element " << i;
+        }
 }
 
 // Without overlap or padding (2x2 at stride 2) max puts each dy at one position, the first
