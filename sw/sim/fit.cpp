@@ -10,6 +10,7 @@
 #include <exception>
 #include <future>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -110,6 +111,7 @@ struct StepLog {
   Cycle cycles = 0;
   std::array<double, kParts> parts{};  // cycles, averaged over the cores: they add up to `cycles`
   double energy_j = 0;
+  std::uint64_t ici_bytes = 0;  // carried by the ICI links, each link's bytes counted
 };
 
 class Fit {
@@ -210,6 +212,14 @@ class Fit {
   LayerCounters take_counters(Cycle end) {
     LayerCounters all;
     for (std::size_t c = 0; c < system_->size(); ++c) all += system_->chip(c).take_counters(end);
+    // What each ICI link carried and was busy since the last call.
+    const IciFabric& f = system_->fabric();
+    links_.resize(f.link_count());
+    for (std::size_t l = 0; l < f.link_count(); ++l) {
+      const std::uint64_t bytes = f.bytes_carried(l), busy = f.busy_cycles(l).value();
+      links_[l] = {bytes - taken_links_[l].first, busy - taken_links_[l].second};
+      taken_links_[l] = {bytes, busy};
+    }
     return all;
   }
 
@@ -332,15 +342,15 @@ class Fit {
         for (Part p : parts) c += e.parts[static_cast<std::size_t>(p)];
         return 100.0 * c / static_cast<double>(e.cycles);
       };
-      split = fmt::format(": compute {:.1f}%, all-reduce {:.1f}%, infeed {:.1f}%, update {:.1f}%",
-                          share({Part::Forward, Part::Loss, Part::Backward}),
-                          share({Part::Communication}), share({Part::Infeed}),
-                          share({Part::Update}));
+      split =
+          fmt::format(": compute {:.1f}%, all-reduce {:.1f}%, infeed {:.1f}%, update {:.1f}%",
+                      share({Part::Forward, Part::Loss, Part::Backward}),
+                      share({Part::Communication}), share({Part::Infeed}), share({Part::Update}));
     }
-    std::string line = fmt::format(
-        "{}/{} - {:.3f} ms/step (simulated{}) - loss: {:.4f} - accuracy: {:.4f}",
-        opt_.steps_per_epoch, opt_.steps_per_epoch, ms, split, e.loss / e.images,
-        e.correct / e.images);
+    std::string line =
+        fmt::format("{}/{} - {:.3f} ms/step (simulated{}) - loss: {:.4f} - accuracy: {:.4f}",
+                    opt_.steps_per_epoch, opt_.steps_per_epoch, ms, split, e.loss / e.images,
+                    e.correct / e.images);
     if (e.val_loss)
       line +=
           fmt::format(" - val_loss: {:.4f} - val_accuracy: {:.4f}", *e.val_loss, *e.val_accuracy);
@@ -412,8 +422,10 @@ class Fit {
     EpochLog& e = epochs_.back();
     for (std::size_t k = 0; k < kParts; ++k) e.parts[k] += st.parts[k];
     e.energy_j += st.energy_j;
+    for (const auto& [bytes, busy] : links_) st.ici_bytes += bytes;
     steps_.push_back(st);
     last_counters_ = counters;
+    last_links_ = links_;
   }
 
   // ---- the check ---------------------------------------------------------------------------
@@ -469,8 +481,8 @@ class Fit {
   void start_validation_reference() {
     gather(test_, val_real_, ref_images_, ref_labels_);
     launch_reference([this, plan = prog_.layout.plan(), n = val_real_] {
-      return nn::reference_evaluate(g_, t_, plan, *ref_, ref_images_.data(), ref_labels_.data(),
-                                    n, batch_);
+      return nn::reference_evaluate(g_, t_, plan, *ref_, ref_images_.data(), ref_labels_.data(), n,
+                                    batch_);
     });
   }
   template <class F>
@@ -578,7 +590,8 @@ class Fit {
                        {"split_cycles", parts_json(steps_[i].parts)},
                        {"tflops", flops / seconds(cycles) / 1e12},
                        {"utilization", flops / 2 / (peak_macs * cycles)},
-                       {"energy_j", steps_[i].energy_j}});
+                       {"energy_j", steps_[i].energy_j},
+                       {"ici_bytes", steps_[i].ici_bytes}});
       }
       j["per_step"] = per;
     }
@@ -622,6 +635,14 @@ class Fit {
       rows.push_back(row);
     }
     j["layers"] = rows;
+    // Per ICI link that carried anything: its bytes and busy cycles in the step.
+    ordered_json links = ordered_json::array();
+    for (std::size_t l = 0; l < last_links_.size(); ++l)
+      if (last_links_[l].first > 0)
+        links.push_back({{"link", system_->fabric().link_name(l)},
+                         {"bytes", last_links_[l].first},
+                         {"busy_cycles", last_links_[l].second}});
+    j["ici_links"] = links;
     return j;
   }
 
@@ -647,7 +668,11 @@ class Fit {
   std::vector<EpochLog> epochs_;
   std::vector<StepLog> steps_;
   LayerCounters last_counters_;  // the last training step's
-  System* system_ = nullptr;     // while run() simulates
+  // Per ICI link: (bytes, busy cycles) since the last take_counters, the last step's, and the
+  // totals taken so far.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> links_, last_links_;
+  std::map<std::size_t, std::pair<std::uint64_t, std::uint64_t>> taken_links_;
+  System* system_ = nullptr;  // while run() simulates
   Trace trace_;
   bool validating_ = false;
   std::uint64_t val_first_ = 0, val_real_ = 0;  // first test image of the batch, images counted

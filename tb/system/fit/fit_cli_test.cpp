@@ -242,8 +242,15 @@ TEST_P(FitSystems, EveryReplicaTrainsBitExactWithTheReference) {
   EXPECT_EQ(j["replicas"], j["system"]["tensor_cores"]);
   EXPECT_GT(chips, 1);
   EXPECT_EQ(j["checked"], true);
-  // The all-reduce over the chips shows in the step's communication part.
+  // The all-reduce over the chips shows in the step's communication part, and on its links.
   EXPECT_GT(j["step"]["last"]["split_cycles"]["communication"].get<double>(), 0.0);
+  EXPECT_GT(j["per_step"][1]["ici_bytes"].get<double>(), 0.0);
+  double bytes = 0;
+  for (const auto& l : j["step"]["last"]["ici_links"]) {
+    EXPECT_GT(l["busy_cycles"].get<double>(), 0.0) << l["link"];
+    bytes += l["bytes"].get<double>();
+  }
+  EXPECT_EQ(bytes, j["per_step"][1]["ici_bytes"].get<double>());
   fs::remove_all(d);
 }
 
