@@ -34,6 +34,10 @@ Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg, std::optional<std::uint
     core.dma.dma2mem.bind(mem_ic.in);
     core.dma.dma2host.bind(host_ic.in);
     core.dma.dma2ici.bind(ici_port.in);
+    // The ICI engine runs ici_write only; its memory and host ends are bound as the DMA's.
+    core.ici.dma2mem.bind(mem_ic.in);
+    core.ici.dma2host.bind(host_ic.in);
+    core.ici.dma2ici.bind(ici_port.in);
     for (auto& m : core.mxus) m->mxu2mem_weights.bind(mem_ic.in);
     seqs.push_back(core.sequencer.get());
   }

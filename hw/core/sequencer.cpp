@@ -13,7 +13,7 @@ namespace tpu {
 constexpr int kInstructionQueueDepth = 256;
 
 // Unit ids for the scoreboard's same-unit rule.
-enum : int { kUnitDma = 0, kUnitVector = 1, kUnitMxuBase = 2 };
+enum : int { kUnitDma = 0, kUnitVector = 1, kUnitIci = 2, kUnitMxuBase = 3 };
 constexpr int weights_unit(std::uint32_t m) { return kUnitMxuBase + 2 * static_cast<int>(m); }
 constexpr int matmul_unit(std::uint32_t m) { return kUnitMxuBase + 2 * static_cast<int>(m) + 1; }
 
@@ -119,6 +119,7 @@ int unit_queue_id(const isa::Unit& u) {
   switch (u.kind) {
     case isa::UnitKind::Dma: return kUnitDma;
     case isa::UnitKind::Vector: return kUnitVector;
+    case isa::UnitKind::Ici: return kUnitIci;
     case isa::UnitKind::MxuWeights: return weights_unit(u.mxu);
     case isa::UnitKind::MxuArray: return matmul_unit(u.mxu);
     case isa::UnitKind::Sequencer: break;
@@ -223,6 +224,7 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
   UnitQueue* target = nullptr;
   switch (unit.kind) {
     case isa::UnitKind::Dma: target = queues_.dma; break;
+    case isa::UnitKind::Ici: target = queues_.ici; break;
     case isa::UnitKind::Vector: target = queues_.vector; break;
     case isa::UnitKind::MxuWeights: target = queues_.weights[unit.mxu]; break;
     case isa::UnitKind::MxuArray: target = queues_.matmul[unit.mxu]; break;

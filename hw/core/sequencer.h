@@ -54,6 +54,7 @@ class ChipSync {
 // The destinations the sequencer issues into.
 struct UnitQueues {
   UnitQueue* dma = nullptr;
+  UnitQueue* ici = nullptr;  // ici_write: the core's ICI DMA engine
   UnitQueue* vector = nullptr;
   std::vector<UnitQueue*> weights;  // per MXU
   std::vector<UnitQueue*> matmul;   // per MXU

@@ -23,10 +23,12 @@ TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, cons
       ub("ub", cfg, clock),
       acc("acc", cfg, clock),
       dma("dma", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id)),
+      ici("ici", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id)),
       vector_unit("vector_unit", cfg, clock, storage_of(ub, acc), counters_,
                   fmt::format("core {}", id)) {
   UnitQueues q;
   q.dma = &dma.queue;
+  q.ici = &ici.queue;
   q.vector = &vector_unit.queue;
   for (std::uint32_t m = 0; m < cfg.mxu.count; ++m) {
     mxus.push_back(make_mxu(fmt::format("mxu{}", m), cfg, clock, storage_of(ub, acc), counters_,

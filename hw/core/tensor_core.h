@@ -39,6 +39,9 @@ class TensorCore : public sc_core::sc_module {
   UnifiedBuffer ub;
   Accumulators acc;
   Dma dma;
+  // A second DMA engine for the inter-chip links (ici_write), so that a core's link transfers
+  // overlap its memory transfers (docs/systems.md, "The system model").
+  Dma ici;
   std::vector<std::unique_ptr<Mxu>> mxus;
   VectorUnit vector_unit;
   std::unique_ptr<Sequencer> sequencer;

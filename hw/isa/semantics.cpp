@@ -39,8 +39,10 @@ Unit unit_of(const Instruction& inst) {
         using T = std::decay_t<decltype(i)>;
         if constexpr (is_one_of<T, ReadHost, WriteHost>)
           return Unit{UnitKind::Dma, 0, true};
-        else if constexpr (is_one_of<T, ReadMem, WriteMem, Gather, IciWrite>)
+        else if constexpr (is_one_of<T, ReadMem, WriteMem, Gather>)
           return Unit{UnitKind::Dma, 0, false};
+        else if constexpr (std::is_same_v<T, IciWrite>)
+          return Unit{UnitKind::Ici, 0, false};
         else if constexpr (std::is_same_v<T, ReadWeights>)
           return Unit{UnitKind::MxuWeights, i.mxu, false};
         else if constexpr (std::is_same_v<T, MatMul>)

@@ -13,8 +13,9 @@
 namespace tpu::isa {
 
 // Who executes an instruction. `Sequencer`: the sequencer itself (nop, tag, set_window, sync,
-// halt). Each unit runs its instructions in issue order.
-enum class UnitKind : std::uint8_t { Sequencer, Dma, Vector, MxuWeights, MxuArray };
+// halt, ici_wait); `Ici`: the core's DMA engine for the inter-chip links (ici_write), beside the
+// one for memory and host transfers. Each unit runs its instructions in issue order.
+enum class UnitKind : std::uint8_t { Sequencer, Dma, Vector, MxuWeights, MxuArray, Ici };
 struct Unit {
   UnitKind kind = UnitKind::Sequencer;
   std::uint8_t mxu = 0;    // MxuWeights, MxuArray: which MXU

@@ -14,6 +14,7 @@ std::uint32_t track_of(const isa::Instruction& inst) {
     case isa::UnitKind::MxuWeights: return mxu_weights_track(u.mxu);
     case isa::UnitKind::MxuArray: return mxu_track(u.mxu);
     case isa::UnitKind::Vector: return static_cast<std::uint32_t>(TrackKind::Vector);
+    case isa::UnitKind::Ici: return static_cast<std::uint32_t>(TrackKind::Ici);
     case isa::UnitKind::Sequencer: break;
   }
   return static_cast<std::uint32_t>(TrackKind::Sequencer);
@@ -25,6 +26,7 @@ std::string track_name(std::uint32_t track) {
     case static_cast<std::uint32_t>(TrackKind::HostLink): return "host link (DMA)";
     case static_cast<std::uint32_t>(TrackKind::Dma): return "off-chip memory (DMA)";
     case static_cast<std::uint32_t>(TrackKind::Vector): return "vector unit";
+    case static_cast<std::uint32_t>(TrackKind::Ici): return "ICI links (DMA)";
     default: {
       const std::uint32_t m = (track - kFirstMxuTrack) / 2;
       return (track - kFirstMxuTrack) % 2 == 0 ? fmt::format("MXU {} weights", m)

@@ -14,8 +14,8 @@
 namespace tpu {
 
 // Tracks of one core: fixed ones first, then two per MXU (its weight path and its array).
-enum class TrackKind : std::uint32_t { Sequencer = 0, HostLink = 1, Dma = 2, Vector = 3 };
-inline constexpr std::uint32_t kFirstMxuTrack = 4;
+enum class TrackKind : std::uint32_t { Sequencer = 0, HostLink = 1, Dma = 2, Vector = 3, Ici = 4 };
+inline constexpr std::uint32_t kFirstMxuTrack = 5;
 inline constexpr std::uint32_t mxu_weights_track(std::uint32_t mxu) {
   return kFirstMxuTrack + 2 * mxu;
 }

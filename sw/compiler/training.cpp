@@ -1822,10 +1822,7 @@ class TrainingCompiler {
                     elements(t_.parameters[k]) * kF);
       if (cores) out.push_back(isa::Sync{true});
     }
-    if (chips) {
-      emit_all_reduce(out);
-      if (cores) out.push_back(isa::Sync{true});
-    }
+    if (chips) emit_all_reduce(out);  // ends with every core's part in the all-reduce area
     const std::uint64_t g = stage_ub_[0], w = stage_ub_[1], m = stage_ub_[2], v = stage_ub_[3];
     for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
       const TrainingLayout::Home& h = L_.params[core_][k];
@@ -1908,26 +1905,38 @@ class TrainingCompiler {
   }
 
   // The all-reduce over the chips (docs/systems.md, "All-reduce"; the reference's
-  // sw/nn/all_reduce.h): this core's part of the gradient, summed over the chip's cores into the
-  // all-reduce area, then a reduce-scatter along each dimension of more than one chip (each
-  // chunk's first half around the + ring, its second half around the - ring, every member
-  // adding its value to the partial it received), then an all-gather along them in reverse.
-  // ici_write pieces of the staging buffer's size; the receiver waits for each piece on a
-  // semaphore of its own per core, stage and direction.
+  // sw/nn/all_reduce.h). The gradient is cut into parts, one per pair of cores; in a pair, the
+  // first core drives the + ring (the first half of every chunk), the second the - ring (a core
+  // without a partner both). After the chip's sum of the part (the pair's cores in halves, then a
+  // barrier), a reduce-scatter along each dimension of more than one chip and an all-gather back,
+  // a barrier after each stage. A ring streams piece by piece: a member sends its own value of
+  // the chunk it starts; for every piece that arrives (ici_wait) it adds its own value (received
+  // + own) and sends the sum on from the unified buffer, until the chunk it owns, whose sum it
+  // stores. The all-gather sends each owned chunk around the ring straight into the members'
+  // all-reduce areas, each forwarding what arrived.
   void emit_all_reduce(Code& out) {
     const std::uint64_t total = grad_bytes_ / kF;
-    const Span part = chunk({0, total}, core_, L_.cores);
-    const std::uint64_t g = stage_ub_[0], w = stage_ub_[1];
-    // 1. The chip's sum of the part: its cores' slots in core order.
-    for (std::uint64_t e0 = part.begin; e0 < part.end; e0 += stage_elems_) {
-      const std::uint64_t bytes = std::min(stage_elems_, part.end - e0) * kF;
-      read_mem(out, L_.exchange[0] + e0 * kF, g, bytes);
-      for (std::uint32_t r = 1; r < L_.cores; ++r) {
-        read_mem(out, L_.exchange[r] + e0 * kF, w, bytes);
-        eltwise(out, isa::EltOp::Add, g, w, g, bytes / kF);
-      }
-      write_mem(out, g, L_.all_reduce + e0 * kF, bytes);
+    const std::uint32_t parts = (L_.cores + 1) / 2, pair = core_ / 2;
+    const bool alone = 2 * pair + 1 == L_.cores;  // no partner: both directions
+    const Span part = chunk({0, total}, pair, parts);
+    std::vector<int> dirs;
+    if (alone) {
+      dirs = {0, 1};
+    } else {
+      dirs = {static_cast<int>(core_ % 2)};
     }
+    // 1. The chip's sum of the part: its cores' slots in core order; the pair takes a half each.
+    const Span mine = alone ? part : half(part, static_cast<int>(core_ % 2));
+    for (std::uint64_t e0 = mine.begin; e0 < mine.end; e0 += stage_elems_) {
+      const std::uint64_t bytes = std::min(stage_elems_, mine.end - e0) * kF;
+      read_mem(out, L_.exchange[0] + e0 * kF, stage_ub_[0], bytes);
+      for (std::uint32_t r = 1; r < L_.cores; ++r) {
+        read_mem(out, L_.exchange[r] + e0 * kF, stage_ub_[1], bytes);
+        eltwise(out, isa::EltOp::Add, stage_ub_[0], stage_ub_[1], stage_ub_[0], bytes / kF);
+      }
+      write_mem(out, stage_ub_[0], L_.all_reduce + e0 * kF, bytes);
+    }
+    if (L_.cores > 1) out.push_back(isa::Sync{true});
     // 2. The rings.
     std::size_t dims_used = 0;
     for (std::uint32_t d : dims_) dims_used += d > 1 ? 1 : 0;
@@ -1935,31 +1944,30 @@ class TrainingCompiler {
       fail(fmt::format("an all-reduce over {} dimensions by {} cores needs {} of a chip's {} ICI "
                        "semaphores",
                        dims_used, L_.cores, L_.cores * 4 * dims_used, isa::kIciSemaphores));
-    const auto sem = [&](std::size_t stage, int kind) {
-      return static_cast<std::uint8_t>((core_ * dims_used + stage) * 4 + kind);
+    // Per core, stage, phase (0 reduce-scatter, 1 all-gather) and direction.
+    const auto sem = [&](std::size_t stage, int phase, int dir) {
+      return static_cast<std::uint8_t>((core_ * dims_used + stage) * 4 + phase * 2 + dir);
     };
-    const auto pieces = [&](const Span& s) { return ceil_div(s.end - s.begin, stage_elems_); };
-    // Sends a span of the all-reduce area to `chip`, landing at `base` + its offset there.
-    const auto send = [&](const Span& s, std::uint32_t chip, std::uint64_t base, std::uint8_t sm) {
-      for (std::uint64_t e0 = s.begin; e0 < s.end; e0 += stage_elems_) {
-        const std::uint64_t bytes = std::min(stage_elems_, s.end - e0) * kF;
-        read_mem(out, L_.all_reduce + e0 * kF, stage_ub_[0], bytes);
-        out.push_back(isa::IciWrite{ub(stage_ub_[0]), MemAddr(base + e0 * kF),
-                                    static_cast<std::uint32_t>(bytes), chip, sm});
-      }
+    // Two pairs of staging buffers, used in turn: a piece's sum leaves through one while the
+    // next piece arrives in the other.
+    std::uint32_t turn = 0;
+    const auto buffers = [&] {
+      turn ^= 1;
+      return std::pair{stage_ub_[2 * turn], stage_ub_[2 * turn + 1]};
     };
-    // Adds each arriving piece of a span (at `landing`) to this chip's value: partial + own.
-    const auto receive_add = [&](const Span& s, std::uint64_t landing, std::uint8_t sm) {
-      for (std::uint64_t e0 = s.begin; e0 < s.end; e0 += stage_elems_) {
-        const std::uint64_t n = std::min(stage_elems_, s.end - e0);
-        out.push_back(isa::IciWait{sm, 1});
-        read_mem(out, landing + e0 * kF, stage_ub_[1], n * kF);
-        read_mem(out, L_.all_reduce + e0 * kF, stage_ub_[2], n * kF);
-        eltwise(out, isa::EltOp::Add, stage_ub_[1], stage_ub_[2], stage_ub_[2], n);
-        write_mem(out, stage_ub_[2], L_.all_reduce + e0 * kF, n * kF);
-      }
+    const auto pieces_of = [&](const Span& sp, const auto& f) {
+      for (std::uint64_t e0 = sp.begin; e0 < sp.end; e0 += stage_elems_)
+        f(e0, std::min(stage_elems_, sp.end - e0));
+    };
+    const auto send = [&](std::uint64_t from, std::uint64_t e0, std::uint64_t n, std::uint32_t chip,
+                          std::uint64_t base, std::uint8_t sm) {
+      out.push_back(isa::IciWrite{ub(from), MemAddr(base + e0 * kF),
+                                  static_cast<std::uint32_t>(n * kF), chip, sm});
     };
     const std::vector<std::uint32_t> at = coordinates(chip_);
+    const auto ring = [](std::int64_t j, std::uint32_t n) {
+      return static_cast<std::uint32_t>(((j % n) + n) % n);
+    };
     struct Stage {
       std::size_t d;
       Span region;
@@ -1971,20 +1979,35 @@ class TrainingCompiler {
       if (n == 1) continue;
       const std::size_t st = stages.size();
       const std::uint32_t m = at[d];
-      const std::uint32_t next = chip_along(d, (m + 1) % n), prev = chip_along(d, (m + n - 1) % n);
-      const auto ring = [&](std::int64_t j) {
-        return static_cast<std::uint32_t>(((j % n) + n) % n);
-      };
-      for (std::uint32_t s = 0; s + 1 < n; ++s) {
-        send(half(chunk(region, ring(std::int64_t{m} - s - 1), n), 0), next, landing_[d],
-             sem(st, 0));
-        send(half(chunk(region, ring(std::int64_t{m} + s + 1), n), 1), prev, landing_[d],
-             sem(st, 1));
-        receive_add(half(chunk(region, ring(std::int64_t{m} - s - 2), n), 0), landing_[d],
-                    sem(st, 0));
-        receive_add(half(chunk(region, ring(std::int64_t{m} + s + 2), n), 1), landing_[d],
-                    sem(st, 1));
+      for (int dir : dirs) {
+        const std::int64_t step = dir == 0 ? 1 : -1;  // + ring: sends to m + 1; - ring: m - 1
+        const std::uint32_t to = chip_along(d, ring(std::int64_t{m} + step, n));
+        // Step 0: this member's own value of the chunk it starts.
+        pieces_of(half(chunk(region, ring(std::int64_t{m} - step, n), n), dir),
+                  [&](std::uint64_t e0, std::uint64_t k) {
+                    const auto [a, b] = buffers();
+                    (void)a;
+                    read_mem(out, L_.all_reduce + e0 * kF, b, k * kF);
+                    send(b, e0, k, to, landing_[d], sem(st, 0, dir));
+                  });
+        // Steps 0 .. n-2: what arrives, plus this member's value, on to the next member; the
+        // chunk it owns (the last step's) into its all-reduce area.
+        for (std::uint32_t s = 0; s + 1 < n; ++s) {
+          const std::uint32_t j = ring(std::int64_t{m} - step * (std::int64_t{s} + 2), n);
+          pieces_of(half(chunk(region, j, n), dir), [&](std::uint64_t e0, std::uint64_t k) {
+            const auto [a, b] = buffers();
+            out.push_back(isa::IciWait{sem(st, 0, dir), 1});
+            read_mem(out, landing_[d] + e0 * kF, a, k * kF);
+            read_mem(out, L_.all_reduce + e0 * kF, b, k * kF);
+            eltwise(out, isa::EltOp::Add, a, b, b, k);
+            if (s + 2 < n)
+              send(b, e0, k, to, landing_[d], sem(st, 0, dir));
+            else
+              write_mem(out, b, L_.all_reduce + e0 * kF, k * kF);
+          });
+        }
       }
+      if (L_.cores > 1) out.push_back(isa::Sync{true});
       stages.push_back({d, region});
       region = chunk(region, m, n);
     }
@@ -1992,20 +2015,30 @@ class TrainingCompiler {
       const std::size_t d = stages[k].d;
       const Span r = stages[k].region;
       const std::uint32_t n = dims_[d], m = at[d];
-      const std::uint32_t next = chip_along(d, (m + 1) % n), prev = chip_along(d, (m + n - 1) % n);
-      const auto ring = [&](std::int64_t j) {
-        return static_cast<std::uint32_t>(((j % n) + n) % n);
-      };
-      for (std::uint32_t s = 0; s + 1 < n; ++s) {
-        send(half(chunk(r, ring(std::int64_t{m} - s), n), 0), next, L_.all_reduce, sem(k, 2));
-        send(half(chunk(r, ring(std::int64_t{m} + s), n), 1), prev, L_.all_reduce, sem(k, 3));
-        const auto wait = [&](const Span& sp, std::uint8_t sm) {
-          if (const std::uint64_t p = pieces(sp))
-            out.push_back(isa::IciWait{sm, static_cast<std::uint32_t>(p)});
-        };
-        wait(half(chunk(r, ring(std::int64_t{m} - s - 1), n), 0), sem(k, 2));
-        wait(half(chunk(r, ring(std::int64_t{m} + s + 1), n), 1), sem(k, 3));
+      for (int dir : dirs) {
+        const std::int64_t step = dir == 0 ? 1 : -1;
+        const std::uint32_t to = chip_along(d, ring(std::int64_t{m} + step, n));
+        // This member's finished chunk, then every chunk that arrives but the last, forwarded.
+        pieces_of(half(chunk(r, m, n), dir), [&](std::uint64_t e0, std::uint64_t p) {
+          const auto [a, b] = buffers();
+          (void)a;
+          read_mem(out, L_.all_reduce + e0 * kF, b, p * kF);
+          send(b, e0, p, to, L_.all_reduce, sem(k, 1, dir));
+        });
+        for (std::uint32_t s = 0; s + 1 < n; ++s) {
+          const std::uint32_t j = ring(std::int64_t{m} - step * (std::int64_t{s} + 1), n);
+          pieces_of(half(chunk(r, j, n), dir), [&](std::uint64_t e0, std::uint64_t p) {
+            out.push_back(isa::IciWait{sem(k, 1, dir), 1});
+            if (s + 2 < n) {
+              const auto [a, b] = buffers();
+              (void)a;
+              read_mem(out, L_.all_reduce + e0 * kF, b, p * kF);
+              send(b, e0, p, to, L_.all_reduce, sem(k, 1, dir));
+            }
+          });
+        }
       }
+      if (L_.cores > 1) out.push_back(isa::Sync{true});
     }
   }
 

@@ -57,8 +57,9 @@ std::vector<float> all_reduce(const std::vector<std::vector<float>>& grads, std:
   //    the chunk it ends up holding. The all-gathers add nothing: every chip receives the sums
   //    their owners hold.
   std::vector<float> out(size);
-  for (std::uint32_t q = 0; q < cores; ++q) {
-    const Span part = chunk({0, size}, q, cores);
+  const std::uint32_t parts = (cores + 1) / 2;
+  for (std::uint32_t q = 0; q < parts; ++q) {
+    const Span part = chunk({0, size}, q, parts);
     std::vector<Span> region(chips, part);
     for (std::size_t d = 0; d < dims.size(); ++d) {
       const std::uint32_t n = dims[d];

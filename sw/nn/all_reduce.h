@@ -7,8 +7,8 @@
 //
 //  1. Each chip sums its cores' gradients in core order: h = ((g0 + g1) + g2) + ...
 //  2. The chips' sums are all-reduced over the torus, part by part: the gradient (all parameters'
-//     elements, one after the other) is cut into `cores` contiguous parts, each reduced on its
-//     own. Over a part, a reduce-scatter along each dimension of more than one chip in order,
+//     elements, one after the other) is cut into ceil(cores / 2) contiguous parts (a pair of
+//     cores per part, one for each ring direction), each reduced on its own. Over a part, a reduce-scatter along each dimension of more than one chip in order,
 //     then an all-gather along them in reverse order (which moves sums and adds nothing). A
 //     reduce-scatter along a dimension of n chips (a ring, in coordinate order, whether or not
 //     the axis wraps) cuts the region it reduces into n chunks; chunk j ends at member j. Each

@@ -64,7 +64,7 @@ TEST(Semantics, EveryInstructionHasTheUnitTheDocumentNames) {
       UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
       UnitKind::Sequencer, UnitKind::Sequencer,  UnitKind::Sequencer, UnitKind::Dma,
       UnitKind::Vector,    UnitKind::Vector,     UnitKind::Vector,    UnitKind::Vector,
-      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Dma,       UnitKind::Sequencer};
+      UnitKind::Vector,    UnitKind::Vector,     UnitKind::Ici,       UnitKind::Sequencer};
   EXPECT_EQ(kinds, doc);
   EXPECT_TRUE(unit_of(ReadHost{}).host_link);
   EXPECT_FALSE(unit_of(ReadMem{}).host_link);
