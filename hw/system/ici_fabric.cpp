@@ -50,21 +50,38 @@ Cycles IciFabric::uncontended_cycles(std::uint32_t from, std::uint32_t to,
          clock_.transfer_cycles(static_cast<double>(bytes), link_bytes_per_s_);
 }
 
-void IciFabric::transfer(std::uint32_t from, std::uint32_t to, std::uint64_t bytes) {
+bool IciFabric::in_system(std::uint32_t from, std::uint32_t to) const {
   const std::uint32_t chips = topology_.chip_count();
-  if (from >= chips || to >= chips) {
-    SC_REPORT_ERROR("tpusim/ici", (std::string(name()) + ": a transfer from chip " +
-                                   std::to_string(from) + " to chip " + std::to_string(to) +
-                                   ", but the system has chips 0.." + std::to_string(chips - 1))
-                                      .c_str());
-    return;
-  }
+  if (from < chips && to < chips) return true;
+  SC_REPORT_ERROR("tpusim/ici", (std::string(name()) + ": a transfer from chip " +
+                                 std::to_string(from) + " to chip " + std::to_string(to) +
+                                 ", but the system has chips 0.." + std::to_string(chips - 1))
+                                    .c_str());
+  return false;
+}
+
+Cycles IciFabric::latency(std::uint32_t from, std::uint32_t to) const {
+  return Cycles(topology_.route(from, to).size() * hop_latency_.value());
+}
+
+void IciFabric::transfer(std::uint32_t from, std::uint32_t to, std::uint64_t bytes) {
+  if (!in_system(from, to)) return;
   std::vector<Link> path = topology_.route(from, to);
   if (path.empty()) return;  // the same chip: no link crossed
   // 1. The head crosses every hop (cut-through: each hop's latency once).
   clock_.wait_for(Cycles(path.size() * hop_latency_.value()));
-  if (bytes == 0) return;
   // 2. The bytes stream over all links of the path at once, at the max-min fair rate.
+  stream_path(std::move(path), bytes);
+}
+
+void IciFabric::stream(std::uint32_t from, std::uint32_t to, std::uint64_t bytes) {
+  if (!in_system(from, to)) return;
+  std::vector<Link> path = topology_.route(from, to);
+  if (!path.empty()) stream_path(std::move(path), bytes);
+}
+
+void IciFabric::stream_path(std::vector<Link> path, std::uint64_t bytes) {
+  if (bytes == 0) return;
   const FluidNetwork::FlowId id = network_.start(static_cast<double>(clock_.now()),
                                                  static_cast<double>(bytes), std::move(path));
   wake_.notify(sc_core::SC_ZERO_TIME);

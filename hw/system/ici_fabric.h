@@ -39,6 +39,13 @@ class IciFabric : public sc_core::sc_module {
   // Moves `bytes` from chip `from` to chip `to` (see the contract above). A chip outside the
   // system is an SC_REPORT_ERROR.
   void transfer(std::uint32_t from, std::uint32_t to, std::uint64_t bytes);
+  // The same transfer as the sender sees it when it does not wait for the arrival (a posted
+  // write): returns when the last byte has left, the bytes having streamed over the path at the
+  // max-min fair rate; the last byte arrives latency(from, to) later. stream() then that wait
+  // take what transfer() takes when nothing else changes the rates.
+  void stream(std::uint32_t from, std::uint32_t to, std::uint64_t bytes);
+  // hops × hop latency of the route from `from` to `to`.
+  [[nodiscard]] Cycles latency(std::uint32_t from, std::uint32_t to) const;
   // The cycles transfer() takes with the fabric to itself: hops × hop latency + ⌈bytes / r⌉
   // (r = link bytes per cycle), or 0 from a chip to itself.
   [[nodiscard]] Cycles uncontended_cycles(std::uint32_t from, std::uint32_t to,
@@ -61,6 +68,7 @@ class IciFabric : public sc_core::sc_module {
   [[nodiscard]] std::size_t link_count() const { return topology_.link_count(); }
   [[nodiscard]] const std::string& link_name(Link l) const { return topology_.link_name(l); }
 
+  [[nodiscard]] const Clock& clock() const { return clock_; }
   [[nodiscard]] Cycles hop_latency() const { return hop_latency_; }
   [[nodiscard]] double link_bytes_per_cycle() const { return link_bytes_per_s_ / clock_.hz(); }
 
@@ -72,6 +80,8 @@ class IciFabric : public sc_core::sc_module {
 
  private:
   void reschedule();  // SC_METHOD: retire finished transfers, arm the next completion
+  bool in_system(std::uint32_t from, std::uint32_t to) const;  // else an SC_REPORT_ERROR
+  void stream_path(std::vector<Link> path, std::uint64_t bytes);
 
   const Clock& clock_;
   IciTopology topology_;

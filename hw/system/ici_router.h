@@ -1,16 +1,23 @@
 // IciRouter: where the chips' ICI ends meet the fabric. An ici_write's transaction leaves its
-// chip through chip2ici into `in`; the router names a destination outside the system in the
-// transaction's refusal, else lets the fabric carry the bytes (IciFabric::transfer: the route's
-// hops and its links' shared bandwidth) and hands the transaction to the destination chip's
-// ici2chip through `out`, bound in chip order.
+// chip through chip2ici into `in`. The router refuses a destination outside the system, or a
+// range outside the destination's off-chip memory, naming it in the transaction's refusal; else
+// the write is posted: the bytes stream over the route (IciFabric::stream, the links shared with
+// every other transfer) and the transaction returns to the sender's ICI engine when the last
+// byte has left, so that its next write streams right behind; the bytes, copied then, arrive the
+// route's latency later (hops × hop latency), when the router hands them to the destination
+// chip's ici2chip through `out` (bound in chip order), which stores them and counts the arrival
+// on the semaphore the write names (docs/systems.md, "The system model").
 #pragma once
 
 #include <tlm_utils/multi_passthrough_initiator_socket.h>
 #include <tlm_utils/multi_passthrough_target_socket.h>
 
 #include <cstdint>
+#include <memory>
+#include <queue>
 #include <systemc>
 #include <tlm>
+#include <vector>
 
 #include "hw/system/ici_fabric.h"
 
@@ -21,12 +28,32 @@ class IciRouter : public sc_core::sc_module {
   tlm_utils::multi_passthrough_target_socket<IciRouter> in;
   tlm_utils::multi_passthrough_initiator_socket<IciRouter> out;
 
-  IciRouter(sc_core::sc_module_name name, IciFabric& fabric);
+  // `memory_bytes`: every chip's off-chip memory.
+  IciRouter(sc_core::sc_module_name name, IciFabric& fabric, std::uint64_t memory_bytes);
 
  private:
+  struct Arrival {
+    Cycle at = 0;
+    std::uint64_t order = 0;  // posting order: arrivals of one cycle in it
+    std::uint32_t from = 0, to = 0, sem = 0;
+    std::uint64_t addr = 0;
+    std::vector<std::uint8_t> bytes;
+  };
+  struct Later {
+    bool operator()(const std::unique_ptr<Arrival>& a, const std::unique_ptr<Arrival>& b) const {
+      return a->at != b->at ? a->at > b->at : a->order > b->order;
+    }
+  };
+
   void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  void deliver();  // SC_THREAD: hands each arrival to its chip at its cycle
 
   IciFabric& fabric_;
+  std::uint64_t memory_bytes_;
+  std::priority_queue<std::unique_ptr<Arrival>, std::vector<std::unique_ptr<Arrival>>, Later>
+      pending_;
+  std::uint64_t posted_ = 0;
+  sc_core::sc_event posted_event_;
 };
 
 }  // namespace tpu
