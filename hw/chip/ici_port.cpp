@@ -51,13 +51,7 @@ void IciInbox::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
     gp.set_response_status(tlm::TLM_GENERIC_ERROR_RESPONSE);
     return;
   }
-  if (const auto st = check_memory_payload(gp, memory_bytes_); st != tlm::TLM_OK_RESPONSE) {
-    route->refusal = fmt::format(
-        "ici_write: dst range {:#x} + {} bytes is outside chip {}'s {}-byte off-chip memory",
-        gp.get_address(), gp.get_data_length(), route->to, memory_bytes_);
-    gp.set_response_status(st);
-    return;
-  }
+  if (!within_destination_memory(gp, *route, memory_bytes_)) return;
   if (gp.get_data_length() > 0) {
     tlm_debug(ici2mem, tlm::TLM_WRITE_COMMAND, gp.get_address(), gp.get_data_ptr(),
               gp.get_data_length());
