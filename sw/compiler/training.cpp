@@ -12,6 +12,7 @@
 #include <string>
 
 #include "hw/common/error.h"
+#include "sw/compiler/collectives.h"
 #include "sw/compiler/emit.h"
 #include "sw/compiler/memory.h"
 #include "sw/ir/ops.h"
@@ -181,13 +182,12 @@ class TrainingCompiler {
                       chip, cfg_.name));
     if (global_ == 0 || global_ % (chips_ * cfg_.tensor_cores) != 0)
       throw InputError(
-          chips_ == 1
-              ? fmt::format("--batch {}: the global batch must split evenly over the {} "
-                            "TensorCores of {}",
-                            global_, cfg_.tensor_cores, cfg_.name)
-              : fmt::format("--batch {}: the global batch must split evenly over the {} "
-                            "TensorCores of {} {} chips",
-                            global_, chips_ * cfg_.tensor_cores, chips_, cfg_.name));
+          chips_ == 1 ? fmt::format("--batch {}: the global batch must split evenly over the {} "
+                                    "TensorCores of {}",
+                                    global_, cfg_.tensor_cores, cfg_.name)
+                      : fmt::format("--batch {}: the global batch must split evenly over the {} "
+                                    "TensorCores of {} {} chips",
+                                    global_, chips_ * cfg_.tensor_cores, chips_, cfg_.name));
     for (const ir::GradOp& o : t_.ops) {
       if (o.kind != GradKind::ConvInput) continue;
       // Its window (conv_input): dY's channels per window position, the stride as in_dilation.
@@ -296,8 +296,7 @@ class TrainingCompiler {
       // The chip's sums, reduced in place over the chips; a landing area per reduce-scatter
       // stage, at the sums' offsets (docs/systems.md, "All-reduce").
       L_.all_reduce = mem_take(grad_bytes_);
-      for (std::uint32_t d : dims_)
-        landing_.push_back(d > 1 ? mem_take(grad_bytes_) : 0);
+      for (std::uint32_t d : dims_) landing_.push_back(d > 1 ? mem_take(grad_bytes_) : 0);
     }
     check_memory();
   }
@@ -1874,172 +1873,27 @@ class TrainingCompiler {
     }
   }
 
-  // Elements [begin, end) of the flat gradient (every parameter's sums, one after the other).
-  struct Span {
-    std::uint64_t begin = 0, end = 0;
-  };
-  static Span chunk(Span r, std::uint64_t j, std::uint64_t n) {
-    const std::uint64_t len = r.end - r.begin;
-    return {r.begin + j * len / n, r.begin + (j + 1) * len / n};
-  }
-  static Span half(Span c, int which) {
-    const std::uint64_t mid = c.begin + (c.end - c.begin) / 2;
-    return which == 0 ? Span{c.begin, mid} : Span{mid, c.end};
-  }
-  // The chip at coordinate `at` along dimension d, the others this chip's.
-  std::uint32_t chip_along(std::size_t d, std::uint32_t at) const {
-    std::vector<std::uint32_t> c = coordinates(chip_);
-    c[d] = at;
-    std::uint32_t chip = 0;
-    for (std::size_t k = 0; k < dims_.size(); ++k) chip = chip * dims_[k] + c[k];
-    return chip;
-  }
-  // Row-major over the dimensions, the first the slowest.
-  std::vector<std::uint32_t> coordinates(std::uint32_t chip) const {
-    std::vector<std::uint32_t> c(dims_.size());
-    for (std::size_t d = dims_.size(); d-- > 0;) {
-      c[d] = chip % dims_[d];
-      chip /= dims_[d];
-    }
-    return c;
-  }
-
-  // The all-reduce over the chips (docs/systems.md, "All-reduce"; the reference's
-  // sw/nn/all_reduce.h). The gradient is cut into parts, one per pair of cores; in a pair, the
-  // first core drives the + ring (the first half of every chunk), the second the - ring (a core
-  // without a partner both). After the chip's sum of the part (the pair's cores in halves, then a
-  // barrier), a reduce-scatter along each dimension of more than one chip and an all-gather back,
-  // a barrier after each stage. A ring streams piece by piece: a member sends its own value of
-  // the chunk it starts; for every piece that arrives (ici_wait) it adds its own value (received
-  // + own) and sends the sum on from the unified buffer, until the chunk it owns, whose sum it
-  // stores. The all-gather sends each owned chunk around the ring straight into the members'
-  // all-reduce areas, each forwarding what arrived.
+  // The all-reduce over the chips (sw/compiler/collectives.h): every core's slot in, the
+  // chips' total in the all-reduce area out.
   void emit_all_reduce(Code& out) {
-    const std::uint64_t total = grad_bytes_ / kF;
-    const std::uint32_t parts = (L_.cores + 1) / 2, pair = core_ / 2;
-    const bool alone = 2 * pair + 1 == L_.cores;  // no partner: both directions
-    const Span part = chunk({0, total}, pair, parts);
-    std::vector<int> dirs;
-    if (alone) {
-      dirs = {0, 1};
-    } else {
-      dirs = {static_cast<int>(core_ % 2)};
+    AllReduceLayout l;
+    l.dims = dims_;
+    l.cores = L_.cores;
+    l.elements = grad_bytes_ / kF;
+    l.slots.assign(L_.exchange.begin(), L_.exchange.begin() + L_.cores);
+    l.area = L_.all_reduce;
+    l.landing = landing_;
+    std::copy(std::begin(stage_ub_), std::end(stage_ub_), l.stage.begin());
+    l.stage_elements = stage_elems_;
+    if (const std::uint64_t sems = all_reduce_semaphores(l); sems > isa::kIciSemaphores) {
+      std::size_t used = 0;
+      for (std::uint32_t d : dims_) used += d > 1 ? 1 : 0;
+      fail(
+          fmt::format("an all-reduce over {} dimensions by {} cores needs {} of a chip's {} ICI "
+                      "semaphores",
+                      used, L_.cores, sems, isa::kIciSemaphores));
     }
-    // 1. The chip's sum of the part: its cores' slots in core order; the pair takes a half each.
-    const Span mine = alone ? part : half(part, static_cast<int>(core_ % 2));
-    for (std::uint64_t e0 = mine.begin; e0 < mine.end; e0 += stage_elems_) {
-      const std::uint64_t bytes = std::min(stage_elems_, mine.end - e0) * kF;
-      read_mem(out, L_.exchange[0] + e0 * kF, stage_ub_[0], bytes);
-      for (std::uint32_t r = 1; r < L_.cores; ++r) {
-        read_mem(out, L_.exchange[r] + e0 * kF, stage_ub_[1], bytes);
-        eltwise(out, isa::EltOp::Add, stage_ub_[0], stage_ub_[1], stage_ub_[0], bytes / kF);
-      }
-      write_mem(out, stage_ub_[0], L_.all_reduce + e0 * kF, bytes);
-    }
-    if (L_.cores > 1) out.push_back(isa::Sync{true});
-    // 2. The rings.
-    std::size_t dims_used = 0;
-    for (std::uint32_t d : dims_) dims_used += d > 1 ? 1 : 0;
-    if (std::uint64_t{L_.cores} * 4 * dims_used > isa::kIciSemaphores)
-      fail(fmt::format("an all-reduce over {} dimensions by {} cores needs {} of a chip's {} ICI "
-                       "semaphores",
-                       dims_used, L_.cores, L_.cores * 4 * dims_used, isa::kIciSemaphores));
-    // Per core, stage, phase (0 reduce-scatter, 1 all-gather) and direction.
-    const auto sem = [&](std::size_t stage, int phase, int dir) {
-      return static_cast<std::uint8_t>((core_ * dims_used + stage) * 4 + phase * 2 + dir);
-    };
-    // Two pairs of staging buffers, used in turn: a piece's sum leaves through one while the
-    // next piece arrives in the other.
-    std::uint32_t turn = 0;
-    const auto buffers = [&] {
-      turn ^= 1;
-      return std::pair{stage_ub_[2 * turn], stage_ub_[2 * turn + 1]};
-    };
-    const auto pieces_of = [&](const Span& sp, const auto& f) {
-      for (std::uint64_t e0 = sp.begin; e0 < sp.end; e0 += stage_elems_)
-        f(e0, std::min(stage_elems_, sp.end - e0));
-    };
-    const auto send = [&](std::uint64_t from, std::uint64_t e0, std::uint64_t n, std::uint32_t chip,
-                          std::uint64_t base, std::uint8_t sm) {
-      out.push_back(isa::IciWrite{ub(from), MemAddr(base + e0 * kF),
-                                  static_cast<std::uint32_t>(n * kF), chip, sm});
-    };
-    const std::vector<std::uint32_t> at = coordinates(chip_);
-    const auto ring = [](std::int64_t j, std::uint32_t n) {
-      return static_cast<std::uint32_t>(((j % n) + n) % n);
-    };
-    struct Stage {
-      std::size_t d;
-      Span region;
-    };
-    std::vector<Stage> stages;
-    Span region = part;
-    for (std::size_t d = 0; d < dims_.size(); ++d) {
-      const std::uint32_t n = dims_[d];
-      if (n == 1) continue;
-      const std::size_t st = stages.size();
-      const std::uint32_t m = at[d];
-      for (int dir : dirs) {
-        const std::int64_t step = dir == 0 ? 1 : -1;  // + ring: sends to m + 1; - ring: m - 1
-        const std::uint32_t to = chip_along(d, ring(std::int64_t{m} + step, n));
-        // Step 0: this member's own value of the chunk it starts.
-        pieces_of(half(chunk(region, ring(std::int64_t{m} - step, n), n), dir),
-                  [&](std::uint64_t e0, std::uint64_t k) {
-                    const auto [a, b] = buffers();
-                    (void)a;
-                    read_mem(out, L_.all_reduce + e0 * kF, b, k * kF);
-                    send(b, e0, k, to, landing_[d], sem(st, 0, dir));
-                  });
-        // Steps 0 .. n-2: what arrives, plus this member's value, on to the next member; the
-        // chunk it owns (the last step's) into its all-reduce area.
-        for (std::uint32_t s = 0; s + 1 < n; ++s) {
-          const std::uint32_t j = ring(std::int64_t{m} - step * (std::int64_t{s} + 2), n);
-          pieces_of(half(chunk(region, j, n), dir), [&](std::uint64_t e0, std::uint64_t k) {
-            const auto [a, b] = buffers();
-            out.push_back(isa::IciWait{sem(st, 0, dir), 1});
-            read_mem(out, landing_[d] + e0 * kF, a, k * kF);
-            read_mem(out, L_.all_reduce + e0 * kF, b, k * kF);
-            eltwise(out, isa::EltOp::Add, a, b, b, k);
-            if (s + 2 < n)
-              send(b, e0, k, to, landing_[d], sem(st, 0, dir));
-            else
-              write_mem(out, b, L_.all_reduce + e0 * kF, k * kF);
-          });
-        }
-      }
-      if (L_.cores > 1) out.push_back(isa::Sync{true});
-      stages.push_back({d, region});
-      region = chunk(region, m, n);
-    }
-    for (std::size_t k = stages.size(); k-- > 0;) {
-      const std::size_t d = stages[k].d;
-      const Span r = stages[k].region;
-      const std::uint32_t n = dims_[d], m = at[d];
-      for (int dir : dirs) {
-        const std::int64_t step = dir == 0 ? 1 : -1;
-        const std::uint32_t to = chip_along(d, ring(std::int64_t{m} + step, n));
-        // This member's finished chunk, then every chunk that arrives but the last, forwarded.
-        pieces_of(half(chunk(r, m, n), dir), [&](std::uint64_t e0, std::uint64_t p) {
-          const auto [a, b] = buffers();
-          (void)a;
-          read_mem(out, L_.all_reduce + e0 * kF, b, p * kF);
-          send(b, e0, p, to, L_.all_reduce, sem(k, 1, dir));
-        });
-        for (std::uint32_t s = 0; s + 1 < n; ++s) {
-          const std::uint32_t j = ring(std::int64_t{m} - step * (std::int64_t{s} + 1), n);
-          pieces_of(half(chunk(r, j, n), dir), [&](std::uint64_t e0, std::uint64_t p) {
-            out.push_back(isa::IciWait{sem(k, 1, dir), 1});
-            if (s + 2 < n) {
-              const auto [a, b] = buffers();
-              (void)a;
-              read_mem(out, L_.all_reduce + e0 * kF, b, p * kF);
-              send(b, e0, p, to, L_.all_reduce, sem(k, 1, dir));
-            }
-          });
-        }
-      }
-      if (L_.cores > 1) out.push_back(isa::Sync{true});
-    }
+    compiler::emit_all_reduce(l, chip_, core_, out);
   }
 
   static constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();

@@ -1,0 +1,45 @@
+// The all-reduce executed by the chips of a system (docs/systems.md, "All-reduce"): every
+// TensorCore of every chip contributes a vector of fp32 values; afterwards every chip holds their
+// sum, each element added in the order the reference follows (sw/nn/all_reduce.h). Lowered here
+// once, for training's gradient exchange (training.cpp) and for the collective's own tests.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hw/isa/isa.h"
+
+namespace tpu::compiler {
+
+// Where an all-reduce's data lives; the same addresses on every chip.
+struct AllReduceLayout {
+  std::vector<std::uint32_t> dims;  // the chips' torus (row-major, the first the slowest)
+  std::uint32_t cores = 1;          // TensorCores per chip
+  std::uint64_t elements = 0;       // fp32 values of the vector every core contributes
+  // Off-chip memory: per core of the chip, its vector (read only); the all-reduce area, where
+  // the chip's sums go and the total ends; per dimension, the landing area of its
+  // reduce-scatter's partial sums (0 for an extent of 1). Each holds `elements` fp32 values.
+  std::vector<std::uint64_t> slots;
+  std::uint64_t area = 0;
+  std::vector<std::uint64_t> landing;
+  // Unified buffer: four staging buffers of `stage_elements` fp32 values each, the pieces the
+  // rings stream.
+  std::array<std::uint64_t, 4> stage{};
+  std::uint64_t stage_elements = 0;
+};
+
+// Semaphores per chip the all-reduce uses: per core, per dimension of more than one chip, four
+// (reduce-scatter and all-gather, each direction).
+std::uint64_t all_reduce_semaphores(const AllReduceLayout& l);
+
+// Core `core` of chip `chip`'s share of the all-reduce: the chip's sum of its cores' vectors
+// (each pair of cores a part of it), then the reduce-scatters and all-gathers over the chips,
+// with a barrier across the chip's cores after each stage. Afterwards the total is in the
+// chip's area once every core of the chip has reached its next `sync all_cores` (the caller's).
+// The layout must need no more than isa::kIciSemaphores semaphores.
+void emit_all_reduce(const AllReduceLayout& l, std::uint32_t chip, std::uint32_t core,
+                     std::vector<isa::Instruction>& out);
+
+}  // namespace tpu::compiler
