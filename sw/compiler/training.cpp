@@ -516,8 +516,10 @@ class TrainingCompiler {
       const Op& l = g_.ops[i];
       // A view computes nothing; the loss's softmax is not computed (the loss reads the logits).
       if (storage_of(i) != i || (i == t_.loss_op && l.kind == OpKind::Activation)) continue;
-      for (std::size_t x : l.inputs)
-        if (x == kGraphInput || !fused_away_[storage_of(x)]) read({false, storage_of(x)}, 1 + i);
+      for (std::size_t x : l.inputs) {
+        const std::size_t s = storage_of(x);  // a view of the images is the images
+        if (s == kGraphInput || !fused_away_[s]) read({false, s}, 1 + i);
+      }
       if (!fused_away_[i]) write({false, i}, 1 + i);
     }
     for (std::size_t j = 0; j < t_.ops.size(); ++j) {
