@@ -214,9 +214,10 @@ class Child {
     Ended e;
     e.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     e.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    // A signal sent right after fork can end the child before it opened either capture file.
     std::error_code ec;
     if (fs::exists(capture_ / "out", ec)) e.out = read_file(capture_ / "out");
-    e.err = read_file(capture_ / "err");
+    if (fs::exists(capture_ / "err", ec)) e.err = read_file(capture_ / "err");
     return e;
   }
   // After wait(): true when no process of its group is left (children die with their parent).
