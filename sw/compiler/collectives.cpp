@@ -1,6 +1,7 @@
 #include "sw/compiler/collectives.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace tpu::compiler {
@@ -144,16 +145,19 @@ class AllReduceEmitter {
               });
     for (std::uint32_t s = 0; s + 1 < n; ++s) {
       const std::uint32_t j = ring(std::int64_t{m} - step * (std::int64_t{s} + 2), n);
+      const bool last = s + 2 == n;
       pieces_of(half(chunk(region, j, n), dir), [&](std::uint64_t e0, std::uint64_t k) {
-        const auto [a, b] = buffers();
+        // The last step sends nothing: it works in the two buffers no send reads from (the
+        // received pieces'), so that it need not wait for the previous step's sends to leave.
+        const auto [a, b] = last ? std::pair{l_.stage[0], l_.stage[2]} : buffers();
         read_mem(l_.area + e0 * kF, b, k * kF);
         out_.push_back(isa::IciWait{sem(st, 0, dir), 1});
         read_mem(l_.landing[d] + e0 * kF, a, k * kF);
         add(a, b, b, k);
-        if (s + 2 < n)
-          send(b, e0, k, to, l_.landing[d], sem(st, 0, dir));
-        else
+        if (last)
           write_mem(b, l_.area + e0 * kF, k * kF);
+        else
+          send(b, e0, k, to, l_.landing[d], sem(st, 0, dir));
       });
     }
   }
@@ -189,7 +193,180 @@ class AllReduceEmitter {
   std::uint32_t turn_ = 0;
 };
 
+// ---- the cost ------------------------------------------------------------------------------
+
+// The timing model's formulas (docs/timing-model.md) for one piece of k fp32 values.
+class PieceCosts {
+ public:
+  // `memory_sharers`: transfers on the off-chip memory at once (the chip's cores); `link_share`:
+  // flows on every link the ring uses at once.
+  PieceCosts(const SystemConfig& sys, double memory_sharers, double link_share)
+      : f_(sys.chip.clock_hz()),
+        port_(sys.chip.unified_buffer.bytes_per_cycle),
+        mem_bytes_per_cycle_(sys.chip.off_chip_bytes_per_s() / f_ / memory_sharers),
+        mem_latency_(cycles_of_ns(sys.chip.off_chip_memory.latency_ns)),
+        lanes_(double(sys.chip.vector_unit.lanes) * sys.chip.vector_unit.sublanes),
+        vector_port_(sys.chip.vector_unit.bytes_per_cycle),
+        vector_latency_(sys.chip.vector_unit.latency_cycles),
+        link_bytes_per_cycle_(sys.link_bytes_per_s() / f_ / link_share),
+        hop_(cycles_of_ns(sys.ici.latency_ns)) {}
+
+  // read_mem or write_mem: max(far side, ⌈N / P⌉).
+  [[nodiscard]] double memory(std::uint64_t k) const {
+    const double n = double(k * kF);
+    return std::max(mem_latency_ + up(n / mem_bytes_per_cycle_), up(n / port_));
+  }
+  // An fp32 eltwise add: latency + max(⌈k / V⌉, ⌈12k / Q⌉).
+  [[nodiscard]] double add(std::uint64_t k) const {
+    return vector_latency_ + std::max(up(double(k) / lanes_), up(12.0 * double(k) / vector_port_));
+  }
+  // An ici_write's streaming: max(⌈N / r'⌉, ⌈N / P⌉), r' the link's share.
+  [[nodiscard]] double send(std::uint64_t k) const {
+    const double n = double(k * kF);
+    return std::max(up(n / link_bytes_per_cycle_), up(n / port_));
+  }
+  [[nodiscard]] double hops(std::uint32_t h) const { return h * hop_; }
+
+ private:
+  static double up(double x) { return std::ceil(x - 1e-9); }
+  [[nodiscard]] double cycles_of_ns(double ns) const { return up(ns * 1e-9 * f_); }
+
+  double f_, port_, mem_bytes_per_cycle_, mem_latency_, lanes_, vector_port_, vector_latency_;
+  double link_bytes_per_cycle_, hop_;
+};
+
+std::vector<std::uint64_t> pieces(std::uint64_t elements, std::uint64_t stage) {
+  std::vector<std::uint64_t> k;
+  for (std::uint64_t e = 0; e < elements; e += stage) k.push_back(std::min(stage, elements - e));
+  return k;
+}
+
+// One core's engines while it drives a ring: when its DMA, vector unit and ICI engine are next
+// free. Sends are numbered in the order the core issues them within the stage.
+struct Engines {
+  double dma = 0, vector = 0;
+  std::vector<double> sent;  // when each send's last byte left
+  [[nodiscard]] double last_sent() const { return sent.empty() ? 0 : sent.back(); }
+  // The buffer a send reads from is next written two sends later (two pairs in turn).
+  [[nodiscard]] double buffer_free(std::size_t i) const { return i >= 2 ? sent[i - 2] : 0; }
+};
+
+// A ring stage of one direction on a core, every member alike: member m's piece p of step s
+// arrives `latency` after its predecessor (doing the same) sent its piece p of step s - 1.
+// Returns when the core's last work of it ends.
+double ring_stage(const PieceCosts& c, Engines& e, std::uint32_t n,
+                  const std::vector<std::uint64_t>& ks, double latency, bool reduce) {
+  const std::size_t first = e.sent.size(), P = ks.size();
+  const auto arrival = [&](std::uint32_t step, std::size_t p) {
+    return e.sent[first + (step - 1) * P + p] + latency;
+  };
+  double end = 0;
+  // Step 0: this member's own value of the chunk it starts (its own finished chunk).
+  for (std::size_t p = 0; p < P; ++p) {
+    e.dma = std::max(e.dma, e.buffer_free(e.sent.size())) + c.memory(ks[p]);
+    e.sent.push_back(std::max(e.last_sent(), e.dma) + c.send(ks[p]));
+  }
+  for (std::uint32_t s = 1; s < n; ++s) {
+    const bool last = s + 1 == n;
+    for (std::size_t p = 0; p < P; ++p) {
+      const double a = arrival(s, p);
+      if (!reduce) {  // the all-gather: wait, forward from the area; the last step only waits
+        if (last) {
+          end = std::max(end, a);
+          continue;
+        }
+        e.dma = std::max({e.dma, e.buffer_free(e.sent.size()), a}) + c.memory(ks[p]);
+        e.sent.push_back(std::max(e.last_sent(), e.dma) + c.send(ks[p]));
+        continue;
+      }
+      // Own value (its buffer: the send two before; the last step's are no send's), the
+      // arrival, the add; then the sum sent on, or stored.
+      e.dma = (last ? e.dma : std::max(e.dma, e.buffer_free(e.sent.size()))) + c.memory(ks[p]);
+      e.dma = std::max(e.dma, a) + c.memory(ks[p]);
+      e.vector = std::max(e.dma, e.vector) + c.add(ks[p]);
+      if (last) {
+        e.dma = std::max(e.dma, e.vector) + c.memory(ks[p]);
+        end = std::max(end, e.dma);
+      } else {
+        e.sent.push_back(std::max(e.last_sent(), e.vector) + c.send(ks[p]));
+      }
+    }
+  }
+  return std::max(end, e.last_sent());
+}
+
 }  // namespace
+
+double AllReduceCost::total() const {
+  double t = chip_sum;
+  for (double x : reduce_scatter) t += x;
+  for (double x : all_gather) t += x;
+  return t;
+}
+
+AllReduceCost all_reduce_cost(const SystemConfig& sys, const AllReduceLayout& l) {
+  AllReduceCost cost;
+  const std::uint32_t cores = l.cores, parts = (cores + 1) / 2;
+  const double barrier = cores > 1 ? 1 : 0;  // the cycle a core leaves its sync all_cores in
+  // The chip's sum: per piece of a core's share, its cores' values read and added in order and
+  // written, the chip's cores at once on the off-chip memory.
+  {
+    const PieceCosts c(sys, cores, 1);
+    const Span part = chunk({0, l.elements}, 0, parts);
+    const Span mine = cores == 1 ? part : half(part, 1);
+    double dma = 0, vector = 0;
+    for (std::uint64_t k : pieces(mine.end - mine.begin, l.stage_elements)) {
+      dma += c.memory(k);
+      for (std::uint32_t r = 1; r < cores; ++r) {
+        dma = std::max(dma, vector) + c.memory(k);
+        vector = dma + c.add(k);
+      }
+      dma = std::max(dma, vector) + c.memory(k);
+    }
+    cost.chip_sum = dma + barrier;
+  }
+  // The rings: a region of the part per dimension, each chunk's halves on the two directions
+  // (a pair's cores at once, a core alone one after the other).
+  Span region = chunk({0, l.elements}, 0, parts);
+  struct Used {
+    std::uint32_t n;
+    Span region;
+  };
+  std::vector<Used> used;
+  for (std::size_t d = 0; d < l.dims.size(); ++d) {
+    const std::uint32_t n = l.dims[d];
+    if (n == 1) continue;
+    used.push_back({n, region});
+    region = chunk(region, 0, n);
+  }
+  for (int phase = 0; phase < 2; ++phase) {
+    for (std::size_t u = 0; u < used.size(); ++u) {
+      const std::uint32_t n = used[u].n;
+      const std::size_t d = [&] {  // the dimension's index
+        std::size_t k = 0, seen = 0;
+        for (; k < l.dims.size(); ++k)
+          if (l.dims[k] > 1 && seen++ == u) break;
+        return k;
+      }();
+      const bool wraps = sys.ici.wraparound[d];
+      // Flows on a link at once: on a mesh axis the ring's closing edge runs back along the
+      // line over the other direction's links, and on an axis of two both directions take the
+      // same link (the route's tie rule); pairs of cores share every link.
+      const double share = (cores > 1 && (!wraps || n == 2) ? 2 : 1) * parts;
+      const std::uint32_t hops = wraps ? 1 : n - 1;  // the ring's longest edge
+      const PieceCosts c(sys, cores, share);
+      const Span ch = chunk(used[u].region, 0, n);
+      const std::vector<std::uint64_t> ks =
+          pieces(half(ch, 1).end - half(ch, 1).begin, l.stage_elements);
+      Engines e;
+      double t = 0;
+      for (int dir = 0; dir < (cores > 1 ? 1 : 2); ++dir)
+        t = ring_stage(c, e, n, ks, c.hops(hops), phase == 0);
+      (phase == 0 ? cost.reduce_scatter : cost.all_gather).push_back(t + barrier);
+    }
+  }
+  return cost;
+}
 
 std::uint64_t all_reduce_semaphores(const AllReduceLayout& l) {
   std::uint64_t used = 0;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hw/config/system_config.h"
 #include "hw/isa/isa.h"
 
 namespace tpu::compiler {
@@ -41,5 +42,18 @@ std::uint64_t all_reduce_semaphores(const AllReduceLayout& l);
 // The layout must need no more than isa::kIciSemaphores semaphores.
 void emit_all_reduce(const AllReduceLayout& l, std::uint32_t chip, std::uint32_t core,
                      std::vector<isa::Instruction>& out);
+
+// What the all-reduce costs on `sys` (docs/systems.md, "What an all-reduce costs"), in cycles of
+// the chip clock, from the config alone: each phase's pipeline of pieces under the timing
+// model's formulas (reads and writes at the unified-buffer port or the off-chip memory's share,
+// additions on the vector unit, link transfers at the link's share, hop latency), every chip and
+// ring member alike. A phase's cycles run to the barrier that ends it.
+struct AllReduceCost {
+  double chip_sum = 0;                 // the chip's sum of its cores' vectors
+  std::vector<double> reduce_scatter;  // per dimension of more than one chip, in order
+  std::vector<double> all_gather;      // per dimension of more than one chip, in order
+  [[nodiscard]] double total() const;
+};
+AllReduceCost all_reduce_cost(const SystemConfig& sys, const AllReduceLayout& l);
 
 }  // namespace tpu::compiler
