@@ -9,8 +9,14 @@
 
 namespace tpu {
 
-IciRouter::IciRouter(sc_core::sc_module_name name, IciFabric& fabric, std::uint64_t memory_bytes)
-    : sc_core::sc_module(name), in("in"), out("out"), fabric_(fabric), memory_bytes_(memory_bytes) {
+IciRouter::IciRouter(sc_core::sc_module_name name, IciFabric& fabric, std::uint64_t memory_bytes,
+                     bool mirrored)
+    : sc_core::sc_module(name),
+      in("in"),
+      out("out"),
+      fabric_(fabric),
+      memory_bytes_(memory_bytes),
+      mirrored_(mirrored) {
   in.register_b_transport(this, &IciRouter::b_transport);
   SC_HAS_PROCESS(IciRouter);
   SC_THREAD(deliver);
@@ -36,14 +42,38 @@ void IciRouter::b_transport(int, tlm::tlm_generic_payload& gp, sc_core::sc_time&
   fabric_.stream(route->from, route->to, gp.get_data_length());
   // The last byte has left: the rest is the route's latency.
   auto a = std::make_unique<Arrival>();
-  a->at = fabric_.clock().now() + fabric_.latency(route->from, route->to).value();
   a->order = posted_++;
-  a->from = route->from, a->to = route->to, a->sem = route->sem;
+  a->sem = route->sem;
+  if (mirrored_) {
+    a->at = fabric_.clock().now() + ring_edge_latency(route->to).value();
+    a->from = route->to, a->to = route->from;  // chip 0's predecessor is its image
+  } else {
+    a->at = fabric_.clock().now() + fabric_.latency(route->from, route->to).value();
+    a->from = route->from, a->to = route->to;
+  }
   a->addr = gp.get_address();
   a->bytes.assign(gp.get_data_ptr(), gp.get_data_ptr() + gp.get_data_length());
   pending_.push(std::move(a));
   posted_event_.notify(sc_core::SC_ZERO_TIME);
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+Cycles IciRouter::ring_edge_latency(std::uint32_t to) const {
+  const std::vector<std::uint32_t> at = fabric_.coordinates(to);
+  const std::vector<std::uint32_t>& dims = fabric_.topology().dims();
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (at[d] == 0) continue;
+    // The ring along axis d through chip 0: the mean of its edges c -> c + 1 (mod n), rounded.
+    const std::uint32_t n = dims[d];
+    std::vector<std::uint32_t> a(dims.size(), 0), b(dims.size(), 0);
+    std::uint64_t sum = 0;
+    for (std::uint32_t c = 0; c < n; ++c) {
+      a[d] = c, b[d] = (c + 1) % n;
+      sum += fabric_.latency(fabric_.chip_at(a), fabric_.chip_at(b)).value();
+    }
+    return Cycles{(sum + n / 2) / n};
+  }
+  return fabric_.latency(0, to);  // chip 0 itself
 }
 
 void IciRouter::deliver() {

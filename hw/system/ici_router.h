@@ -7,6 +7,14 @@
 // route's latency later (hops × hop latency), when the router hands them to the destination
 // chip's ici2chip through `out` (bound in chip order), which stores them and counts the arrival
 // on the semaphore the write names (docs/systems.md, "The system model").
+//
+// Mirrored (fit's scale-out mode, docs/systems.md, "Scale-out"): only chip 0 exists, and the
+// system's other chips are taken to do what it does at the same time, as data-parallel replicas
+// on a ring do. Its writes still stream over the fabric's links at their fair share; each lands
+// back in chip 0, at the address and semaphore it named, as the write its ring predecessor makes
+// to it at that moment, the ring's mean edge latency after the last byte has left. On a torus
+// every edge is one hop; on a mesh axis the ring's closing edge runs back over the line (n - 1
+// hops), and the members, alike but for which edge feeds them, see the mean edge on average.
 #pragma once
 
 #include <tlm_utils/multi_passthrough_initiator_socket.h>
@@ -29,7 +37,8 @@ class IciRouter : public sc_core::sc_module {
   tlm_utils::multi_passthrough_initiator_socket<IciRouter> out;
 
   // `memory_bytes`: every chip's off-chip memory.
-  IciRouter(sc_core::sc_module_name name, IciFabric& fabric, std::uint64_t memory_bytes);
+  IciRouter(sc_core::sc_module_name name, IciFabric& fabric, std::uint64_t memory_bytes,
+            bool mirrored = false);
 
  private:
   struct Arrival {
@@ -47,9 +56,12 @@ class IciRouter : public sc_core::sc_module {
 
   void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
   void deliver();  // SC_THREAD: hands each arrival to its chip at its cycle
+  // Mirrored: a ring edge's latency on the axis from chip 0 to `to` (see above).
+  [[nodiscard]] Cycles ring_edge_latency(std::uint32_t to) const;
 
   IciFabric& fabric_;
   std::uint64_t memory_bytes_;
+  bool mirrored_;
   std::priority_queue<std::unique_ptr<Arrival>, std::vector<std::unique_ptr<Arrival>>, Later>
       pending_;
   std::uint64_t posted_ = 0;

@@ -2,6 +2,10 @@
 // chip is a whole Chip (its cores, memory, host link and host interface); their ici_writes leave
 // through chip2ici into the router, cross the fabric and arrive through the destination's
 // ici2chip. A chip's host side (host2chip, chip2host) is the driver's to bind.
+//
+// Scale kRepresentative (fit's scale-out mode, docs/systems.md, "Scale-out"): chip 0 alone, on
+// the whole system's fabric, its ICI writes mirrored back to it (hw/system/ici_router.h) as its
+// identical peers' writes to it.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +27,8 @@ class System : public sc_core::sc_module {
   Clock clock_;  // the fabric's: every chip runs at the chip config's clock
 
  public:
-  System(sc_core::sc_module_name name, SystemConfig cfg);
+  enum class Scale { kEveryChip, kRepresentative };
+  System(sc_core::sc_module_name name, SystemConfig cfg, Scale scale = Scale::kEveryChip);
 
   [[nodiscard]] const SystemConfig& config() const { return cfg_; }
   [[nodiscard]] std::size_t size() const { return chips_.size(); }

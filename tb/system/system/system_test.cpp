@@ -89,5 +89,41 @@ TEST(SystemIci, AWriteToAChipOutsideTheSystemIsNamed) {
   }
 }
 
+// Scale-out (docs/systems.md, "Scale-out"): chip 0 alone on the fabric of a 4 x 4 mesh; its
+// write to its ring successor streams over its link and lands back in chip 0, at the address and
+// semaphore it named, the ring's mean edge later: edges of 1, 1, 1 and 3 hops, 1.5 hops.
+TEST(SystemIci, AMirroredWriteLandsBackInChipZeroAfterTheRingsMeanEdge) {
+  System system("system",
+                load_system_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/systems/v3-32.json"),
+                System::Scale::kRepresentative);
+  ASSERT_EQ(system.size(), 1u);
+  test::TestHost host("host", system.chip(0), 1 << 20);
+  for (auto& p : host.programs) p = {isa::Halt{}};
+  const std::uint32_t n = 1 << 16;
+  for (std::uint32_t i = 0; i < n; ++i) host.memory[i] = static_cast<std::uint8_t>(i * 7);
+  host.programs[0] = {isa::ReadHost{HostAddr(0), UbAddr(0), n},
+                      isa::Sync{false},
+                      isa::IciWrite{UbAddr(0), MemAddr(0x1000), n, 1, 5},
+                      isa::IciWait{5, 1},
+                      isa::ReadMem{MemAddr(0x1000), UbAddr(0x40000), n},
+                      isa::WriteHost{UbAddr(0x40000), HostAddr(0x80000), n},
+                      isa::Halt{}};
+  Trace trace;
+  system.chip(0).enable_trace(trace);
+  sc_core::sc_start();
+  for (std::uint32_t i = 0; i < n; ++i)
+    ASSERT_EQ(host.memory[0x80000 + i], static_cast<std::uint8_t>(i * 7)) << i;
+  const IciFabric& fabric = system.fabric();
+  const std::uint64_t hop = fabric.hop_latency().value();
+  Cycle sent = 0, arrived = 0;
+  for (const TraceSlice& sl : trace.slices()) {
+    if (sl.core != 0) continue;
+    if (!sl.is_stall && sl.opcode == isa::Opcode::IciWrite) sent = sl.end;
+    if (sl.is_stall && sl.index == 3) arrived = sl.end;  // the ici_wait, a stall until the arrival
+  }
+  ASSERT_GT(sent, 0u);
+  EXPECT_EQ(arrived, sent + (6 * hop + 2) / 4);
+}
+
 }  // namespace
 }  // namespace tpu
