@@ -1,5 +1,7 @@
 #include "sw/cli/fit_cmd.h"
 
+#include <fmt/format.h>
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -22,7 +24,11 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
                       "System config (JSON): its chips train as TPUStrategy's replicas, every "
                       "TensorCore one (docs/systems.md)")
           ->excludes(chip);
-  (void)system;
+  app->add_flag("--scale-out", o.scale_out,
+                "Simulate chip 0 only, the other chips taken as identical replicas and its ICI "
+                "writes mirrored back to it: the step's timing for a pod, no values "
+                "(docs/systems.md)")
+      ->needs(system);
   app->add_option("--model", o.model, "Model (Keras-style JSON) ending in a softmax")
       ->capture_default_str();
   app->add_option("--data-dir", o.data_dir, "Fashion-MNIST directory (default: Debian's)");
@@ -60,6 +66,14 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
       ->capture_default_str();
   app->add_option("--validation-freq", o.validation_freq,
                   "Validate after every this many epochs, as Keras (default: after the last)");
+  app->add_option("--epochs-to-train", o.epochs_to_train,
+                  "Also report the simulated time to train this many epochs at the median step "
+                  "(docs/training.md)")
+      ->check(CLI::Range(1u, 100000u));
+  app->add_option("--dataset-images", o.dataset_images,
+                  "Images of one epoch for --epochs-to-train (default: the training images fit "
+                  "reads; needed for random inputs, e.g. 1281167 for ImageNet)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   app->add_flag("--no-check", cmd.no_check,
                 "Skip the bit-exact comparison with the training reference after every step");
   app->add_option("--json", cmd.json, "Write the tpusim.fit/1 report here");
@@ -111,6 +125,15 @@ void run_fit(FitCommand& cmd) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
   sim::FitResult r = sim::fit_session(sys, o);
+  if (r.report.contains("time_to_train")) {
+    const auto& t = r.report["time_to_train"];
+    std::cerr << fmt::format(
+        "Time to train: {} epochs of {} images = {} steps x {:.3f} ms = {:.1f} s (simulated, "
+        "{:.0f} images/s)\n",
+        t["epochs"].get<std::uint64_t>(), t["dataset_images"].get<std::uint64_t>(),
+        t["steps"].get<std::uint64_t>(), 1e3 * r.report["step"]["seconds_median"].get<double>(),
+        t["simulated_seconds"].get<double>(), r.report["step"]["images_per_s"].get<double>());
+  }
   if (json) out.set(*json, r.report.dump(2) + "\n");
   if (markdown) out.set(*markdown, report::fit_markdown(r.report));
   if (trace) out.set(*trace, std::move(r.trace_json));

@@ -127,7 +127,8 @@ class TrainingCompiler {
  public:
   TrainingCompiler(const ir::Graph& g, const ir::TrainingGraph& t, const nn::Weights& w,
                    const nn::Optimizer& opt, const ChipConfig& cfg, std::uint32_t global_batch,
-                   ActivationHome home, std::vector<std::uint32_t> chip_dims)
+                   ActivationHome home, std::vector<std::uint32_t> chip_dims,
+                   std::uint32_t programmed_chips)
       : g_(g),
         t_(t),
         w_(w),
@@ -137,6 +138,7 @@ class TrainingCompiler {
         home_(home),
         dims_(std::move(chip_dims)) {
     for (std::uint32_t d : dims_) chips_ *= d;
+    programmed_ = programmed_chips == 0 ? chips_ : std::min(programmed_chips, chips_);
   }
 
   TrainingProgram run() {
@@ -145,6 +147,7 @@ class TrainingCompiler {
     L_.chip_dims = dims_;
     L_.replicas = chips_ * L_.cores;
     L_.share = global_ / L_.replicas;
+    L_.programmed = programmed_ * L_.cores;
     L_.tile_rows = cfg_.mxu.rows;
     L_.kernel_chunk.assign(g_.ops.size(), 0);
     acc_slot_ = cfg_.accumulators.entries / (2 * cfg_.mxu.count);
@@ -153,12 +156,12 @@ class TrainingCompiler {
     plan_ub();
     plan_fusion();
     if (L_.off_chip) plan_off_chip();
-    for (std::uint32_t c = 0; c < L_.replicas; ++c) {
+    for (std::uint32_t c = 0; c < L_.programmed; ++c) {
       P_.step.cores.push_back(emit_step(c));
       P_.evaluate.cores.push_back(emit_evaluate(c));
     }
     // The setup last: it loads the constants the other programs asked for.
-    for (std::uint32_t c = 0; c < L_.replicas; ++c) P_.setup.cores.push_back(emit_setup(c));
+    for (std::uint32_t c = 0; c < L_.programmed; ++c) P_.setup.cores.push_back(emit_setup(c));
     P_.layout = L_;
     P_.step.layers = P_.setup.layers = P_.evaluate.layers = layers();
     P_.step.micro_batch = P_.setup.micro_batch = L_.micro_batch;
@@ -211,10 +214,12 @@ class TrainingCompiler {
       at = align(at + bytes);
       return a;
     };
-    L_.images_addr = take(std::uint64_t{global_} * L_.image_bytes);
-    L_.labels_addr = take(std::uint64_t{global_} * 4);
+    // The programmed replicas' images (the global batch unless only some chips are programmed).
+    const std::uint64_t images = std::uint64_t{L_.programmed} * L_.share;
+    L_.images_addr = take(images * L_.image_bytes);
+    L_.labels_addr = take(images * 4);
     L_.optimizer_addr = take(L_.optimizer_bytes);
-    L_.records_addr = take(std::uint64_t{global_} * kRecordBytes);
+    L_.records_addr = take(images * kRecordBytes);
     L_.host_bytes = at;
   }
 
@@ -1906,6 +1911,7 @@ class TrainingCompiler {
   const nn::Optimizer& opt_;
   const ChipConfig& cfg_;
   const std::uint32_t global_;
+  std::uint32_t programmed_ = 1;  // chips with programs (0 .. programmed_ - 1)
   const ActivationHome home_;
   const std::vector<std::uint32_t> dims_;  // the chips' torus; empty: one chip
   std::uint32_t chips_ = 1;
@@ -1952,8 +1958,9 @@ class TrainingCompiler {
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
-                                 ActivationHome home, const std::vector<std::uint32_t>& chip_dims) {
-  return TrainingCompiler(g, t, w, opt, cfg, global_batch, home, chip_dims).run();
+                                 ActivationHome home, const std::vector<std::uint32_t>& chip_dims,
+                                 std::uint32_t programmed_chips) {
+  return TrainingCompiler(g, t, w, opt, cfg, global_batch, home, chip_dims, programmed_chips).run();
 }
 
 }  // namespace tpu::compiler

@@ -29,10 +29,12 @@ enum class ActivationHome { kAuto, kUnifiedBuffer, kOffChip };
 
 // Where a step's data lives.
 struct TrainingLayout {
-  std::uint32_t replicas = 1;     // TensorCores of every chip: chips x cores
-  std::uint32_t cores = 1;        // TensorCores per chip; replica r is core r % cores of chip r / cores
+  std::uint32_t replicas = 1;  // TensorCores of every chip: chips x cores
+  std::uint32_t cores = 1;  // TensorCores per chip; replica r is core r % cores of chip r / cores
   std::vector<std::uint32_t> chip_dims;  // the chips' torus (row-major, the first the slowest)
-  std::uint32_t share = 0;        // images per replica per step
+  std::uint32_t share = 0;               // images per replica per step
+  // Replicas with programs and host images: all of them, or the first chips' (scale-out).
+  std::uint32_t programmed = 1;
   std::uint32_t micro_batch = 0;  // images per forward and backward pass
   std::uint32_t tile_rows = 0;    // mxu.rows
   // The pass's tensors, the bf16 kernels and the kernels' gradient sums in off-chip memory.
@@ -65,7 +67,8 @@ struct TrainingLayout {
 
 struct TrainingProgram {
   TrainingLayout layout;
-  // Programs have a core per replica (chip-major); every chip's memory image is the same.
+  // Programs have a core per programmed replica (chip-major); every chip's memory image is the
+  // same.
   // Once, before the first step: the memory image (every replica's master weights, zeroed
   // optimizer state) and a program that prepares the first step's bf16 kernels.
   Program setup;
@@ -76,11 +79,14 @@ struct TrainingProgram {
   Program evaluate;
 };
 
+// `programmed_chips`: programs (and host room for images) only for the first chips' cores, the
+// rest of the system's replicas taken as identical to them (fit's scale-out mode); 0: every chip.
 // Throws InputError naming the model and what does not fit or cannot be lowered yet.
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
                                  ActivationHome home = ActivationHome::kAuto,
-                                 const std::vector<std::uint32_t>& chip_dims = {});
+                                 const std::vector<std::uint32_t>& chip_dims = {},
+                                 std::uint32_t programmed_chips = 0);
 
 }  // namespace tpu::compiler

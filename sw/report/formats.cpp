@@ -285,16 +285,17 @@ std::string fit_markdown(const ordered_json& fit) {
       fit.at("replicas").get<std::uint64_t>(), fit.at("micro_batch").get<std::uint64_t>(),
       fit.at("optimizer").get<std::string>(), num(fit, "learning_rate"),
       fit.at("checked").get<bool>() ? "every step checked bit for bit against the reference"
-                                    : "not checked (--no-check)");
+      : fit.value("mode", "") == "scale_out"
+          ? "scale-out: chip 0 simulated, the others taken as identical; timing only"
+          : "not checked (--no-check)");
   s += md_header({"epoch", "loss", "accuracy", "val_loss", "val_accuracy", "simulated s",
                   "validation simulated s", "energy (J)"});
   for (const auto& e : fit.at("epochs")) {
     auto opt = [&](const char* k) {
       return e.contains(k) ? fmt::format("{:.4f}", num(e, k)) : std::string("-");
     };
-    s += md_row({cell(num(e, "epoch")), fmt::format("{:.4f}", num(e, "loss")),
-                 fmt::format("{:.4f}", num(e, "accuracy")), opt("val_loss"), opt("val_accuracy"),
-                 fmt::format("{:.6f}", num(e, "simulated_seconds")),
+    s += md_row({cell(num(e, "epoch")), opt("loss"), opt("accuracy"), opt("val_loss"),
+                 opt("val_accuracy"), fmt::format("{:.6f}", num(e, "simulated_seconds")),
                  e.contains("val_simulated_seconds")
                      ? fmt::format("{:.6f}", num(e, "val_simulated_seconds"))
                      : "-",

@@ -116,7 +116,12 @@ struct StepLog {
 
 class Fit {
  public:
-  Fit(const SystemConfig& sys, const FitOptions& opt) : sys_(sys), cfg_(sys.chip), opt_(opt) {
+  Fit(const SystemConfig& sys, const FitOptions& opt)
+      : sys_(sys),
+        cfg_(sys.chip),
+        opt_(opt),
+        scale_out_(opt.scale_out && sys.chips() > 1),
+        check_(opt.check && !scale_out_) {
     // The system as one chip for the report's rates and energy: every chip's cores and MXUs
     // (peaks add up), every chip's idle power, its per-action energies (docs/systems.md).
     all_ = cfg_;
@@ -138,13 +143,20 @@ class Fit {
       batch_ = opt_.batch ? opt_.batch
                           : static_cast<std::uint32_t>(train_.count() / opt_.steps_per_epoch);
     } else {
-      // Keras's batch_size defaults to 32; every epoch goes over the same images.
+      // Keras's batch_size defaults to 32; every epoch goes over the same images (scale-out: the
+      // representative chip's share of them, all that is ever read).
       batch_ = opt_.batch ? opt_.batch : 32;
-      train_ = Images::random(std::uint64_t{batch_} * opt_.steps_per_epoch, g_.input.size(),
+      const std::uint64_t per_step = scale_out_ ? batch_ / sys_.chips() : batch_;
+      train_ = Images::random(per_step * opt_.steps_per_epoch, g_.input.size(),
                               static_cast<std::uint32_t>(g_.output().size()),
                               opt_.seed ^ data::kShuffleStream ^ 0x5eedULL);
     }
-    if (batch_ == 0 || std::uint64_t{batch_} * opt_.steps_per_epoch > train_.count())
+    stride_ = train_.random() && scale_out_ ? batch_ / sys_.chips() : batch_;
+    if (opt_.epochs_to_train > 0 && opt_.dataset_images == 0 && train_.random())
+      throw InputError(
+          "--epochs-to-train on a model with random inputs needs --dataset-images (the images "
+          "of one epoch of the real dataset, e.g. 1281167 for ImageNet)");
+    if (batch_ == 0 || std::uint64_t{stride_} * opt_.steps_per_epoch > train_.count())
       throw InputError(
           fmt::format("--batch {} x --steps-per-epoch {} needs more than the {} "
                       "training images",
@@ -156,14 +168,17 @@ class Fit {
                       : opt_.activations == FitOptions::Activations::kOffChip
                           ? compiler::ActivationHome::kOffChip
                           : compiler::ActivationHome::kAuto;
-    prog_ =
-        compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_, home,
-                                   sys_.chips() > 1 ? sys_.ici.dims : std::vector<std::uint32_t>{});
-    if (opt_.check) ref_ = nn::initial_state(g_, t_, w0, opt_.optimizer);
+    prog_ = compiler::compile_training(
+        g_, t_, w0, opt_.optimizer, cfg_, batch_, home,
+        sys_.chips() > 1 ? sys_.ici.dims : std::vector<std::uint32_t>{}, scale_out_ ? 1 : 0);
+    // The images the host feeds each step: the batch, or the representative chip's share of it.
+    fed_ = prog_.layout.programmed * prog_.layout.share;
+    if (check_) ref_ = nn::initial_state(g_, t_, w0, opt_.optimizer);
     order_.resize(train_.count());
     shuffle_rng_.seed(opt_.seed ^ data::kShuffleStream);
 
-    System system("system", sys_);
+    System system("system", sys_,
+                  scale_out_ ? System::Scale::kRepresentative : System::Scale::kEveryChip);
     system_ = &system;
     std::vector<Chip*> chips;
     for (std::size_t c = 0; c < system.size(); ++c) chips.push_back(&system.chip(c));
@@ -212,6 +227,11 @@ class Fit {
   LayerCounters take_counters(Cycle end) {
     LayerCounters all;
     for (std::size_t c = 0; c < system_->size(); ++c) all += system_->chip(c).take_counters(end);
+    // Scale-out: every chip did what the representative did.
+    if (scale_out_) {
+      const LayerCounters one = all;
+      for (std::uint32_t c = 1; c < sys_.chips(); ++c) all += one;
+    }
     // What each ICI link carried and was busy since the last call.
     const IciFabric& f = system_->fabric();
     links_.resize(f.link_count());
@@ -235,8 +255,8 @@ class Fit {
       epochs_.emplace_back();
       log(fmt::format("Epoch {}/{}", epoch_ + 1, opt_.epochs));
     }
-    batch_index_.assign(order_.begin() + std::ptrdiff_t{step_in_epoch_} * batch_,
-                        order_.begin() + std::ptrdiff_t{step_in_epoch_ + 1} * batch_);
+    const auto first = order_.begin() + std::ptrdiff_t{step_in_epoch_} * stride_;
+    batch_index_.assign(first, first + std::ptrdiff_t{fed_});
     fill(m, train_, batch_index_);
     // The optimizer's record for t = iterations + 1.
     const nn::Optimizer& o = opt_.optimizer;
@@ -251,7 +271,7 @@ class Fit {
     if (!opt_.trace.empty() && traced_step(iterations_ + 1))
       for (std::size_t c = 0; c < system_->size(); ++c)
         system_->chip(c).enable_trace(trace_, static_cast<std::uint32_t>(c) * cfg_.tensor_cores);
-    if (opt_.check) start_reference();
+    if (check_) start_reference();
     return Next::Step;
   }
 
@@ -285,7 +305,7 @@ class Fit {
     std::fill(batch_index_.begin() + std::ptrdiff_t(val_real_), batch_index_.end(),
               val_first_ + val_real_ - 1);
     fill(m, test_, batch_index_);
-    if (opt_.check) start_validation_reference();
+    if (check_) start_validation_reference();
     return Next::Evaluate;
   }
 
@@ -300,7 +320,7 @@ class Fit {
     }
     EpochLog& e = epochs_.back();
     if (validating_) {
-      if (opt_.check) check_validation(m);
+      if (check_) check_validation(m);
       val_loss_ += loss, val_correct_ += correct;
       val_first_ += val_real_;
       val_cycles_ += end - begin;
@@ -310,12 +330,14 @@ class Fit {
     e.cycles += end - begin;
     log_step(counters, end - begin);
     ++iterations_;
-    if (opt_.check) check_step(drv, m);
+    if (check_) check_step(drv, m);
     if (++step_in_epoch_ == opt_.steps_per_epoch) {
       step_in_epoch_ = 0;
       ++epoch_;
       const std::uint32_t freq = opt_.validation_freq ? opt_.validation_freq : opt_.epochs;
-      if (epoch_ % freq == 0) {  // Keras's validation_freq: after epochs freq, 2 freq, ...
+      if (epoch_ % freq == 0 &&
+          !scale_out_) {  // scale-out: the values are not the model's  // Keras's validation_freq:
+                          // after epochs freq, 2 freq, ...
         validating_ = true;
         val_first_ = 0, val_loss_ = 0, val_correct_ = 0, val_cycles_ = 0;
       } else {
@@ -348,9 +370,12 @@ class Fit {
                       share({Part::Communication}), share({Part::Infeed}), share({Part::Update}));
     }
     std::string line =
-        fmt::format("{}/{} - {:.3f} ms/step (simulated{}) - loss: {:.4f} - accuracy: {:.4f}",
-                    opt_.steps_per_epoch, opt_.steps_per_epoch, ms, split, e.loss / e.images,
-                    e.correct / e.images);
+        scale_out_
+            ? fmt::format("{}/{} - {:.3f} ms/step (simulated{}) - scale-out: timing only",
+                          opt_.steps_per_epoch, opt_.steps_per_epoch, ms, split)
+            : fmt::format("{}/{} - {:.3f} ms/step (simulated{}) - loss: {:.4f} - accuracy: {:.4f}",
+                          opt_.steps_per_epoch, opt_.steps_per_epoch, ms, split, e.loss / e.images,
+                          e.correct / e.images);
     if (e.val_loss)
       line +=
           fmt::format(" - val_loss: {:.4f} - val_accuracy: {:.4f}", *e.val_loss, *e.val_accuracy);
@@ -423,6 +448,7 @@ class Fit {
     for (std::size_t k = 0; k < kParts; ++k) e.parts[k] += st.parts[k];
     e.energy_j += st.energy_j;
     for (const auto& [bytes, busy] : links_) st.ici_bytes += bytes;
+    if (scale_out_) st.ici_bytes *= sys_.chips();  // every chip's writes as the representative's
     steps_.push_back(st);
     last_counters_ = counters;
     last_links_ = links_;
@@ -553,14 +579,18 @@ class Fit {
     j["learning_rate"] = opt_.optimizer.learning_rate;
     j["epochs_run"] = epochs_.size();
     j["steps"] = iterations_;
-    j["checked"] = opt_.check;
+    j["checked"] = check_;
+    // Scale-out: one chip simulated, its ICI writes mirrored (docs/systems.md, "Scale-out").
+    j["mode"] = scale_out_ ? "scale_out" : "every_chip";
     ordered_json ep = ordered_json::array();
     for (std::size_t i = 0; i < epochs_.size(); ++i) {
       const EpochLog& e = epochs_[i];
       ordered_json x;
       x["epoch"] = i + 1;
-      x["loss"] = e.loss / e.images;
-      x["accuracy"] = e.correct / e.images;
+      if (!scale_out_) {  // scale-out computes no meaningful values
+        x["loss"] = e.loss / e.images;
+        x["accuracy"] = e.correct / e.images;
+      }
       if (e.val_loss) {
         x["val_loss"] = *e.val_loss;
         x["val_accuracy"] = *e.val_accuracy;
@@ -577,9 +607,12 @@ class Fit {
       std::vector<Cycle> s;
       for (const StepLog& st : steps_) s.push_back(st.cycles);
       std::sort(s.begin(), s.end());
+      const double median_s = seconds(static_cast<double>(s[s.size() / 2]));
       j["step"] = {{"cycles_median", s[s.size() / 2]},
-                   {"seconds_median", seconds(static_cast<double>(s[s.size() / 2]))},
+                   {"seconds_median", median_s},
+                   {"images_per_s", batch_ / median_s},
                    {"last", last_step_json()}};
+      if (opt_.epochs_to_train > 0) j["time_to_train"] = time_to_train(median_s);
       const double flops = 2.0 * static_cast<double>(step_macs());
       const double peak_macs = static_cast<double>(all_.peak_macs_per_cycle());
       ordered_json per = ordered_json::array();
@@ -598,6 +631,18 @@ class Fit {
     j["host"] = {{"wall_seconds", wall}};
     if (!opt_.trace.empty()) j["host"]["trace_file"] = opt_.trace;
     return j;
+  }
+
+  // Epochs of the dataset at the median step: Keras's steps per epoch, ⌈images / batch⌉.
+  ordered_json time_to_train(double step_s) const {
+    const std::uint64_t images = opt_.dataset_images ? opt_.dataset_images : train_.count();
+    const std::uint64_t per_epoch = (images + batch_ - 1) / batch_;
+    const std::uint64_t steps = per_epoch * opt_.epochs_to_train;
+    return {{"epochs", opt_.epochs_to_train},
+            {"dataset_images", images},
+            {"steps_per_epoch", per_epoch},
+            {"steps", steps},
+            {"simulated_seconds", static_cast<double>(steps) * step_s}};
   }
 
   static ordered_json parts_json(const std::array<double, kParts>& parts) {
@@ -650,6 +695,7 @@ class Fit {
   const ChipConfig& cfg_;
   ChipConfig all_;  // the whole system as one chip, for rates and energy
   const FitOptions& opt_;
+  const bool scale_out_, check_;
   ir::Graph g_;
   ir::TrainingGraph t_;
   Images train_, test_;  // test_: none (count 0) with random inputs
@@ -660,6 +706,9 @@ class Fit {
   std::vector<std::int32_t> ref_labels_;
   std::future<nn::StepRecords> reference_;
   std::uint32_t batch_ = 0;
+  // Per step: images the shuffled order advances by, and images the host feeds (the batch, or
+  // in scale-out the representative chip's share).
+  std::uint32_t stride_ = 0, fed_ = 0;
 
   std::vector<std::uint64_t> order_, batch_index_;
   std::mt19937_64 shuffle_rng_;

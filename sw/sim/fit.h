@@ -36,6 +36,14 @@ struct FitOptions {
   // (auto), else off-chip memory; or either, forced (compiler::ActivationHome).
   enum class Activations { kAuto, kUnifiedBuffer, kOffChip } activations = Activations::kAuto;
   bool check = true;  // the reference beside the chip, bit for bit after every step
+  // Scale-out (docs/systems.md, "Scale-out"): on a system of several chips, chip 0 alone is
+  // simulated, its peers taken as identical and its ICI writes mirrored back to it: timing only
+  // (no check, no loss, accuracy or validation).
+  bool scale_out = false;
+  // Time to train (docs/training.md, "Time to train"): this many epochs of `dataset_images`
+  // images (0: the training images fit reads; random inputs need it given) at the median step.
+  std::uint32_t epochs_to_train = 0;
+  std::uint64_t dataset_images = 0;
   // A Chrome trace-event JSON of the first and the last step is wanted for this file.
   std::string trace;
   // Fault injection for tests: called with the step number and the reference's state after
