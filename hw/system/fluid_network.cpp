@@ -27,7 +27,7 @@ FluidNetwork::FluidNetwork(std::vector<double> link_bytes_per_cycle) {
     if (!(c > 0) || !std::isfinite(c))
       throw std::invalid_argument("fluid network: link " + std::to_string(l) + " has capacity " +
                                   std::to_string(c) + " bytes per cycle (must be finite and > 0)");
-    links_.push_back(LinkState{c, 0, 0});
+    links_.push_back(LinkState{c, 0, 0, {}});
   }
 }
 
@@ -35,8 +35,10 @@ void FluidNetwork::advance(double now) {
   if (!(now > last_)) return;
   allocate();
   const double dt = now - last_;
-  // Per link, how long within [last_, now] some flow still had bytes to move over it.
+  // Per link, how long within [last_, now] some flow still had bytes to move over it, and, while
+  // recording intervals, what each flow moved over it.
   std::vector<double> busy(links_.size(), 0.0);
+  std::vector<std::vector<FlowBytes>> moved_on(recording_ ? links_.size() : 0);
   for (auto& [id, f] : flows_) {
     if (f.remaining <= 0 || f.path.empty()) continue;
     double moved = f.rate * dt;
@@ -49,13 +51,37 @@ void FluidNetwork::advance(double now) {
     for (const Link l : f.path) {
       links_[l].bytes_carried += moved;
       busy[l] = std::max(busy[l], moving_for);
+      if (recording_) moved_on[l].push_back(FlowBytes{id, f.label, moved});
     }
   }
-  for (std::size_t l = 0; l < links_.size(); ++l) links_[l].busy_time += busy[l];
+  for (std::size_t l = 0; l < links_.size(); ++l) {
+    links_[l].busy_time += busy[l];
+    // Every flow moving bytes was moving from the start of the window (flows start and retire
+    // only at advances), and the link is busy until the last of them stops.
+    if (recording_ && busy[l] > 0)
+      record(links_[l], last_, busy[l] >= dt ? now : last_ + busy[l], std::move(moved_on[l]));
+  }
   last_ = now;
 }
 
-FluidNetwork::FlowId FluidNetwork::start(double now, double bytes, std::vector<Link> path) {
+void FluidNetwork::record(LinkState& link, double from, double to, std::vector<FlowBytes> moved) {
+  if (link.intervals.empty() || link.intervals.back().end != from)
+    link.intervals.push_back(BusyInterval{from, from, 0, {}});
+  BusyInterval& b = link.intervals.back();
+  b.end = to;
+  for (const FlowBytes& m : moved) {
+    b.bytes += m.bytes;
+    const auto same = std::find_if(b.flows.begin(), b.flows.end(),
+                                   [&](const FlowBytes& f) { return f.flow == m.flow; });
+    if (same == b.flows.end())
+      b.flows.push_back(m);
+    else
+      same->bytes += m.bytes;
+  }
+}
+
+FluidNetwork::FlowId FluidNetwork::start(double now, double bytes, std::vector<Link> path,
+                                         std::uint64_t label) {
   if (!(bytes >= 0) || !std::isfinite(bytes))
     throw std::invalid_argument("fluid network: a flow of " + std::to_string(bytes) +
                                 " bytes (must be finite and >= 0)");
@@ -73,6 +99,7 @@ FluidNetwork::FlowId FluidNetwork::start(double now, double bytes, std::vector<L
   Flow f;
   f.path = std::move(path);
   f.bytes = bytes;
+  f.label = label;
   f.remaining = f.path.empty() ? 0 : bytes;  // same source and destination: nothing to move
   flows_.emplace(next_id_, std::move(f));
   stale_ = true;

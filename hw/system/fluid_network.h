@@ -23,6 +23,13 @@
 // empty path (source and destination the same) or no bytes needs no link: it is finished from its
 // start.
 //
+// Busy intervals (for traces): while recording is on, advance() also keeps, per link, the
+// intervals during which some flow moved bytes over it, with the bytes each flow moved in each
+// (named by the flow's id and the label its starter gave it). An interval that reaches the end of
+// an advance and one that starts where it ended are one interval, so a link that stays busy across
+// many starts and completions elsewhere has one. Recording costs one interval (about 50 bytes)
+// per busy period of a link and 24 bytes per flow in it; it is off unless asked for.
+//
 // Deterministic: flows live in an ordered map keyed by a counter; nothing iterates an unordered
 // container.
 #pragma once
@@ -45,9 +52,10 @@ class FluidNetwork {
   // Moves every flow on to `now` at its current rate (no-op for times already passed).
   void advance(double now);
   // Starts a flow of `bytes` over `path` (links in order of crossing, each at most once) at
-  // `now`, after advancing to it; the rates are re-allocated from then. Throws
-  // std::invalid_argument for a link out of range or crossed twice.
-  FlowId start(double now, double bytes, std::vector<Link> path);
+  // `now`, after advancing to it; the rates are re-allocated from then. `label` is the caller's
+  // name for the flow, kept only in busy intervals. Throws std::invalid_argument for a link out
+  // of range or crossed twice.
+  FlowId start(double now, double bytes, std::vector<Link> path, std::uint64_t label = 0);
   // The earliest time a flow moves its last byte if nothing starts or retires (+inf when no
   // flow is active; the time of the last advance when a flow has already finished).
   [[nodiscard]] double next_completion() const;
@@ -68,10 +76,32 @@ class FluidNetwork {
   // Time, up to the last advance, during which at least one flow moved bytes over the link.
   [[nodiscard]] double busy_time(Link l) const { return links_.at(l).busy_time; }
 
+  // [begin, end) in cycles, a flow moving bytes over the link throughout; `bytes` moved over it
+  // meanwhile, and by whom: per flow, in the order the flows first moved bytes in the interval.
+  // The durations of a link's intervals add up to its busy_time() over the time recorded.
+  struct FlowBytes {
+    FlowId flow = 0;
+    std::uint64_t label = 0;
+    double bytes = 0;
+  };
+  struct BusyInterval {
+    double begin = 0, end = 0, bytes = 0;
+    std::vector<FlowBytes> flows;
+  };
+  // Starts or stops recording busy intervals from the last advance on (advance first to the
+  // instant recording should start or stop). Stopping keeps what was recorded.
+  void record_busy(bool on) { recording_ = on; }
+  [[nodiscard]] bool recording_busy() const { return recording_; }
+  // The intervals recorded for the link, in time order.
+  [[nodiscard]] const std::vector<BusyInterval>& busy_intervals(Link l) const {
+    return links_.at(l).intervals;
+  }
+
  private:
   struct Flow {
     std::vector<Link> path;
     double bytes = 0;         // as started
+    std::uint64_t label = 0;  // the starter's
     double remaining = 0;     // bytes not yet moved
     mutable double rate = 0;  // bytes per cycle, from the last allocation (made on demand)
   };
@@ -79,15 +109,20 @@ class FluidNetwork {
     double capacity = 0;
     double bytes_carried = 0;
     double busy_time = 0;
+    std::vector<BusyInterval> intervals;  // while recording
   };
 
   void allocate() const;  // the progressive filling above, if a flow started or retired since
+  // Adds [from, to) with what the flows moved over the link to its intervals, continuing the
+  // last one if it ends at `from`.
+  void record(LinkState& link, double from, double to, std::vector<FlowBytes> moved);
 
   std::vector<LinkState> links_;
   std::map<FlowId, Flow> flows_;  // ordered: deterministic iteration
   double last_ = 0;
   FlowId next_id_ = 0;
   mutable bool stale_ = false;  // the rates predate a start or a retirement
+  bool recording_ = false;
 };
 
 }  // namespace tpu

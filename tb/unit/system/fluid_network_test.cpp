@@ -146,6 +146,86 @@ TEST(FluidNetwork, AnEmptyPathOrNoBytesIsFinishedAtOnceAndTakesNoShare) {
   expect_near(net.bytes_carried(0), 5 * kCapacity);
 }
 
+// Busy intervals (for traces): a link busy across events elsewhere is one interval; an idle gap
+// starts another; each holds the bytes moved in it, and the durations add up to busy_time.
+TEST(FluidNetwork, BusyIntervalsSpanEventsElsewhereAndSplitAtIdleGaps) {
+  FluidNetwork net({kCapacity, kCapacity});
+  net.record_busy(true);
+  const double alone = kBytes / kCapacity;  // 250 cycles
+  const FlowId first = net.start(0, kBytes, {0}, 7);
+  net.start(100, kBytes, {1}, 8);  // an event on the other link
+  net.advance(alone + 10);         // link 0's flow finished at `alone`; link 0 idle since
+  net.retire_finished();
+  const FlowId third = net.start(alone + 10, kBytes, {0}, 9);
+  net.advance(3 * alone);
+  net.retire_finished();
+  const auto& l0 = net.busy_intervals(0);
+  ASSERT_EQ(l0.size(), 2U);
+  EXPECT_EQ(l0[0].begin, 0.0);
+  expect_near(l0[0].end, alone);
+  expect_near(l0[0].bytes, kBytes);
+  EXPECT_EQ(l0[1].begin, alone + 10);
+  expect_near(l0[1].end, 2 * alone + 10);
+  expect_near(l0[1].bytes, kBytes);
+  ASSERT_EQ(l0[0].flows.size(), 1U);
+  EXPECT_EQ(l0[0].flows[0].flow, first);
+  EXPECT_EQ(l0[0].flows[0].label, 7U);
+  expect_near(l0[0].flows[0].bytes, kBytes);
+  ASSERT_EQ(l0[1].flows.size(), 1U);
+  EXPECT_EQ(l0[1].flows[0].flow, third);
+  EXPECT_EQ(l0[1].flows[0].label, 9U);
+  const auto& l1 = net.busy_intervals(1);
+  ASSERT_EQ(l1.size(), 1U);  // across the other link's start, completion and start
+  EXPECT_EQ(l1[0].begin, 100.0);
+  expect_near(l1[0].end, 100 + alone);
+  expect_near(l1[0].bytes, kBytes);
+  for (FluidNetwork::Link l = 0; l < 2; ++l) {
+    double sum = 0;
+    for (const auto& b : net.busy_intervals(l)) sum += b.end - b.begin;
+    expect_near(sum, net.busy_time(l));
+  }
+}
+
+// Two flows on a link: one interval while either moves, holding both flows' bytes, each by flow.
+TEST(FluidNetwork, ABusyIntervalOfASharedLinkHoldsEveryFlowsBytes) {
+  FluidNetwork net({kCapacity});
+  net.record_busy(true);
+  const FlowId a = net.start(0, kBytes, {0}, 1);
+  const FlowId b = net.start(50, 2 * kBytes, {0}, 2);
+  net.advance(450);  // the first flow's last byte: 2000 bytes alone, then 8000 at half the rate
+  net.retire_finished();
+  net.advance(1000);
+  const auto& l0 = net.busy_intervals(0);
+  ASSERT_EQ(l0.size(), 1U);
+  EXPECT_EQ(l0[0].begin, 0.0);
+  expect_near(l0[0].end, 3 * kBytes / kCapacity);
+  expect_near(l0[0].bytes, 3 * kBytes);
+  ASSERT_EQ(l0[0].flows.size(), 2U);  // each flow once, with all it moved in the interval
+  EXPECT_EQ(l0[0].flows[0].flow, a);
+  expect_near(l0[0].flows[0].bytes, kBytes);
+  EXPECT_EQ(l0[0].flows[1].flow, b);
+  EXPECT_EQ(l0[0].flows[1].label, 2U);
+  expect_near(l0[0].flows[1].bytes, 2 * kBytes);
+}
+
+// Recording covers only the time between turning it on and off, and keeps what it recorded.
+TEST(FluidNetwork, BusyIntervalsAreRecordedOnlyWhileAskedFor) {
+  FluidNetwork net({kCapacity});
+  net.start(0, kBytes, {0});
+  net.advance(100);
+  EXPECT_TRUE(net.busy_intervals(0).empty());
+  net.record_busy(true);
+  net.advance(200);
+  net.record_busy(false);
+  net.advance(1000);
+  const auto& l0 = net.busy_intervals(0);
+  ASSERT_EQ(l0.size(), 1U);
+  EXPECT_EQ(l0[0].begin, 100.0);
+  EXPECT_EQ(l0[0].end, 200.0);
+  expect_near(l0[0].bytes, 100 * kCapacity);
+  expect_near(net.busy_time(0), kBytes / kCapacity);  // the counters count regardless
+}
+
 TEST(FluidNetwork, RejectsALinkWithoutCapacityAndAPathThroughAMissingOrRepeatedLink) {
   EXPECT_THROW(FluidNetwork({kCapacity, 0}), std::invalid_argument);
   FluidNetwork net({kCapacity, kCapacity});
