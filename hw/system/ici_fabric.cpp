@@ -18,6 +18,11 @@ double checked_bandwidth(double link_bytes_per_s) {
   return link_bytes_per_s;
 }
 
+// A flow's label in the network names its transfer's chips, for busy_intervals.
+std::uint64_t endpoints_label(std::uint32_t from, std::uint32_t to) {
+  return std::uint64_t{from} << 32 | to;
+}
+
 double checked_latency(double hop_latency_ns) {
   if (!(hop_latency_ns >= 0) || !std::isfinite(hop_latency_ns))
     throw std::invalid_argument("ICI fabric: hop latency of " + std::to_string(hop_latency_ns) +
@@ -71,19 +76,21 @@ void IciFabric::transfer(std::uint32_t from, std::uint32_t to, std::uint64_t byt
   // 1. The head crosses every hop (cut-through: each hop's latency once).
   clock_.wait_for(Cycles(path.size() * hop_latency_.value()));
   // 2. The bytes stream over all links of the path at once, at the max-min fair rate.
-  stream_path(std::move(path), bytes);
+  stream_path(from, to, std::move(path), bytes);
 }
 
 void IciFabric::stream(std::uint32_t from, std::uint32_t to, std::uint64_t bytes) {
   if (!in_system(from, to)) return;
   std::vector<Link> path = topology_.route(from, to);
-  if (!path.empty()) stream_path(std::move(path), bytes);
+  if (!path.empty()) stream_path(from, to, std::move(path), bytes);
 }
 
-void IciFabric::stream_path(std::vector<Link> path, std::uint64_t bytes) {
+void IciFabric::stream_path(std::uint32_t from, std::uint32_t to, std::vector<Link> path,
+                            std::uint64_t bytes) {
   if (bytes == 0) return;
-  const FluidNetwork::FlowId id = network_.start(static_cast<double>(clock_.now()),
-                                                 static_cast<double>(bytes), std::move(path));
+  const FluidNetwork::FlowId id =
+      network_.start(static_cast<double>(clock_.now()), static_cast<double>(bytes), std::move(path),
+                     endpoints_label(from, to));
   wake_.notify(sc_core::SC_ZERO_TIME);
   while (network_.active(id)) sc_core::wait(changed_);
 }
@@ -104,6 +111,23 @@ void IciFabric::reschedule() {
 
 std::uint64_t IciFabric::bytes_carried(Link l) const {
   return static_cast<std::uint64_t>(std::llround(network_.bytes_carried(l)));
+}
+
+void IciFabric::record_busy(bool on) {
+  // The network advances lazily: bring it to now, so that recording starts (or stops) here.
+  network_.advance(static_cast<double>(clock_.now()));
+  network_.record_busy(on);
+}
+
+std::vector<IciFabric::BusyInterval> IciFabric::busy_intervals(Link l) const {
+  std::vector<BusyInterval> out;
+  for (const FluidNetwork::BusyInterval& b : network_.busy_intervals(l)) {
+    BusyInterval& i = out.emplace_back(BusyInterval{b.begin, b.end, b.bytes, {}});
+    for (const FluidNetwork::FlowBytes& f : b.flows)
+      i.transfers.push_back(TransferBytes{static_cast<std::uint32_t>(f.label >> 32),
+                                          static_cast<std::uint32_t>(f.label), f.bytes});
+  }
+  return out;
 }
 
 Cycles IciFabric::busy_cycles(Link l) const {

@@ -78,10 +78,27 @@ class IciFabric : public sc_core::sc_module {
   [[nodiscard]] std::uint64_t bytes_carried(Link l) const;
   [[nodiscard]] Cycles busy_cycles(Link l) const;
 
+  // For a trace (docs/trace.md): per directed link, the intervals (in cycles, fractional: a
+  // transfer's last byte leaves within a cycle) during which it streamed bytes, with the bytes
+  // each transfer moved over it in the interval, recorded from the current instant while `on`.
+  // The durations add up to busy_cycles over that time before its rounding up, the bytes to
+  // bytes_carried. Stopping keeps what was recorded, so recording may cover several windows.
+  struct TransferBytes {
+    std::uint32_t from = 0, to = 0;  // chips
+    double bytes = 0;                // moved over the link within the interval
+  };
+  struct BusyInterval {
+    double begin = 0, end = 0, bytes = 0;
+    std::vector<TransferBytes> transfers;  // in the order they started moving bytes in it
+  };
+  void record_busy(bool on);
+  [[nodiscard]] std::vector<BusyInterval> busy_intervals(Link l) const;
+
  private:
   void reschedule();  // SC_METHOD: retire finished transfers, arm the next completion
   bool in_system(std::uint32_t from, std::uint32_t to) const;  // else an SC_REPORT_ERROR
-  void stream_path(std::vector<Link> path, std::uint64_t bytes);
+  void stream_path(std::uint32_t from, std::uint32_t to, std::vector<Link> path,
+                   std::uint64_t bytes);
 
   const Clock& clock_;
   IciTopology topology_;

@@ -154,6 +154,45 @@ TEST(IciFabricTiming, AFinishedTransferHandsItsShareBackOnTheCycleItCompletes) {
   EXPECT_EQ(end[1], first + stream(left, rate()));
 }
 
+// The trace's view of a link (docs/trace.md): a sender's two posted writes back to back are two
+// intervals of the link, the second from the cycle the first completed in (its last byte left
+// within the cycle before), each naming the write's chips; a write sent after recording stopped
+// is not recorded.
+TEST(IciFabricTrace, ALinksStreamingIntervalsAreRecordedWhileAskedFor) {
+  Bench b({kRing}, {true});
+  Process sender("sender", [&] {
+    b.fabric.record_busy(true);
+    b.fabric.stream(0, 1, kBytes);
+    b.fabric.stream(0, 1, kBytes);
+    b.fabric.record_busy(false);
+    b.fabric.stream(0, 1, kBytes);
+  });
+  sc_core::sc_start();
+  const double alone = static_cast<double>(kBytes) / rate();
+  const std::size_t used = b.fabric.link_of(0, 0, Direction::Plus);
+  for (std::size_t l = 0; l < b.fabric.link_count(); ++l) {
+    const auto& busy = b.fabric.busy_intervals(l);
+    if (l != used) {
+      EXPECT_TRUE(busy.empty()) << b.fabric.link_name(l);
+      continue;
+    }
+    ASSERT_EQ(busy.size(), 2U);
+    EXPECT_EQ(busy[0].begin, 0.0);
+    EXPECT_NEAR(busy[0].end, alone, 1e-6);
+    const auto second = static_cast<double>(stream(kBytes, rate()));
+    EXPECT_EQ(busy[1].begin, second);
+    EXPECT_NEAR(busy[1].end, second + alone, 1e-6);
+    for (const auto& i : busy) {
+      EXPECT_NEAR(i.bytes, static_cast<double>(kBytes), 1e-3);
+      ASSERT_EQ(i.transfers.size(), 1U);  // the write, from chip 0 to chip 1
+      EXPECT_EQ(i.transfers[0].from, 0U);
+      EXPECT_EQ(i.transfers[0].to, 1U);
+      EXPECT_NEAR(i.transfers[0].bytes, static_cast<double>(kBytes), 1e-3);
+    }
+  }
+  EXPECT_EQ(b.fabric.bytes_carried(used), 3 * kBytes);  // the counters count regardless
+}
+
 // The pattern of a ring all-reduce step: every chip sends to its + neighbour at once. On a torus
 // axis each transfer has its own + link: all take the single-link time.
 TEST(IciFabricRing, EveryChipSendingToItsPlusNeighbourOnATorusTakesTheSingleLinkTime) {
