@@ -213,7 +213,8 @@ class Fit {
     FitResult r;
     r.weights = chip_weights(drv_weights_);
     r.report = report(now_s() - t0);
-    if (!opt_.trace.empty()) r.trace_json = report::chrome_trace_json(trace_, all_, tag_names());
+    if (!opt_.trace.empty())
+      r.trace_json = report::chrome_trace_json(trace_, all_, tag_names(), fit_tracks());
     system_ = nullptr;
     return r;
   }
@@ -247,6 +248,7 @@ class Fit {
     // What ran since the last program (setup, the host's reads of the check) is no step's.
     take_counters(now());
     for (std::size_t c = 0; c < system_->size(); ++c) system_->chip(c).disable_trace();
+    if (!opt_.trace.empty()) system_->fabric().record_busy(false);
     if (validating_) return next_validation(m);
     if (step_in_epoch_ == 0) {
       if (epoch_ == opt_.epochs) return Next::Stop;
@@ -268,9 +270,11 @@ class Fit {
                           static_cast<float>(std::pow(static_cast<double>(o.beta1), t)),
                           static_cast<float>(std::pow(static_cast<double>(o.beta2), t))};
     for (int k = 0; k < 6; ++k) put_f32(&m[prog_.layout.optimizer_addr + 4 * k], rec[k]);
-    if (!opt_.trace.empty() && traced_step(iterations_ + 1))
+    if (!opt_.trace.empty() && traced_step(iterations_ + 1)) {
       for (std::size_t c = 0; c < system_->size(); ++c)
         system_->chip(c).enable_trace(trace_, static_cast<std::uint32_t>(c) * cfg_.tensor_cores);
+      system_->fabric().record_busy(true);
+    }
     if (check_) start_reference();
     return Next::Step;
   }
@@ -329,6 +333,8 @@ class Fit {
     e.loss += loss, e.correct += correct, e.images += static_cast<double>(batch_index_.size());
     e.cycles += end - begin;
     log_step(counters, end - begin);
+    if (!opt_.trace.empty() && traced_step(iterations_ + 1))
+      traced_steps_.push_back({iterations_ + 1, begin, end});
     ++iterations_;
     if (check_) check_step(drv, m);
     if (++step_in_epoch_ == opt_.steps_per_epoch) {
@@ -432,6 +438,26 @@ class Fit {
   // every instruction of hundreds of steps.
   bool traced_step(std::uint64_t step) const {
     return step == 1 || step == std::uint64_t{opt_.epochs} * opt_.steps_per_epoch;
+  }
+
+  // The trace's tracks beyond the chips': the traced steps' spans, and on a system of more than
+  // one chip each directed link's streaming intervals within them.
+  report::FitTracks fit_tracks() const {
+    report::FitTracks t;
+    t.steps = traced_steps_;
+    if (sys_.chips() < 2) return t;
+    const IciFabric& f = system_->fabric();
+    for (std::size_t l = 0; l < f.link_count(); ++l) {
+      report::LinkTrack& track = t.links.emplace_back();
+      track.name = f.link_name(l);
+      for (const IciFabric::BusyInterval& b : f.busy_intervals(l)) {
+        report::LinkBusy& busy =
+            track.busy.emplace_back(report::LinkBusy{b.begin, b.end, b.bytes, {}});
+        for (const IciFabric::TransferBytes& x : b.transfers)
+          busy.transfers.push_back({x.from, x.to, x.bytes});
+      }
+    }
+    return t;
   }
 
   double seconds(double cycles) const { return cycles / cfg_.clock_hz(); }
@@ -723,6 +749,7 @@ class Fit {
   std::map<std::size_t, std::pair<std::uint64_t, std::uint64_t>> taken_links_;
   System* system_ = nullptr;  // while run() simulates
   Trace trace_;
+  std::vector<report::StepSpan> traced_steps_;
   bool validating_ = false;
   std::uint64_t val_first_ = 0, val_real_ = 0;  // first test image of the batch, images counted
   double val_loss_ = 0, val_correct_ = 0;

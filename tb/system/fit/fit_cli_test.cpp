@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/cli.h"
@@ -466,8 +468,13 @@ TEST(FitTrace, TracesTheFirstAndTheLastStep) {
   std::uint64_t slices = 0;
   bool backward = false, exchange = false, infeed = false;
   std::set<std::uint64_t> core0;  // instruction indices: they count on from step to step
+  std::set<std::uint64_t> steps;  // the host's track
   for (const auto& e : t["traceEvents"]) {
     if (e["ph"] != "X") continue;
+    if (e["cat"] == "step") {
+      steps.insert(e["args"]["step"].get<std::uint64_t>());
+      continue;
+    }
     ++slices;
     const auto layer = e["args"]["layer"].get<std::string>();
     backward |= layer == "dense (backward)";
@@ -476,6 +483,7 @@ TEST(FitTrace, TracesTheFirstAndTheLastStep) {
     if (e["pid"] == 0) core0.insert(e["args"]["instruction"].get<std::uint64_t>());
   }
   EXPECT_GT(slices, 0u);
+  EXPECT_EQ(steps, (std::set<std::uint64_t>{1, 3}));
   EXPECT_TRUE(backward);
   EXPECT_TRUE(exchange);
   EXPECT_TRUE(infeed);
@@ -486,6 +494,109 @@ TEST(FitTrace, TracesTheFirstAndTheLastStep) {
   for (auto it = std::next(core0.begin()); it != core0.end(); ++it)
     jump = std::max(jump, *it - *std::prev(it));
   EXPECT_GT(jump, (*core0.rbegin() - *core0.begin()) / 4);
+}
+
+// --trace on a system: a track per directed ICI link under "ICI links", its slices the intervals
+// the link streamed bytes in with the transfers (chips and bytes) that moved them, within the
+// traced steps (the host's "training steps" track), and
+// per link as busy as the report's last step says (its busy cycles are the exact sum rounded up
+// to a whole cycle, so they agree within one).
+TEST(FitTrace, ASystemsTraceHasATrackPerIciLinkBusyAsTheReportSays) {
+  const fs::path d = scratch("ici-trace");
+  const auto r = test::run_tpusim("fit --system " + source("configs/systems/v2-8.json") +
+                                  " --steps 2 --batch 64 --json " + (d / "fit.json").string() +
+                                  " --trace " + (d / "fit.trace.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = read_json(d / "fit.json");
+  const auto t = read_json(d / "fit.trace.json");
+  const double cycles_per_us = t["otherData"]["clock_hz"].get<double>() / 1e6;
+
+  std::map<int, std::string> processes;
+  std::map<std::pair<int, int>, std::string> threads;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "M") continue;
+    const int pid = e["pid"].get<int>();
+    if (e["name"] == "process_name") processes[pid] = e["args"]["name"].get<std::string>();
+    if (e["name"] == "thread_name")
+      threads[{pid, e["tid"].get<int>()}] = e["args"]["name"].get<std::string>();
+  }
+  const auto pid_of = [&](const std::string& name) {
+    for (const auto& [pid, n] : processes)
+      if (n == name) return pid;
+    return -1;
+  };
+  const int host = pid_of("host"), ici = pid_of("ICI links");
+  ASSERT_GE(host, 0);
+  ASSERT_GE(ici, 0);
+  std::map<std::string, int> link_tid;
+  for (const auto& [key, name] : threads)
+    if (key.first == ici) link_tid[name] = key.second;
+  // Every directed link has its track: two directions per link of the system.
+  EXPECT_EQ(link_tid.size(), 2 * j["system"]["links"].get<std::size_t>());
+
+  // The traced steps, as the host saw them.
+  std::map<std::uint64_t, std::pair<double, double>> steps;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X" && e["pid"] == host)
+      steps[e["args"]["step"].get<std::uint64_t>()] = {e["args"]["begin_cycle"].get<double>(),
+                                                       e["args"]["end_cycle"].get<double>()};
+  ASSERT_EQ(steps.size(), 2U);
+  const auto [last_begin, last_end] = steps.at(2);
+  EXPECT_EQ(last_end - last_begin, j["per_step"][1]["cycles"].get<double>());
+
+  std::map<std::string, double> busy, bytes;  // per link, in the last step
+  std::size_t slices = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X" || e["pid"] != ici) continue;
+    ++slices;
+    const auto link = e["args"]["link"].get<std::string>();
+    ASSERT_TRUE(link_tid.count(link)) << link;
+    EXPECT_EQ(e["tid"], link_tid[link]);
+    const auto b = e["args"]["begin_cycle"].get<double>();
+    const auto end = e["args"]["end_cycle"].get<double>();
+    EXPECT_LT(b, end) << link;
+    EXPECT_NEAR(e["ts"].get<double>() * cycles_per_us, b, 1e-6 * end) << link;
+    EXPECT_NEAR(e["dur"].get<double>() * cycles_per_us, end - b, 1e-6 * end) << link;
+    EXPECT_GT(e["args"]["bytes"].get<double>(), 0.0) << link;
+    // The transfers that moved the bytes: the ring all-reduce sends to neighbours only, so each
+    // starts at the link's own chip ("chip N +x").
+    double moved = 0;
+    ASSERT_FALSE(e["args"]["transfers"].empty()) << link;
+    for (const auto& tr : e["args"]["transfers"]) {
+      const auto from = tr["from"].get<std::uint32_t>(), to = tr["to"].get<std::uint32_t>();
+      EXPECT_LT(to, j["system"]["chips"].get<std::uint32_t>()) << link;
+      EXPECT_NE(from, to) << link;
+      EXPECT_EQ(link.rfind("chip " + std::to_string(from) + " ", 0), 0U)
+          << link << " from chip " << from;
+      EXPECT_NE(e["name"].get<std::string>().find("chip " + std::to_string(from) + " \u2192 chip " +
+                                                  std::to_string(to)),
+                std::string::npos)
+          << e["name"];
+      moved += tr["bytes"].get<double>();
+    }
+    EXPECT_NEAR(moved, e["args"]["bytes"].get<double>(),
+                static_cast<double>(e["args"]["transfers"].size()))
+        << link;
+    const bool in_a_step = std::any_of(steps.begin(), steps.end(), [&](const auto& s) {
+      return b >= s.second.first && end <= s.second.second;
+    });
+    EXPECT_TRUE(in_a_step) << link << " [" << b << ", " << end << ")";
+    if (b >= last_begin && end <= last_end) {
+      busy[link] += end - b;
+      bytes[link] += e["args"]["bytes"].get<double>();
+    }
+  }
+  EXPECT_GT(slices, 0U);
+  const auto& links = j["step"]["last"]["ici_links"];
+  ASSERT_GT(links.size(), 0U);
+  EXPECT_EQ(busy.size(), links.size());  // the links that carried bytes, and no other
+  for (const auto& l : links) {
+    const auto name = l["link"].get<std::string>();
+    EXPECT_TRUE(link_tid.count(name)) << name;
+    EXPECT_NEAR(busy[name], l["busy_cycles"].get<double>(), 1.0) << name;
+    EXPECT_NEAR(bytes[name], l["bytes"].get<double>(), 1.0) << name;
+  }
+  fs::remove_all(d);
 }
 
 }  // namespace
