@@ -293,6 +293,13 @@ class Fit:
         why = "a tpusim.fit/1 report has it"
         self.where = where
         self.chip = c.need("chip", STRING, why)
+        # fit --system: the system trained on, named with its chips (docs/systems.md).
+        system = c.want("system.name", STRING)
+        if system:
+            chips = c.need("system.chips", POSITIVE, "a tpusim.fit/1 report with system.name has it")
+            self.on = f"{system} ({chips} × {self.chip})"
+        else:
+            self.on = self.chip
         self.model = c.need("model", STRING, why)
         self.replicas = c.need("replicas", POSITIVE, why)
         self.global_batch = c.need("global_batch", POSITIVE, why)
@@ -779,12 +786,12 @@ def training_plot(fit, Figure, ticker):
         ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
         ax.legend(fontsize=8, frameon=False)
     axes[0].set_yscale("log")
-    axes[0].set_title(f"{fit.model} on {fit.chip}: loss (log scale)")
-    axes[1].set_title(f"{fit.model} on {fit.chip}: accuracy")
+    axes[0].set_title(f"{fit.model} on {fit.on}: loss (log scale)")
+    axes[1].set_title(f"{fit.model} on {fit.on}: accuracy")
     caption = (f"Per epoch: the mean loss and accuracy of the epoch's training images as the chip "
                f"computed them (epochs[].loss, accuracy) and, where it validated, on the test set "
                f"(val_loss, val_accuracy); {esc(fit.where)}.")
-    return Plot("training", fit.chip, _svg(fig), f"Loss and accuracy per epoch of {fit.model} on {fit.chip}",
+    return Plot("training", fit.on, _svg(fig), f"Loss and accuracy per epoch of {fit.model} on {fit.on}",
                 caption)
 
 
@@ -806,11 +813,11 @@ def step_split_plot(fit, Figure, ticker):
     caption = (f"The last training step's {count(total)} cycles by part (step.last.split_cycles): "
                "each cycle of a core charged to the part of its oldest unfinished instruction, "
                "averaged over the cores (docs/training.md, \"The report's step split\").")
-    return Plot("step-split", fit.chip, _svg(fig), f"Step split of {fit.model} on {fit.chip}", caption)
+    return Plot("step-split", fit.on, _svg(fig), f"Step split of {fit.model} on {fit.on}", caption)
 
 
 def training_section(fit, Figure, ticker):
-    out = [f"<h2>Training: {esc(fit.model)} on {esc(fit.chip)}</h2>"]
+    out = [f"<h2>Training: {esc(fit.model)} on {esc(fit.on)}</h2>"]
     desc = [f"{fit.replicas:,} replicas (TensorCores)", f"global batch {fit.global_batch:,}"]
     if fit.micro_batch:
         desc.append(f"micro-batch {fit.micro_batch:,}")
@@ -859,7 +866,7 @@ def comparison_page(docs, sources):
         raise Fatal(f"{', '.join(sources)}: no run to show")
     Figure, ticker = _mpl()
     if not runs:
-        title = "tpusim: training " + ", ".join(f"{f.model} on {f.chip}" for f in fits)
+        title = "tpusim: training " + ", ".join(f"{f.model} on {f.on}" for f in fits)
         body = [f"<h1>{esc(title)}</h1>"] + [training_section(f, Figure, ticker) for f in fits]
         body.append("<footer>Written by scripts/report.py; how each number is computed: "
                     "docs/html-report.md.</footer>")

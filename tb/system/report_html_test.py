@@ -283,6 +283,21 @@ class ReportHtmlContent(ReportFixture):
         self.assertEqual(count_plots(page.plots), {("training", FIT_REPORT["chip"]): 1,
                                                    ("step-split", FIT_REPORT["chip"]): 1})
 
+    def test_a_system_fit_report_names_the_system_and_its_chips(self):
+        # fit --system, as scripts/demo.sh runs it on the v2-8 (one short step here).
+        fit = os.path.join(self.dir, "fit_system.json")
+        r = subprocess.run([ARGS.tpusim, "fit", "--system", os.path.join(ROOT, "configs", "systems", "v2-8.json"),
+                            "--steps", "1", "--batch", "8", "--json", fit],
+                           capture_output=True, text=True, cwd=ROOT, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(fit) as f:
+            report = json.load(f)
+        on = f"{report['system']['name']} ({report['system']['chips']} × {report['chip']})"
+        out = self.render("fit_system.html", fit)
+        self.assertEqual(count_plots(parse_page(out).plots), {("training", on): 1, ("step-split", on): 1})
+        with open(out) as f:
+            self.assertIn(f"<h2>Training: {report['model']} on {on}</h2>", f.read())
+
 
 class ReportBadInput(ReportFixture):
     def assert_rejected(self, inputs, *needles):
