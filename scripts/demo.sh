@@ -3,13 +3,20 @@
 # Fashion-MNIST test set (10,000 images) on every shipped chip version with `tpusim compare`
 # (each chip in its own process, checked bit for bit against the quantized reference), then the
 # tutorial's training, `tpusim fit` on v3 (5 epochs x 60 steps x 1000 images, every step checked
-# bit for bit against the training reference, Keras's log on the terminal), and writes the
-# comparison, the training report and the HTML report into results/demo/:
+# bit for bit against the training reference, Keras's log on the terminal), then the tutorial's
+# own target, TPUStrategy on a v2-8 (`tpusim fit --system configs/systems/v2-8.json`: 4 chips, 8
+# replicas of 125 images, the gradients all-reduced over the ICI, every replica checked every
+# step; 1 epoch of 5 steps of 1000 images, a quarter of a minute, where the whole schedule takes
+# minutes), and writes the comparison, the training reports and the HTML report into
+# results/demo/:
 #   comparison.json (tpusim.compare/1, every chip's full run report), comparison.md, comparison.csv,
-#   fit.json (tpusim.fit/1),
+#   fit.json and fit_v2-8.json (tpusim.fit/1),
 #   report.html (self-contained: rooflines, cycle buckets, energy, chip comparison, training).
-# TPUSIM_DEMO_IMAGES shortens the inference run; TPUSIM_DEMO_FIT_ARGS adds flags to the fit (e.g.
-# "--epochs 1 --steps-per-epoch 5" for a quick look).
+# TPUSIM_DEMO_IMAGES shortens the inference run; TPUSIM_DEMO_FIT_ARGS adds flags to the v3 fit
+# (e.g. "--epochs 1 --steps-per-epoch 5 --batch 1000" for a quick look; without --batch, a step
+# takes the epoch's 60,000 images over 5); TPUSIM_DEMO_SYSTEM_FIT_ARGS replaces the v2-8 fit's
+# schedule (e.g. "--epochs 5" for the tutorial's whole schedule; add
+# "--trace results/demo/fit_v2-8.trace.json" for its Perfetto trace with a track per ICI link).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -29,6 +36,11 @@ echo
 echo "=== The tutorial's model.fit on v3: both TensorCores as replicas, checked every step"
 # shellcheck disable=SC2086  # the extra flags are words
 "$build_dir/tpusim" fit --chip configs/chips/v3.json --json "$out/fit.json" ${TPUSIM_DEMO_FIT_ARGS:-}
-scripts/report.py "$out/comparison.json" "$out/fit.json" --html "$out/report.html"
 echo
-echo "Wrote $out/comparison.{json,md,csv}, $out/fit.json and $out/report.html"
+echo "=== The tutorial's TPUStrategy on a v2-8: 4 chips, 8 replicas, gradients all-reduced over the ICI"
+# shellcheck disable=SC2086  # the schedule's flags are words
+"$build_dir/tpusim" fit --system configs/systems/v2-8.json --json "$out/fit_v2-8.json" \
+  ${TPUSIM_DEMO_SYSTEM_FIT_ARGS:---epochs 1 --steps-per-epoch 5 --batch 1000}
+scripts/report.py "$out/comparison.json" "$out/fit.json" "$out/fit_v2-8.json" --html "$out/report.html"
+echo
+echo "Wrote $out/comparison.{json,md,csv}, $out/fit.json, $out/fit_v2-8.json and $out/report.html"
