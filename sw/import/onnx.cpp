@@ -78,6 +78,12 @@ std::string shown(const std::string& s) {
   return out + "\"";
 }
 
+// An operator or domain name from the file, escaped as shown() does, without quotes.
+std::string plain(const std::string& s) {
+  const std::string q = shown(s);
+  return q.substr(1, q.size() - 2);
+}
+
 std::string show_dims(const std::vector<std::int64_t>& d) {
   return fmt::format("[{}]", fmt::join(d, ", "));
 }
@@ -331,13 +337,14 @@ class Importer {
     for (int i = 0; i < g_.node_size(); ++i) {
       if (!live[static_cast<std::size_t>(i)]) continue;
       const onnx::NodeProto& n = g_.node(i);
-      if (n.op_type() == "Constant" || std::find(supported_ops().begin(), supported_ops().end(),
-                                                 n.op_type()) != supported_ops().end())
+      const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
+      if (onnx_domain &&
+          (n.op_type() == "Constant" || std::find(supported_ops().begin(), supported_ops().end(),
+                                                  n.op_type()) != supported_ops().end()))
         continue;
-      problem(i, n.domain().empty() || n.domain() == "ai.onnx"
-                     ? fmt::format("operator {} is not supported", n.op_type())
-                     : fmt::format("operator {} of domain {} is not supported", n.op_type(),
-                                   shown(n.domain())));
+      problem(i, onnx_domain ? fmt::format("operator {} is not supported", plain(n.op_type()))
+                             : fmt::format("operator {} of domain {} is not supported",
+                                           plain(n.op_type()), shown(n.domain())));
     }
     for (int i = 0; i < g_.node_size(); ++i) {
       if (!live[static_cast<std::size_t>(i)]) continue;
@@ -468,7 +475,7 @@ class Importer {
   void problem(int i, const std::string& text) {
     refused_.insert(i);
     const onnx::NodeProto& n = g_.node(i);
-    problems_.emplace(i, fmt::format("node {} ({}{}): {}", i, n.op_type(),
+    problems_.emplace(i, fmt::format("node {} ({}{}): {}", i, plain(n.op_type()),
                                      n.name().empty() ? "" : " " + shown(n.name()), text));
   }
 
@@ -581,7 +588,7 @@ class Importer {
 
   void set(const onnx::NodeProto& n, Value v) {
     if (n.output_size() < 1 || n.output(0).empty())
-      throw InputError(fmt::format("{}: a {} node without an output", origin_, n.op_type()));
+      throw InputError(fmt::format("{}: a {} node without an output", origin_, plain(n.op_type())));
     values_[n.output(0)] = std::move(v);
   }
 
