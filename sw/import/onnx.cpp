@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <utility>
 #include <variant>
 
@@ -82,6 +84,15 @@ std::string shown(const std::string& s) {
 std::string plain(const std::string& s) {
   const std::string q = shown(s);
   return q.substr(1, q.size() - 2);
+}
+
+// A tensor's value as fp32: beyond fp32's range it is an infinity (a plain conversion would be
+// undefined), which the parameter checks then refuse.
+float narrow(double d) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (d > kMax) return std::numeric_limits<float>::infinity();
+  if (d < -kMax) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(d);
 }
 
 std::string show_dims(const std::vector<std::int64_t>& d) {
@@ -559,7 +570,13 @@ class Importer {
     const Value& v = value(n.input(k));
     if (std::holds_alternative<Poisoned>(v)) throw Skip{};
     if (const auto* o = std::get_if<Opaque>(&v)) throw NodeProblem{o->why};
-    if (const auto* a = std::get_if<Activation>(&v)) return *a;
+    if (const auto* a = std::get_if<Activation>(&v)) {
+      if (a->producer == kGraphInput && token_ids_ && n.op_type() != "Gather")
+        throw NodeProblem{
+            "reads the graph input's integer token ids: only a Gather (an "
+            "Embedding) may"};
+      return *a;
+    }
     throw NodeProblem{fmt::format(
         "input {} ({}) is a constant: tpusim computes on the graph input's data, constants only "
         "as a weighted operation's parameters",
@@ -641,7 +658,12 @@ class Importer {
   std::vector<std::int64_t> const_ints(const onnx::NodeProto& n, int k) {
     const Const* c = constant(n, k);
     std::vector<std::int64_t> v;
-    for (double x : c->values) v.push_back(static_cast<std::int64_t>(x));
+    for (double x : c->values) {
+      // Shapes, axes and pads: integers well inside int64 (a wider double would not convert).
+      if (!(std::fabs(x) <= 9.0e18) || x != std::floor(x))
+        throw NodeProblem{fmt::format("input {} holds {} (must be an integer)", k, x)};
+      v.push_back(static_cast<std::int64_t>(x));
+    }
     return v;
   }
 
@@ -949,9 +971,9 @@ class Importer {
         hi = attr_float(n, "max", hi);
       } else {
         if (const Const* c = constant(n, 1, false); c && !c->values.empty())
-          lo = static_cast<float>(c->values[0]);
+          lo = narrow(c->values[0]);
         if (const Const* c = constant(n, 2, false); c && !c->values.empty())
-          hi = static_cast<float>(c->values[0]);
+          hi = narrow(c->values[0]);
       }
       if (lo == 0 && hi == 6)
         l.activation = Act::Relu6;
@@ -1109,8 +1131,8 @@ class Importer {
         for (std::int64_t c = 0; c < cin; ++c)
           for (std::uint32_t y = 0; y < kh; ++y)
             for (std::uint32_t x = 0; x < kw; ++x)
-              k[static_cast<std::size_t>(((y * kw + x) * cin + c) * m + o)] = static_cast<float>(
-                  wt.values[static_cast<std::size_t>(((o * cin + c) * kh + y) * kw + x)]);
+              k[static_cast<std::size_t>(((y * kw + x) * cin + c) * m + o)] =
+                  narrow(wt.values[static_cast<std::size_t>(((o * cin + c) * kh + y) * kw + x)]);
     } else if (group == cin && wt.dims[1] == 1 && m % cin == 0) {
       // Output channel c * multiplier + j reads input channel c alone: a depthwise convolution.
       l.kind = OpKind::DepthwiseConv2D;
@@ -1121,7 +1143,7 @@ class Importer {
         for (std::uint32_t y = 0; y < kh; ++y)
           for (std::uint32_t x = 0; x < kw; ++x)
             k[static_cast<std::size_t>(((y * kw + x) * cin + o / mult) * mult + o % mult)] =
-                static_cast<float>(wt.values[static_cast<std::size_t>((o * kh + y) * kw + x)]);
+                narrow(wt.values[static_cast<std::size_t>((o * kh + y) * kw + x)]);
     } else {
       throw NodeProblem{fmt::format(
           "group = {} (must be 1, or {} — the input's channels — for a depthwise convolution: "
@@ -1134,7 +1156,7 @@ class Importer {
       if (bias->size() != static_cast<std::uint64_t>(m))
         throw NodeProblem{
             fmt::format("bias dims {} for {} output channels", show_dims(bias->dims), m)};
-      for (double v : bias->values) b.push_back(static_cast<float>(v));
+      for (double v : bias->values) b.push_back(narrow(v));
     }
     const bool depthwise = l.kind == OpKind::DepthwiseConv2D;
     const auto mult = l.depth_multiplier;
@@ -1189,8 +1211,7 @@ class Importer {
       throw NodeProblem{fmt::format("{} output units (at most {})", m, kMaxDim)};
     auto bval = [&](std::int64_t row, std::int64_t col) {
       return alpha *
-             static_cast<float>(
-                 b.values[static_cast<std::size_t>(trans_b ? col * kdim + row : row * m + col)]);
+             narrow(b.values[static_cast<std::size_t>(trans_b ? col * kdim + row : row * m + col)]);
     };
     std::vector<float> bias;
     if (gemm && n.input_size() > 2 && !n.input(2).empty()) {
@@ -1208,8 +1229,7 @@ class Importer {
         throw NodeProblem{
             fmt::format("C has dims {} (a bias of {} or 1 values)", show_dims(c.dims), m)};
       for (std::int64_t o = 0; o < m; ++o)
-        bias.push_back(
-            beta * static_cast<float>(c.values[per_row == 1 ? 0 : static_cast<std::size_t>(o)]));
+        bias.push_back(beta * narrow(c.values[per_row == 1 ? 0 : static_cast<std::size_t>(o)]));
     }
     Op l;
     l.filters = static_cast<std::uint32_t>(m);
@@ -1328,7 +1348,7 @@ class Importer {
                                          std::int64_t legacy_axis) {
     const std::size_t r = in.size() + 1;  // with the batch
     PerAxis p;
-    for (double x : c.values) p.values.push_back(static_cast<float>(x));
+    for (double x : c.values) p.values.push_back(narrow(x));
     if (c.size() == 1) return p;
     if (c.dims.size() > r) return std::nullopt;
     const std::size_t start =
@@ -1404,7 +1424,7 @@ class Importer {
       if (c.size() != static_cast<std::uint64_t>(d[0]))
         throw NodeProblem{fmt::format("input {} has {} values for {} channels", k, c.size(), d[0])};
       std::vector<float> v;
-      for (double x : c.values) v.push_back(static_cast<float>(x));
+      for (double x : c.values) v.push_back(narrow(x));
       p.push_back(std::move(v));
     }
     for (float v : p[3])
@@ -1676,6 +1696,7 @@ class Importer {
       std::vector<Seg> axis;
       auto need = static_cast<std::uint64_t>(x);
       while (need > 1) {
+        if (at >= runs.size()) throw std::logic_error("a reshape ran out of runs");
         Seg& g = runs[at];
         if (g.extent <= need && need % g.extent == 0) {
           axis.push_back(g);
@@ -1768,7 +1789,7 @@ class Importer {
     l.filters = static_cast<std::uint32_t>(table.dims[1]);
     Activation out = add(std::move(l), {ids.producer}, base);
     std::vector<float> v;
-    for (double x : table.values) v.push_back(static_cast<float>(x));
+    for (double x : table.values) v.push_back(narrow(x));
     param(graph_.ops.back().name, "embeddings",
           {static_cast<std::uint32_t>(table.dims[0]), static_cast<std::uint32_t>(table.dims[1])},
           std::move(v));
@@ -1825,7 +1846,7 @@ OnnxTensor load_onnx_tensor(const std::string& path) {
   const Const c = decode_tensor(t, path, "tensor");
   OnnxTensor out;
   out.dims = c.dims;
-  for (double v : c.values) out.values.push_back(static_cast<float>(v));
+  for (double v : c.values) out.values.push_back(narrow(v));
   return out;
 }
 
