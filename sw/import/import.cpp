@@ -1167,20 +1167,29 @@ Graph parse_topology(const std::string& text, const std::string& origin) {
 
 Imported import_model(const std::string& path) {
   const std::string text = read_input_file(path, "model", kMaxModelBytes);
+  // "{" or "[" first is JSON, whatever follows (no ModelProto starts so: they would be group
+  // tags); other binary is ONNX's protobuf; other text a topology CSV.
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '['))
+    return {parse_model(parse_json_text(text, path), path), {}};
   if (looks_like_protobuf(text)) {
     OnnxModel m = parse_onnx(text, path);
     return {std::move(m.graph), std::move(m.parameters)};
   }
-  const auto first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos)
     throw InputError(fmt::format(
         "{}: file is empty (expected a model JSON, an ONNX model or a SCALE-Sim topology CSV)",
         path));
-  if (text[first] != '{' && text[first] != '[') return {parse_topology(text, path), {}};
-  const json doc = parse_json_text(text, path);
-  return {parse_model(doc, path), {}};
+  return {parse_topology(text, path), {}};
 }
 
 Graph load_model(const std::string& path) { return import_model(path).graph; }
+
+Graph load_topology(const std::string& path) {
+  const std::string text = read_input_file(path, "model", kMaxModelBytes);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError(fmt::format("{}: file is empty (expected a SCALE-Sim topology CSV)", path));
+  return parse_topology(text, path);
+}
 
 }  // namespace tpu::importers

@@ -33,6 +33,8 @@ struct Imported {
 Imported import_model(const std::string& path);
 // import_model's graph, its parameters left.
 ir::Graph load_model(const std::string& path);
+// A file named as a SCALE-Sim topology CSV (--topology): read as one whatever its bytes.
+ir::Graph load_topology(const std::string& path);
 ir::Graph parse_model(const nlohmann::json& doc, const std::string& origin);
 // SCALE-Sim topology CSV text (docs/models.md): every row an independent layer.
 ir::Graph parse_topology(const std::string& text, const std::string& origin);

@@ -71,7 +71,9 @@ ordered_json graph_report(const RunOptions& opt, const ChipConfig* cfg,
     passes.push_back({{"pass", name}, {"operations", std::move(ops)}});
   };
   const std::string& file = opt.topology.empty() ? opt.model : opt.topology;
-  importers::Imported imported = importers::import_model(file);
+  importers::Imported imported =
+      opt.topology.empty() ? importers::import_model(opt.model)
+                           : importers::Imported{importers::load_topology(opt.topology), {}};
   record("import", operations(imported.graph));
   const ir::Graph model = compiler::remove_identities(std::move(imported.graph));
   record("remove-identities", operations(model));
