@@ -328,8 +328,20 @@ bool channel_op(const std::string& op) {
 
 class Importer {
  public:
-  Importer(const onnx::ModelProto& model, std::string origin)
-      : model_(model), g_(model.graph()), origin_(std::move(origin)) {}
+  // `channels_first`: the graph input is read as NCHW and held channels-last, else held in
+  // ONNX's own order (docs/onnx.md, "Layouts"). parse_onnx tries channel_first_graph's guess
+  // first, then the other.
+  Importer(const onnx::ModelProto& model, std::string origin, bool channels_first)
+      : model_(model),
+        g_(model.graph()),
+        origin_(std::move(origin)),
+        channels_first_(channels_first) {}
+
+  static bool channel_first_graph(const onnx::GraphProto& g) {
+    for (const auto& n : g.node())
+      if (channel_op(n.op_type())) return true;
+    return false;
+  }
 
   OnnxModel run() {
     opset_ = default_opset();
@@ -456,9 +468,7 @@ class Importer {
     if (size > kMaxTensorElements)
       throw InputError(
           fmt::format("{}: {} elements per sample (at most {})", where, size, kMaxTensorElements));
-    bool channels_first = false;
-    for (const auto& n : g_.node()) channels_first = channels_first || channel_op(n.op_type());
-    auto [shape, layout] = standard(dims, channels_first);
+    auto [shape, layout] = standard(dims, channels_first_);
     input_shape_ = shape;
     values_[input_name_] = Activation{kGraphInput, shape, layout};
   }
@@ -743,8 +753,9 @@ class Importer {
                       const std::string& base, const char* what) {
     if (mapping(a.layout, a.ir) != mapping(want, s))
       throw NodeProblem{fmt::format(
-          "{} needs its input {} in channels-last order (NCHW read as NHWC), but an earlier "
-          "Transpose or Reshape left it in an order tpusim would have to move data for",
+          "{} needs its input {} in channels-last order (NCHW read as NHWC), but it is held in "
+          "another order (the graph input's own, or an earlier Transpose's or Reshape's), which "
+          "tpusim would have to move data to change",
           what, show_dims(a.dims()))};
     Activation out;
     if (a.ir == s) {
@@ -1804,6 +1815,7 @@ class Importer {
   const onnx::ModelProto& model_;
   const onnx::GraphProto& g_;
   std::string origin_;
+  bool channels_first_ = false;
   std::int64_t opset_ = 0;
   std::map<std::string, Value> values_;
   std::map<std::string, int> readers_;
@@ -1831,7 +1843,18 @@ OnnxModel parse_onnx(const std::string& bytes, const std::string& origin) {
     throw InputError(fmt::format("{}: an ONNX ModelProto without a graph: nothing to run", origin));
   if (model.graph().node_size() == 0)
     throw InputError(fmt::format("{}: the ONNX graph has no nodes: nothing to run", origin));
-  return Importer(model, origin).run();
+  // The graph input's layout is a guess from the operations present; when the model cannot be
+  // expressed with it, the other is tried before the first refusal is reported.
+  const bool guess = Importer::channel_first_graph(model.graph());
+  try {
+    return Importer(model, origin, guess).run();
+  } catch (const InputError& first) {
+    try {
+      return Importer(model, origin, !guess).run();
+    } catch (const InputError&) {
+      throw first;
+    }
+  }
 }
 
 OnnxModel load_onnx(const std::string& path) {

@@ -1,12 +1,15 @@
 // The ONNX importer's layout rules (docs/onnx.md, "Layouts"), on small models built here with
 // libonnx's classes and checked against ONNX's definitions computed here in NCHW: a Transpose is
 // free, a Flatten of an NCHW image permutes the Gemm's rows, a Reshape that would move data is
-// refused by name, a MatMul over the channels is a 1x1 convolution, a MatMul's Add is its bias.
+// refused by name, a MatMul over the channels is a 1x1 convolution, a MatMul's Add is its bias,
+// Concat and global pooling on the channels, a constant per channel without any operation on
+// channels (the input layout's second attempt), and which refusal is reported when both fail.
 #include "sw/import/onnx.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -216,6 +219,72 @@ TEST(OnnxImport, ConvolutionKernelsAreTransposedFromOihw) {
               want[(o * 2 + oy) * 2 + ox] +=
                   double{x[(c * 3 + oy + ky) * 3 + ox + kx]} * w[((o * 2 + c) * 2 + ky) * 2 + kx];
   expect_near(run(m, x), want);
+}
+
+TEST(OnnxImport, ConcatAlongTheChannelsAndGlobalPoolingAreTheIrsOwn) {
+  for (const char* pool : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    Builder b({1, 2, 3, 3}, {1, 4});
+    b.node("Relu", {"x"}, "r");
+    b.node("Concat", {"x", "r"}, "c")->add_attribute()->CopyFrom([] {
+      onnx::AttributeProto a;
+      a.set_name("axis");
+      a.set_type(onnx::AttributeProto_AttributeType_INT);
+      a.set_i(1);
+      return a;
+    }());
+    b.node(pool, {"c"}, "g");
+    b.node("Flatten", {"g"}, "y");
+    const OnnxModel m = b.load();
+    ASSERT_EQ(m.graph.ops.size(), 3u) << pool;
+    EXPECT_EQ(m.graph.ops[1].kind, ir::OpKind::Concatenate);
+    const auto x = ramp(18, 1.0f);
+    std::vector<double> want(4);
+    const bool avg = std::string(pool) == "GlobalAveragePool";
+    for (int c = 0; c < 4; ++c) {
+      double acc = avg ? 0 : -1e30;
+      for (int p = 0; p < 9; ++p) {
+        const double v = c < 2 ? x[c * 9 + p] : std::max(0.0f, x[(c - 2) * 9 + p]);
+        acc = avg ? acc + v / 9 : std::max(acc, v);
+      }
+      want[c] = acc;
+    }
+    expect_near(run(m, x), want);
+  }
+}
+
+TEST(OnnxImport, AConstantPerChannelIsAnAffineBatchNormalization) {
+  Builder b({1, 3, 2, 2}, {1, 3, 2, 2});
+  b.constant("s", {1, 3, 1, 1}, {2.0f, -0.5f, 4.0f});
+  b.constant("t", {3, 1, 1}, {1.0f, 2.0f, -3.0f});
+  b.node("Mul", {"x", "s"}, "m");
+  b.node("Sub", {"t", "m"}, "y");
+  const OnnxModel m = b.load();
+  ASSERT_EQ(m.graph.ops.size(), 2u);
+  EXPECT_EQ(m.graph.ops[0].kind, ir::OpKind::BatchNormalization);
+  const auto x = ramp(12, 1.0f);
+  const float s[] = {2.0f, -0.5f, 4.0f}, t[] = {1.0f, 2.0f, -3.0f};
+  std::vector<double> want(12);
+  for (int c = 0; c < 3; ++c)
+    for (int p = 0; p < 4; ++p) want[c * 4 + p] = t[c] - double{x[c * 4 + p]} * s[c];
+  expect_near(run(m, x), want);
+}
+
+TEST(OnnxImport, WhenNeitherInputLayoutWorksTheFirstAttemptsRefusalIsReported) {
+  // No operation on channels, so the input is first held in ONNX's order (3x2x2): the Mul's
+  // constant per element of axis 1 is then not on the IR's channels. Held channels-last (2x2x3)
+  // the Mul works but the softmax over the last axis is not on the channels: the first message,
+  // naming the Mul alone, is the one reported.
+  Builder b({1, 3, 2, 2}, {1, 3, 2, 2});
+  b.constant("s", {1, 3, 1, 1}, {2.0f, -0.5f, 4.0f});
+  b.node("Mul", {"x", "s"}, "m");
+  b.node("Softmax", {"m"}, "y");
+  try {
+    b.load();
+    FAIL() << "imported";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("m.onnx: node 0 (Mul): "));
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("node 1 (Softmax)")));
+  }
 }
 
 }  // namespace
