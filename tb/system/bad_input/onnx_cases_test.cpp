@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "bad_input.h"
+#include "common/onnx_build.h"
 #include "onnx/onnx_pb.h"
 
 namespace tpu::test::bad_input {
@@ -29,22 +30,9 @@ onnx::TensorProto floats(const std::string& name, std::vector<std::int64_t> dims
   return t;
 }
 
-onnx::NodeProto* node(onnx::GraphProto* g, const std::string& op, std::vector<std::string> in,
-                      const std::string& out) {
-  onnx::NodeProto* n = g->add_node();
-  n->set_op_type(op);
-  n->set_name(out + "_node");
-  for (const auto& s : in) n->add_input(s);
-  n->add_output(out);
-  return n;
-}
-
-void tensor_value(onnx::ValueInfoProto* v, const std::string& name,
-                  std::vector<std::int64_t> dims) {
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(onnx::TensorProto_DataType_FLOAT);
-  for (std::int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+onnx::NodeProto* node(onnx::GraphProto* g, const std::string& op,
+                      const std::vector<std::string>& in, const std::string& out) {
+  return onnx_node(g, op, in, out, out + "_node");
 }
 
 // x [1, 1, 6, 6] -> Conv 3x3, 2 filters -> Relu -> Flatten -> Gemm to 3 -> y [1, 3].
@@ -56,21 +44,15 @@ onnx::ModelProto good_model() {
   opset->set_version(13);
   onnx::GraphProto* g = m.mutable_graph();
   g->set_name("small");
-  tensor_value(g->add_input(), "x", {1, 1, 6, 6});
-  tensor_value(g->add_output(), "y", {1, 3});
+  onnx_value(g->add_input(), "x", {1, 1, 6, 6});
+  onnx_value(g->add_output(), "y", {1, 3});
   *g->add_initializer() = floats("w", {2, 1, 3, 3}, 0.1f);
   *g->add_initializer() = floats("b", {2}, 0.2f);
   *g->add_initializer() = floats("d", {3, 32}, 0.05f);
   node(g, "Conv", {"x", "w", "b"}, "c");
   node(g, "Relu", {"c"}, "r");
   node(g, "Flatten", {"r"}, "f");
-  node(g, "Gemm", {"f", "d"}, "y")->add_attribute()->CopyFrom([] {
-    onnx::AttributeProto a;
-    a.set_name("transB");
-    a.set_type(onnx::AttributeProto_AttributeType_INT);
-    a.set_i(1);
-    return a;
-  }());
+  onnx_attr_int(node(g, "Gemm", {"f", "d"}, "y"), "transB", 1);
   return m;
 }
 
@@ -183,7 +165,7 @@ std::vector<Case> cases() {
              {"graph output \"nowhere\": no node, initializer or input makes it"}),
       edited("two_graph_inputs",
              [](onnx::ModelProto& m) {
-               tensor_value(m.mutable_graph()->add_input(), "x2", {1, 3});
+               onnx_value(m.mutable_graph()->add_input(), "x2", {1, 3});
              },
              {"graph has 2 inputs besides its initializers: \"x\", \"x2\""}),
       edited("a_symbolic_image_size",
@@ -213,13 +195,7 @@ std::vector<Case> cases() {
           [](onnx::ModelProto& m) {
             auto* g = m.mutable_graph();
             g->mutable_node(1)->set_op_type("Softplus");
-            g->mutable_node(0)->add_attribute()->CopyFrom([] {
-              onnx::AttributeProto a;
-              a.set_name("group");
-              a.set_type(onnx::AttributeProto_AttributeType_INT);
-              a.set_i(3);
-              return a;
-            }());
+            onnx_attr_int(g->mutable_node(0), "group", 3);
             g->mutable_node(3)->set_domain("com.example");
           },
           {"3 ONNX nodes cannot be expressed in tpusim's graph IR",

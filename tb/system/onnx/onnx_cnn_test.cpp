@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/cli.h"
+#include "common/onnx_build.h"
 #include "common/temp_dir.h"
 #include "onnx/onnx_pb.h"
 #include "sw/import/import.h"
@@ -32,34 +33,10 @@ onnx::TensorProto tensor(const std::string& name, std::vector<std::int64_t> dims
   return t;
 }
 
-onnx::NodeProto* node(onnx::GraphProto* g, const std::string& op, std::vector<std::string> in,
-                      const std::string& out) {
-  onnx::NodeProto* n = g->add_node();
-  n->set_op_type(op);
-  n->set_name("/" + out + "/" + op);  // PyTorch's naming, slashes and all
-  for (const auto& s : in) n->add_input(s);
-  n->add_output(out);
-  return n;
-}
-
-void ints(onnx::NodeProto* n, const std::string& name, std::vector<std::int64_t> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (std::int64_t x : v) a->add_ints(x);
-}
-
-void value(onnx::ValueInfoProto* v, const std::string& name, std::vector<std::string> dims) {
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(onnx::TensorProto_DataType_FLOAT);
-  for (const auto& d : dims) {
-    auto* dim = t->mutable_shape()->add_dim();
-    if (d == "N")
-      dim->set_dim_param("batch");
-    else
-      dim->set_dim_value(std::stoll(d));
-  }
+// Named as PyTorch names its nodes, slashes and all.
+onnx::NodeProto* node(onnx::GraphProto* g, const std::string& op,
+                      const std::vector<std::string>& in, const std::string& out) {
+  return test::onnx_node(g, op, in, out, "/" + out + "/" + op);
 }
 
 // configs/models/fashion_mnist_cnn.json with configs/weights/fashion_mnist_cnn.bin, as ONNX.
@@ -80,16 +57,17 @@ std::string cnn_onnx() {
   model.add_opset_import()->set_version(13);
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("fashion_mnist_cnn_onnx");
-  value(g->add_input(), "image", {"N", "1", "28", "28"});
-  value(g->add_output(), "probabilities", {"N", "10"});
+  test::onnx_value(g->add_input(), "image", {test::kOnnxBatch, 1, 28, 28});
+  test::onnx_value(g->add_output(), "probabilities", {test::kOnnxBatch, 10});
   *g->add_initializer() = tensor("conv.weight", {64, 1, 3, 3}, conv);
   *g->add_initializer() = tensor("conv.bias", {64}, w.layers[0].bias);
   *g->add_initializer() = tensor("fc.weight", {10816, 10}, dense);
   *g->add_initializer() = tensor("fc.bias", {10}, w.layers[4].bias);
-  ints(node(g, "Conv", {"image", "conv.weight", "conv.bias"}, "conv"), "kernel_shape", {3, 3});
+  test::onnx_attr_ints(node(g, "Conv", {"image", "conv.weight", "conv.bias"}, "conv"),
+                       "kernel_shape", {3, 3});
   onnx::NodeProto* pool = node(g, "MaxPool", {"conv"}, "pool");
-  ints(pool, "kernel_shape", {2, 2});
-  ints(pool, "strides", {2, 2});
+  test::onnx_attr_ints(pool, "kernel_shape", {2, 2});
+  test::onnx_attr_ints(pool, "strides", {2, 2});
   node(g, "Relu", {"pool"}, "relu");
   node(g, "Flatten", {"relu"}, "flat");
   node(g, "Gemm", {"flat", "fc.weight", "fc.bias"}, "fc");

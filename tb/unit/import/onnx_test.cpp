@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/onnx_build.h"
 #include "hw/common/error.h"
 #include "onnx/onnx_pb.h"
 #include "sw/ir/ops.h"
@@ -22,6 +23,9 @@
 
 namespace tpu::importers {
 namespace {
+using test::onnx_attr_int;
+using test::onnx_attr_ints;
+using test::onnx_value;
 using ::testing::HasSubstr;
 
 struct Builder {
@@ -30,15 +34,8 @@ struct Builder {
   Builder(std::vector<std::int64_t> in, std::vector<std::int64_t> out) {
     m.set_ir_version(8);
     m.add_opset_import()->set_version(13);
-    value(g->add_input(), "x", in);
-    value(g->add_output(), "y", out);
-  }
-  static void value(onnx::ValueInfoProto* v, const std::string& name,
-                    const std::vector<std::int64_t>& dims) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto_DataType_FLOAT);
-    for (std::int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+    onnx_value(g->add_input(), "x", in);
+    onnx_value(g->add_output(), "y", out);
   }
   void constant(const std::string& name, const std::vector<std::int64_t>& dims,
                 const std::vector<float>& v) {
@@ -57,21 +54,10 @@ struct Builder {
   }
   onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& in,
                         const std::string& out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    for (const auto& s : in) n->add_input(s);
-    n->add_output(out);
-    return n;
+    return test::onnx_node(g, op, in, out);
   }
   OnnxModel load() const { return parse_onnx(m.SerializeAsString(), "m.onnx"); }
 };
-
-void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<std::int64_t>& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (std::int64_t x : v) a->add_ints(x);
-}
 
 std::vector<float> ramp(std::size_t n, float scale) {
   std::vector<float> v(n);
@@ -129,7 +115,7 @@ TEST(OnnxImport, AFlattenOfAnNchwImagePermutesTheGemmsRowsIntoTheIrsOrder) {
   b.constant("w", {24, 5}, w);
   b.constant("c", {5}, bias);
   // A 1x1 max pool (the identity) makes the input an image held channels-last.
-  attr_ints(b.node("MaxPool", {"x"}, "p"), "kernel_shape", {1, 1});
+  onnx_attr_ints(b.node("MaxPool", {"x"}, "p"), "kernel_shape", {1, 1});
   b.node("Flatten", {"p"}, "f");
   b.node("Gemm", {"f", "w", "c"}, "y");
   const OnnxModel m = b.load();
@@ -147,8 +133,8 @@ TEST(OnnxImport, ATransposeToNhwcBeforeAReshapeCostsNothingAndKeepsTheRows) {
   b.constant("w", {24, 5}, w);
   b.constant("c", {5}, bias);
   b.ints("shape", {0, -1});
-  attr_ints(b.node("MaxPool", {"x"}, "q"), "kernel_shape", {1, 1});
-  attr_ints(b.node("Transpose", {"q"}, "t"), "perm", {0, 2, 3, 1});
+  onnx_attr_ints(b.node("MaxPool", {"x"}, "q"), "kernel_shape", {1, 1});
+  onnx_attr_ints(b.node("Transpose", {"q"}, "t"), "perm", {0, 2, 3, 1});
   b.node("Reshape", {"t", "shape"}, "r");
   b.node("MatMul", {"r", "w"}, "p");
   b.node("Add", {"p", "c"}, "y");
@@ -225,13 +211,7 @@ TEST(OnnxImport, ConcatAlongTheChannelsAndGlobalPoolingAreTheIrsOwn) {
   for (const char* pool : {"GlobalAveragePool", "GlobalMaxPool"}) {
     Builder b({1, 2, 3, 3}, {1, 4});
     b.node("Relu", {"x"}, "r");
-    b.node("Concat", {"x", "r"}, "c")->add_attribute()->CopyFrom([] {
-      onnx::AttributeProto a;
-      a.set_name("axis");
-      a.set_type(onnx::AttributeProto_AttributeType_INT);
-      a.set_i(1);
-      return a;
-    }());
+    onnx_attr_int(b.node("Concat", {"x", "r"}, "c"), "axis", 1);
     b.node(pool, {"c"}, "g");
     b.node("Flatten", {"g"}, "y");
     const OnnxModel m = b.load();
