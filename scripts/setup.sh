@@ -10,6 +10,8 @@ packages=(
   libcli11-dev            # the tpusim command line
   libfmt-dev              # message formatting
   zlib1g-dev              # reads the gzip'd Fashion-MNIST IDX files directly
+  libonnx-dev libprotobuf-dev  # ONNX import: onnx-ml.proto's classes, on protobuf (docs/onnx.md)
+  libonnx-testdata        # the ONNX project's test models and their outputs (tb/system/onnx)
   libgtest-dev libgmock-dev  # unit, system and golden tests
   libbenchmark-dev        # tb/bench
   verilator               # RTL co-simulation (tb/rtl)

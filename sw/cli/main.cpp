@@ -98,7 +98,9 @@ int run_cli(int argc, char** argv) {
       "graph", "Print a model's graph after each compiler pass (docs/compiler.md)");
   graph->add_option("--chip", gc.workload.chip,
                     "Chip config (JSON): add quantization, tiling and buffer lifetimes");
-  graph->add_option("--model", gc.workload.options.model, "Model (Keras-style JSON)")
+  graph
+      ->add_option("--model", gc.workload.options.model,
+                   "Model: tpusim or Keras JSON, ONNX (docs/onnx.md) or a SCALE-Sim CSV")
       ->capture_default_str();
   graph->add_option("--weights", gc.workload.weights, "Weights file");
   graph->add_flag("--random-weights", gc.workload.options.random_weights,

@@ -12,7 +12,9 @@ namespace tpu::cli {
 
 void add_workload_options(CLI::App* app, RunCommand& cmd) {
   auto& ro = cmd.options;
-  app->add_option("--model", ro.model, "Model (Keras-style JSON)")->capture_default_str();
+  app->add_option("--model", ro.model,
+                  "Model: tpusim or Keras JSON, ONNX (docs/onnx.md) or a SCALE-Sim CSV")
+      ->capture_default_str();
   app->add_option("--weights", cmd.weights,
                   "Weights file (default: configs/weights/<model>.bin beside the model's folder, "
                   "if present)");

@@ -15,6 +15,7 @@
 #include "hw/common/error.h"
 #include "hw/common/input_file.h"
 #include "hw/common/json_text.h"
+#include "sw/import/onnx.h"
 #include "sw/ir/ops.h"
 
 namespace tpu::importers {
@@ -1164,16 +1165,31 @@ Graph parse_topology(const std::string& text, const std::string& origin) {
   return m;
 }
 
-Graph load_model(const std::string& path) {
+Imported import_model(const std::string& path) {
   const std::string text = read_input_file(path, "model", kMaxModelBytes);
+  // "{" or "[" first is JSON, whatever follows (no ModelProto starts so: they would be group
+  // tags); other binary is ONNX's protobuf; other text a topology CSV.
   const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '['))
+    return {parse_model(parse_json_text(text, path), path), {}};
+  if (looks_like_protobuf(text)) {
+    OnnxModel m = parse_onnx(text, path);
+    return {std::move(m.graph), std::move(m.parameters)};
+  }
   if (first == std::string::npos)
-    throw InputError(
-        fmt::format("{}: file is empty (expected a model JSON or a SCALE-Sim topology CSV)", path));
-  if (first != std::string::npos && text[first] != '{' && text[first] != '[')
-    return parse_topology(text, path);
-  const json doc = parse_json_text(text, path);
-  return parse_model(doc, path);
+    throw InputError(fmt::format(
+        "{}: file is empty (expected a model JSON, an ONNX model or a SCALE-Sim topology CSV)",
+        path));
+  return {parse_topology(text, path), {}};
+}
+
+Graph load_model(const std::string& path) { return import_model(path).graph; }
+
+Graph load_topology(const std::string& path) {
+  const std::string text = read_input_file(path, "model", kMaxModelBytes);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError(fmt::format("{}: file is empty (expected a SCALE-Sim topology CSV)", path));
+  return parse_topology(text, path);
 }
 
 }  // namespace tpu::importers

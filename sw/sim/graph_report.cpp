@@ -71,12 +71,14 @@ ordered_json graph_report(const RunOptions& opt, const ChipConfig* cfg,
     passes.push_back({{"pass", name}, {"operations", std::move(ops)}});
   };
   const std::string& file = opt.topology.empty() ? opt.model : opt.topology;
-  ir::Graph imported = importers::load_model(file);
-  record("import", operations(imported));
-  const ir::Graph model = compiler::remove_identities(std::move(imported));
+  importers::Imported imported =
+      opt.topology.empty() ? importers::import_model(opt.model)
+                           : importers::Imported{importers::load_topology(opt.topology), {}};
+  record("import", operations(imported.graph));
+  const ir::Graph model = compiler::remove_identities(std::move(imported.graph));
   record("remove-identities", operations(model));
   std::string weights_source;
-  const nn::Weights weights = load_weights(model, opt, weights_source);
+  const nn::Weights weights = load_weights(model, opt, weights_source, imported.parameters);
   // A rewritten graph's operations, each with the operation of `model` it reports as and the one
   // whose value it stands for, where those are not itself.
   auto rewritten = [&](const ir::Graph& g) {

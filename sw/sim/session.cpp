@@ -81,10 +81,13 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   const double t0 = now_s();
   const std::string& model_file = opt.topology.empty() ? opt.model : opt.topology;
   // Dropout and its kin are the identity at inference (docs/models.md).
-  const ir::Graph model = compiler::remove_identities(importers::load_model(model_file));
+  importers::Imported imported =
+      opt.topology.empty() ? importers::import_model(opt.model)
+                           : importers::Imported{importers::load_topology(opt.topology), {}};
+  const ir::Graph model = compiler::remove_identities(std::move(imported.graph));
   check_host_memory(cfg, model, opt.images);
   std::string weights_source;
-  const nn::Weights weights = load_weights(model, opt, weights_source);
+  const nn::Weights weights = load_weights(model, opt, weights_source, imported.parameters);
   const Inputs in = load_inputs(model, opt);
   const std::size_t n_cal = in.calibration.size() / model.input.size();
   const nn::QuantizedModel q = compiler::prepare(model, weights, cfg.mxu.input_type, cfg.mxu.rows,

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <random>
+#include <stdexcept>
 
 #include "hw/common/error.h"
 #include "sw/data/idx.h"
@@ -79,8 +81,41 @@ Inputs load_inputs(const ir::Graph& m, const RunOptions& opt) {
   return in;
 }
 
-nn::Weights load_weights(const ir::Graph& model, const RunOptions& opt, std::string& source) {
+namespace {
+
+// The parameters a model file carries, by name, onto `model`'s operations (identities removed:
+// names survive, indices do not). The importer made them in the operation table's shapes.
+nn::Weights embedded_weights(const ir::Graph& model,
+                             const std::vector<importers::Parameter>& embedded) {
+  std::map<std::string, const importers::Parameter*> by_name;
+  for (const auto& p : embedded) by_name[p.name] = &p;
+  nn::Weights w;
+  w.layers.resize(model.ops.size());
+  for (std::size_t i = 0; i < model.ops.size(); ++i) {
+    const ir::Op& op = model.ops[i];
+    for (const ir::ParamSpec& spec : ir::op_info(op.kind).params(op)) {
+      const std::string name = op.name + "/" + std::string(spec.suffix);
+      const auto it = by_name.find(name);
+      if (it == by_name.end() || it->second->dims != spec.dims)
+        throw std::logic_error("the importer gave no parameter " + name + " of its shape");
+      nn::tensor_of(w.layers[i], spec.param) = it->second->values;
+    }
+    // A weighted operation without a bias adds zeros (nn::fill_defaults' rule).
+    if (op.has_weights() && !op.use_bias) w.layers[i].bias.assign(op.out.c, 0.0f);
+  }
+  nn::check_weights(model, w);
+  return w;
+}
+
+}  // namespace
+
+nn::Weights load_weights(const ir::Graph& model, const RunOptions& opt, std::string& source,
+                         const std::vector<importers::Parameter>& embedded) {
   std::string wfile = opt.weights.value_or("");
+  if (wfile.empty() && !opt.random_weights && opt.topology.empty() && !embedded.empty()) {
+    source = opt.model + " (its initializers)";
+    return embedded_weights(model, embedded);
+  }
   if (wfile.empty() && !opt.random_weights && opt.topology.empty()) {
     const fs::path guess = fs::path(opt.model).parent_path() / ".." / "weights" /
                            (fs::path(opt.model).stem().string() + ".bin");

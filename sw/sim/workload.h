@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sw/import/import.h"
 #include "sw/ir/graph.h"
 #include "sw/nn/weights.h"
 #include "sw/sim/session.h"
@@ -20,9 +21,11 @@ struct Inputs {
   std::string source;
 };
 
-// --weights, else configs/weights/<model>.bin beside the model's folder when it exists (not with
-// --random-weights or a topology), else seeded random weights; `source` says which.
-nn::Weights load_weights(const ir::Graph& model, const RunOptions& opt, std::string& source);
+// --weights, else (not with --random-weights or a topology) the parameters the model file carries
+// (`embedded`: an ONNX model's initializers) or configs/weights/<model>.bin beside the model's
+// folder when it exists, else seeded random weights; `source` says which.
+nn::Weights load_weights(const ir::Graph& model, const RunOptions& opt, std::string& source,
+                         const std::vector<importers::Parameter>& embedded = {});
 
 Inputs load_inputs(const ir::Graph& m, const RunOptions& opt);
 

@@ -1,5 +1,6 @@
-// Model files (tpusim's JSON, Keras's to_json, SCALE-Sim topology CSV): any bytes either load or
-// raise InputError; anything else is a finding. A loaded model's figures must be computable.
+// Model files (tpusim's JSON, Keras's to_json, ONNX, SCALE-Sim topology CSV): any bytes either
+// load or raise InputError; anything else is a finding. A loaded model's figures must be
+// computable.
 #include "fuzz_file.h"
 #include "hw/common/error.h"
 #include "sw/import/import.h"
