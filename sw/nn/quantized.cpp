@@ -469,9 +469,10 @@ QuantizedModel quantize(Graph g, const Weights& w, DType input_type, std::uint32
 std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images,
                                        std::size_t n) {
   const std::size_t count = n * q.graph.input.size();
-  std::vector<std::uint8_t> out(count * size_of(q.input_type()));
+  const DType type = q.input_type();  // a walk over the graph: once, not per element
+  std::vector<std::uint8_t> out(count * size_of(type));
   for (std::size_t i = 0; i < count; ++i) {
-    if (q.input_type() == DType::Int32) {
+    if (type == DType::Int32) {
       // Token ids, little-endian int32; one outside every table is the user's input to fix.
       if (!(images[i] >= 0.0f && images[i] < static_cast<float>(ir::kMaxEmbeddingRows)))
         throw InputError(fmt::format("{}: token id {} of sample {} is not an id (0 to {})",
