@@ -10,15 +10,17 @@ BandwidthResource* Chip::make_off_chip_bw(const ChipConfig& cfg, const Clock& cl
                                cfg.off_chip_memory.latency_ns);
 }
 
-Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg, std::optional<std::uint32_t> system_chip)
+Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg, std::optional<std::uint32_t> system_chip,
+           SimOptions options)
     : sc_core::sc_module(name),
       cfg_(std::move(cfg)),
       clock_(cfg_.clock_hz()),
+      options_(options),
       host_link_in("host_link_in", clock_, cfg_.host_link_bytes_per_s(), cfg_.host_link.latency_ns),
       host_link_out("host_link_out", clock_, cfg_.host_link_bytes_per_s(),
                     cfg_.host_link.latency_ns),
       off_chip_bw(make_off_chip_bw(cfg_, clock_)),
-      memory("memory", cfg_, clock_, off_chip_bw ? *off_chip_bw : host_link_in),
+      memory("memory", cfg_, clock_, off_chip_bw ? *off_chip_bw : host_link_in, options_),
       mem_ic("mem_ic"),
       host_ic("host_ic", &host_link_out, &host_link_in),
       sync(cfg_.tensor_cores),
@@ -28,8 +30,8 @@ Chip::Chip(sc_core::sc_module_name name, ChipConfig cfg, std::optional<std::uint
   ici_inbox.ici2mem.bind(mem_ic.in);
   std::vector<Sequencer*> seqs;
   for (std::uint32_t c = 0; c < cfg_.tensor_cores; ++c) {
-    cores.push_back(
-        std::make_unique<TensorCore>(fmt::format("core{}", c).c_str(), cfg_, clock_, c, sync));
+    cores.push_back(std::make_unique<TensorCore>(fmt::format("core{}", c).c_str(), cfg_, clock_, c,
+                                                 sync, options_));
     TensorCore& core = *cores.back();
     core.dma.dma2mem.bind(mem_ic.in);
     core.dma.dma2host.bind(host_ic.in);

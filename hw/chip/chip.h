@@ -16,6 +16,7 @@
 #include "hw/chip/ici_port.h"
 #include "hw/chip/interconnect.h"
 #include "hw/common/clock.h"
+#include "hw/common/sim_options.h"
 #include "hw/config/chip_config.h"
 #include "hw/core/tensor_core.h"
 #include "hw/memory/bandwidth.h"
@@ -28,14 +29,16 @@ class Chip : public sc_core::sc_module {
   // Declared first: modules below are built from them.
   ChipConfig cfg_;
   Clock clock_;
+  SimOptions options_;
 
  public:
   // `system_chip`: this chip's id in a system (hw/system), which binds its ICI ends; none: a
-  // chip alone, which refuses ici_write.
+  // chip alone, which refuses ici_write. `options` reach every core and the off-chip memory.
   Chip(sc_core::sc_module_name name, ChipConfig cfg,
-       std::optional<std::uint32_t> system_chip = std::nullopt);
+       std::optional<std::uint32_t> system_chip = std::nullopt, SimOptions options = {});
 
   [[nodiscard]] const ChipConfig& config() const { return cfg_; }
+  [[nodiscard]] const SimOptions& options() const { return options_; }
   [[nodiscard]] const Clock& clock() const { return clock_; }
 
   // Activity of every core, by layer, plus what the host interface moved (layer 0).

@@ -8,10 +8,11 @@
 
 namespace tpu {
 
-// One blocking read or write of `len` bytes at `addr`; returns the target's response status.
-template <class Socket>
+// One blocking read or write of `len` bytes at `addr`, carrying `extensions` (side band, e.g.
+// StridedRows) for the call; returns the target's response status.
+template <class Socket, class... Extensions>
 tlm::tlm_response_status tlm_transfer(Socket& socket, tlm::tlm_command cmd, std::uint64_t addr,
-                                      void* data, std::uint64_t len) {
+                                      void* data, std::uint64_t len, Extensions*... extensions) {
   tlm::tlm_generic_payload gp;
   gp.set_command(cmd);
   gp.set_address(addr);
@@ -21,8 +22,10 @@ tlm::tlm_response_status tlm_transfer(Socket& socket, tlm::tlm_command cmd, std:
   gp.set_byte_enable_ptr(nullptr);
   gp.set_dmi_allowed(false);
   gp.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+  (gp.set_extension(extensions), ...);
   sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
   socket->b_transport(gp, delay);
+  (gp.clear_extension(extensions), ...);
   if (delay > sc_core::SC_ZERO_TIME) sc_core::wait(delay);
   return gp.get_response_status();
 }

@@ -17,22 +17,22 @@ CoreStorage TensorCore::storage_of(UnifiedBuffer& ub, Accumulators& acc) {
 }
 
 TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-                       std::uint32_t id, ChipSync& sync)
+                       std::uint32_t id, ChipSync& sync, SimOptions options)
     : sc_core::sc_module(name),
       id_(id),
-      ub("ub", cfg, clock),
-      acc("acc", cfg, clock),
-      dma("dma", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id)),
-      ici("ici", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id)),
+      ub("ub", cfg, clock, options),
+      acc("acc", cfg, clock, options),
+      dma("dma", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id), options),
+      ici("ici", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id), options),
       vector_unit("vector_unit", cfg, clock, storage_of(ub, acc), counters_,
-                  fmt::format("core {}", id)) {
+                  fmt::format("core {}", id), options) {
   UnitQueues q;
   q.dma = &dma.queue;
   q.ici = &ici.queue;
   q.vector = &vector_unit.queue;
   for (std::uint32_t m = 0; m < cfg.mxu.count; ++m) {
     mxus.push_back(make_mxu(fmt::format("mxu{}", m), cfg, clock, storage_of(ub, acc), counters_,
-                            fmt::format("core {}", id)));
+                            fmt::format("core {}", id), options));
     q.weights.push_back(&mxus.back()->weight_queue);
     q.matmul.push_back(&mxus.back()->matmul_queue);
   }

@@ -10,6 +10,7 @@
 
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"
+#include "hw/common/sim_options.h"
 #include "hw/config/chip_config.h"
 #include "hw/core/sequencer.h"
 #include "hw/dma/dma.h"
@@ -26,8 +27,9 @@ class TensorCore : public sc_core::sc_module {
   LayerCounters counters_;
 
  public:
+  // `options` reach every unit and memory of the core.
   TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-             std::uint32_t id, ChipSync& sync);
+             std::uint32_t id, ChipSync& sync, SimOptions options = {});
 
   [[nodiscard]] std::uint32_t id() const { return id_; }
   [[nodiscard]] const LayerCounters& counters() const { return counters_; }

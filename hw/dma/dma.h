@@ -4,6 +4,11 @@
 // the HBM-resident activations of v2-v4 and the embedding lookups (Gather) of layers whose
 // tables live off chip. One transfer at a time, in order; the far side's bandwidth resource
 // times it (shared with every other initiator), and the UB port adds only what it cannot overlap.
+//
+// Timing only (SimOptions): the memories move no bytes. A gather's row addresses are values (its
+// indices, in the unified buffer), so it reads row 0 of its table for every index, without
+// reading or checking the indices: a row's time does not depend on where it lies (each is its
+// own transfer of row_bytes, docs/timing-model.md), so the timing and the counts are the same.
 #pragma once
 
 #include <tlm_utils/simple_initiator_socket.h>
@@ -14,6 +19,7 @@
 
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"
+#include "hw/common/sim_options.h"
 #include "hw/config/chip_config.h"
 #include "hw/unit/issued.h"
 
@@ -27,7 +33,8 @@ class Dma : public sc_core::sc_module {
   UnitQueue queue;  // ReadHost, WriteHost, ReadMem, WriteMem, Gather, IciWrite
 
   Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-      const CoreStorage& storage, LayerCounters& counters, std::string core_name);
+      const CoreStorage& storage, LayerCounters& counters, std::string core_name,
+      SimOptions options = {});
 
  private:
   void run();
@@ -47,6 +54,7 @@ class Dma : public sc_core::sc_module {
   CoreStorage storage_;
   LayerCounters& counters_;
   std::string core_name_;
+  bool timing_only_;
 };
 
 }  // namespace tpu

@@ -29,13 +29,14 @@ std::uint32_t checked_words_per_entry(const ChipConfig& cfg) {
 
 }  // namespace
 
-Accumulators::Accumulators(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock)
+Accumulators::Accumulators(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+                           SimOptions options)
     : sc_core::sc_module(name),
       socket("socket"),
       entries_(cfg.accumulators.entries),
       words_per_entry_(checked_words_per_entry(cfg)),
       sram_(std::uint64_t{entries_} * words_per_entry_ * kWordBytes,
-            std::uint64_t{words_per_entry_} * kWordBytes, clock) {
+            std::uint64_t{words_per_entry_} * kWordBytes, clock, options) {
   socket.register_b_transport(this, &Accumulators::b_transport);
   socket.register_get_direct_mem_ptr(this, &Accumulators::get_direct_mem_ptr);
   socket.register_transport_dbg(this, &Accumulators::transport_dbg);

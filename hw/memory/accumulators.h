@@ -26,8 +26,9 @@ class Accumulators : public sc_core::sc_module {
   tlm_utils::simple_target_socket<Accumulators> socket;
 
   // cfg.accumulators.entries entries of cfg.mxu.cols words. Throws ConfigError if an entry is
-  // empty or mxu.acc_type is not 4 bytes wide.
-  Accumulators(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock);
+  // empty or mxu.acc_type is not 4 bytes wide. Timing only (SimOptions): as the UnifiedBuffer's.
+  Accumulators(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+               SimOptions options = {});
 
   // Backdoor for the core's own units, which count their own traffic.
   [[nodiscard]] std::uint32_t* words() { return reinterpret_cast<std::uint32_t*>(sram_.data()); }

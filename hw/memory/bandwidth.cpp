@@ -59,15 +59,23 @@ Cycles BandwidthResource::uncontended_cycles(std::uint64_t bytes) const {
          clock_.transfer_cycles(static_cast<double>(bytes), share_.bytes_per_cycle() * clock_.hz());
 }
 
-void BandwidthResource::transfer(std::uint64_t bytes) {
+void BandwidthResource::transfer_each(std::uint64_t count, std::uint64_t bytes) {
   clock_.wait_for(latency_);
-  if (bytes == 0) return;
+  if (bytes == 0 || count == 0) return;
   const Cycle now = clock_.now();
   if (share_.active_count() == 0) busy_since_ = now;
-  const FluidShare::Id id = share_.start(static_cast<double>(now), static_cast<double>(bytes));
+  // Consecutive ids: nothing else runs between the starts.
+  const FluidShare::Id first = share_.start(static_cast<double>(now), static_cast<double>(bytes));
+  for (std::uint64_t i = 1; i < count; ++i)
+    share_.start(static_cast<double>(now), static_cast<double>(bytes));
   wake_.notify(sc_core::SC_ZERO_TIME);
-  while (share_.active(id)) sc_core::wait(changed_);
-  bytes_moved_ += bytes;
+  const auto moving = [&] {
+    for (std::uint64_t i = 0; i < count; ++i)
+      if (share_.active(first + i)) return true;
+    return false;
+  };
+  while (moving()) sc_core::wait(changed_);
+  bytes_moved_ += count * bytes;
 }
 
 void BandwidthResource::reschedule() {

@@ -44,7 +44,11 @@ class BandwidthResource : public sc_core::sc_module {
                     double latency_ns);
 
   // Moves `bytes`: waits the access latency, then the bytes at the shared rate.
-  void transfer(std::uint64_t bytes);
+  void transfer(std::uint64_t bytes) { transfer_each(1, bytes); }
+  // `count` transfers of `bytes` each, requested at once (a strided tile's rows): exactly as
+  // `count` processes calling transfer(bytes) in the same cycle, from one process. Returns when
+  // every one has moved.
+  void transfer_each(std::uint64_t count, std::uint64_t bytes);
   // Cycles the transfer would take with the resource to itself.
   [[nodiscard]] Cycles uncontended_cycles(std::uint64_t bytes) const;
 

@@ -7,22 +7,41 @@
 namespace tpu {
 
 OffChipMemory::OffChipMemory(sc_core::sc_module_name name, const ChipConfig& cfg,
-                             const Clock& clock, BandwidthResource& bandwidth)
+                             const Clock& clock, BandwidthResource& bandwidth, SimOptions options)
     : sc_core::sc_module(name),
       socket("socket"),
       kind_(cfg.off_chip_memory.kind),
       clock_(clock),
       bandwidth_(bandwidth),
+      timing_only_(options.timing_only),
       store_(cfg.off_chip_memory.bytes) {
   socket.register_b_transport(this, &OffChipMemory::b_transport);
   socket.register_get_direct_mem_ptr(this, &OffChipMemory::get_direct_mem_ptr);
   socket.register_transport_dbg(this, &OffChipMemory::transport_dbg);
 }
 
+tlm::tlm_response_status OffChipMemory::check_rows(const tlm::tlm_generic_payload& gp,
+                                                   StridedRows& s) const {
+  if (gp.get_data_length() != s.rows * s.row_bytes) return tlm::TLM_GENERIC_ERROR_RESPONSE;
+  // The base protocol's checks with the range left to the rows.
+  if (const auto st = check_memory_payload(gp, ~std::uint64_t{0}); st != tlm::TLM_OK_RESPONSE)
+    return st;
+  for (std::uint32_t i = 0; i < s.rows; ++i) {
+    const std::uint64_t at = gp.get_address() + i * s.pitch;
+    if (at < gp.get_address() || !store_.in_range(at, s.row_bytes)) {
+      s.refused_row = i;
+      return tlm::TLM_ADDRESS_ERROR_RESPONSE;
+    }
+  }
+  return tlm::TLM_OK_RESPONSE;
+}
+
 void OffChipMemory::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
   const std::uint64_t addr = gp.get_address();
   const std::uint64_t len = gp.get_data_length();
-  if (const auto st = check_memory_payload(gp, store_.capacity()); st != tlm::TLM_OK_RESPONSE) {
+  StridedRows* rows = gp.get_extension<StridedRows>();
+  if (const auto st = rows ? check_rows(gp, *rows) : check_memory_payload(gp, store_.capacity());
+      st != tlm::TLM_OK_RESPONSE) {
     gp.set_response_status(st);
     return;
   }
@@ -35,16 +54,23 @@ void OffChipMemory::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& 
     Cycle start = clock_.cycle_of(now);
     if (clock_.time_of(start) < now) ++start;
     clock_.wait_until(start);
-    // 2. Latency, then the bytes at the shared rate.
-    bandwidth_.transfer(len);
+    // 2. Latency, then the bytes at the shared rate: one transfer, or one per row.
+    if (rows)
+      bandwidth_.transfer_each(rows->rows, rows->row_bytes);
+    else
+      bandwidth_.transfer(len);
     // 3. The data moves when the transfer completes.
-    if (gp.is_read()) {
-      store_.read(addr, gp.get_data_ptr(), len);
-      bytes_read_ += len;
-    } else {
-      store_.write(addr, gp.get_data_ptr(), len);
-      bytes_written_ += len;
-    }
+    const std::uint64_t pieces = rows ? rows->rows : 1, piece = rows ? rows->row_bytes : len;
+    const std::uint64_t pitch = rows ? rows->pitch : 0;
+    unsigned char* data = gp.get_data_ptr();
+    if (!timing_only_)
+      for (std::uint64_t i = 0; i < pieces; ++i) {
+        if (gp.is_read())
+          store_.read(addr + i * pitch, data + i * piece, piece);
+        else
+          store_.write(addr + i * pitch, data + i * piece, piece);
+      }
+    (gp.is_read() ? bytes_read_ : bytes_written_) += len;
   }
   gp.set_dmi_allowed(false);
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
@@ -62,13 +88,12 @@ unsigned int OffChipMemory::transport_dbg(tlm::tlm_generic_payload& gp) {
   if (addr >= store_.capacity() || gp.get_data_ptr() == nullptr) return 0;
   const auto len = static_cast<unsigned int>(
       std::min<std::uint64_t>(gp.get_data_length(), store_.capacity() - addr));
-  if (gp.is_read()) {
+  if (!gp.is_read() && !gp.is_write()) return 0;
+  if (timing_only_) return len;
+  if (gp.is_read())
     store_.read(addr, gp.get_data_ptr(), len);
-  } else if (gp.is_write()) {
+  else
     store_.write(addr, gp.get_data_ptr(), len);
-  } else {
-    return 0;
-  }
   return len;
 }
 

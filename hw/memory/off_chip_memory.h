@@ -9,8 +9,17 @@
 // chip's DDR3/HBM channels or, for kind host-link, the host link's own resource, so on Edge
 // parameter streaming and host transfers share the USB link.
 //
+// A StridedRows extension (hw/common/strided_rows.h) makes the transaction its rows, each its
+// own transfer of row_bytes through the bandwidth resource, all started together
+// (BandwidthResource::transfer_each); a row outside the memory is refused, naming it, before any
+// time passes.
+//
 // No DMI: the storage is sparse pages, not one array, so get_direct_mem_ptr returns false.
 // Debug transport is untimed and uncounted (the driver loads memory images at time zero).
+//
+// Timing only (SimOptions): no bytes are stored or copied, by b_transport or transport_dbg (a
+// read leaves the initiator's buffer as it was), so no page is ever allocated; the checks, the
+// timing and the counts are as always.
 #pragma once
 
 #include <tlm_utils/simple_target_socket.h>
@@ -20,6 +29,8 @@
 #include <tlm>
 
 #include "hw/common/clock.h"
+#include "hw/common/sim_options.h"
+#include "hw/common/strided_rows.h"
 #include "hw/config/chip_config.h"
 #include "hw/memory/bandwidth.h"
 #include "hw/memory/sparse_memory.h"
@@ -33,7 +44,7 @@ class OffChipMemory : public sc_core::sc_module {
   // cfg.off_chip_memory.bytes of storage. Throws ConfigError if that exceeds
   // SparseMemory::kMaxCapacity.
   OffChipMemory(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-                BandwidthResource& bandwidth);
+                BandwidthResource& bandwidth, SimOptions options = {});
 
   [[nodiscard]] MemoryKind memory_kind() const { return kind_; }
   [[nodiscard]] std::uint64_t capacity() const { return store_.capacity(); }
@@ -48,6 +59,9 @@ class OffChipMemory : public sc_core::sc_module {
   // enables -> TLM_BYTE_ENABLE_ERROR_RESPONSE; streaming width != length ->
   // TLM_BURST_ERROR_RESPONSE; no data pointer -> TLM_GENERIC_ERROR_RESPONSE.
   void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  // The errors above for a StridedRows transaction: its packed rows' length, then every row's
+  // range (the first one outside is `refused_row`).
+  tlm::tlm_response_status check_rows(const tlm::tlm_generic_payload& gp, StridedRows& s) const;
   bool get_direct_mem_ptr(tlm::tlm_generic_payload& gp, tlm::tlm_dmi& dmi);
   // Copies the bytes that lie inside the memory; returns how many.
   unsigned int transport_dbg(tlm::tlm_generic_payload& gp);
@@ -55,6 +69,7 @@ class OffChipMemory : public sc_core::sc_module {
   MemoryKind kind_;
   const Clock& clock_;
   BandwidthResource& bandwidth_;
+  bool timing_only_;
   SparseMemory store_;
   std::uint64_t bytes_read_ = 0;
   std::uint64_t bytes_written_ = 0;

@@ -29,8 +29,12 @@ const ChipConfig& checked_ub_config(const ChipConfig& cfg) {
 
 }  // namespace
 
-SramArray::SramArray(std::uint64_t bytes, std::uint64_t bytes_per_cycle, const Clock& clock)
-    : storage_(bytes), bytes_per_cycle_(checked_port_width(bytes_per_cycle)), clock_(clock) {}
+SramArray::SramArray(std::uint64_t bytes, std::uint64_t bytes_per_cycle, const Clock& clock,
+                     SimOptions options)
+    : storage_(bytes),
+      bytes_per_cycle_(checked_port_width(bytes_per_cycle)),
+      clock_(clock),
+      timing_only_(options.timing_only) {}
 
 void SramArray::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
   const std::uint64_t addr = gp.get_address();
@@ -40,10 +44,10 @@ void SramArray::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& dela
     return;
   }
   if (len > 0 && gp.is_read()) {
-    std::memcpy(gp.get_data_ptr(), data() + addr, len);
+    if (!timing_only_) std::memcpy(gp.get_data_ptr(), data() + addr, len);
     bytes_read_ += len;
   } else if (len > 0 && gp.is_write()) {
-    std::memcpy(data() + addr, gp.get_data_ptr(), len);
+    if (!timing_only_) std::memcpy(data() + addr, gp.get_data_ptr(), len);
     bytes_written_ += len;
   }
   const Cycles busy = gp.is_read() || gp.is_write() ? access_cycles(len) : Cycles(0);
@@ -74,22 +78,21 @@ unsigned int SramArray::transport_dbg(tlm::tlm_generic_payload& gp) {
   if (addr >= bytes() || gp.get_data_ptr() == nullptr) return 0;
   const auto len =
       static_cast<unsigned int>(std::min<std::uint64_t>(gp.get_data_length(), bytes() - addr));
-  if (gp.is_read()) {
+  if (!gp.is_read() && !gp.is_write()) return 0;
+  if (timing_only_) return len;
+  if (gp.is_read())
     std::memcpy(gp.get_data_ptr(), data() + addr, len);
-  } else if (gp.is_write()) {
+  else
     std::memcpy(data() + addr, gp.get_data_ptr(), len);
-  } else {
-    return 0;
-  }
   return len;
 }
 
 UnifiedBuffer::UnifiedBuffer(sc_core::sc_module_name name, const ChipConfig& cfg,
-                             const Clock& clock)
+                             const Clock& clock, SimOptions options)
     : sc_core::sc_module(name),
       socket("socket"),
-      sram_(checked_ub_config(cfg).unified_buffer.bytes, cfg.unified_buffer.bytes_per_cycle,
-            clock) {
+      sram_(checked_ub_config(cfg).unified_buffer.bytes, cfg.unified_buffer.bytes_per_cycle, clock,
+            options) {
   socket.register_b_transport(this, &UnifiedBuffer::b_transport);
   socket.register_get_direct_mem_ptr(this, &UnifiedBuffer::get_direct_mem_ptr);
   socket.register_transport_dbg(this, &UnifiedBuffer::transport_dbg);

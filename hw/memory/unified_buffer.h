@@ -11,6 +11,10 @@
 //
 // The core's own units (DMA, MXU, vector unit) use the backdoor data() and count their traffic
 // themselves; bytes_read()/bytes_written() count only what b_transport served.
+//
+// Timing only (SimOptions): b_transport and transport_dbg move no bytes (a read leaves the
+// initiator's buffer as it was), so the host pages stay untouched; timing and counts are as
+// always.
 #pragma once
 
 #include <tlm_utils/simple_target_socket.h>
@@ -20,6 +24,7 @@
 #include <tlm>
 
 #include "hw/common/clock.h"
+#include "hw/common/sim_options.h"
 #include "hw/config/chip_config.h"
 #include "hw/memory/lazy_buffer.h"
 
@@ -30,7 +35,8 @@ namespace tpu {
 class SramArray {
  public:
   // Throws ConfigError if bytes_per_cycle is 0 or the host cannot reserve `bytes`.
-  SramArray(std::uint64_t bytes, std::uint64_t bytes_per_cycle, const Clock& clock);
+  SramArray(std::uint64_t bytes, std::uint64_t bytes_per_cycle, const Clock& clock,
+            SimOptions options = {});
 
   // Base protocol: any length, data pointer set, streaming width = length, no byte enables.
   // Errors: any byte outside -> TLM_ADDRESS_ERROR_RESPONSE; byte enables ->
@@ -55,6 +61,7 @@ class SramArray {
   LazyBuffer storage_;
   std::uint64_t bytes_per_cycle_;
   const Clock& clock_;
+  bool timing_only_;
   std::uint64_t bytes_read_ = 0;
   std::uint64_t bytes_written_ = 0;
 };
@@ -64,7 +71,8 @@ class UnifiedBuffer : public sc_core::sc_module {
   tlm_utils::simple_target_socket<UnifiedBuffer> socket;
 
   // cfg.unified_buffer.bytes of storage, cfg.unified_buffer.bytes_per_cycle per port.
-  UnifiedBuffer(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock);
+  UnifiedBuffer(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
+                SimOptions options = {});
 
   [[nodiscard]] std::uint8_t* data() { return sram_.data(); }
   [[nodiscard]] std::uint64_t bytes() const { return sram_.bytes(); }

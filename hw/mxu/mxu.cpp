@@ -8,6 +8,7 @@
 #include <sysc/kernel/sc_dynamic_processes.h>
 
 #include "hw/common/error.h"
+#include "hw/common/strided_rows.h"
 #include "hw/common/tlm_util.h"
 #include "hw/isa/semantics.h"
 #include "hw/unit/program_error.h"
@@ -15,15 +16,17 @@
 namespace tpu {
 
 Mxu::Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-         const CoreStorage& storage, LayerCounters& counters, std::string core_name)
-    : Mxu(name, cfg, clock, storage, counters, std::move(core_name), ArrayElsewhere{}) {
+         const CoreStorage& storage, LayerCounters& counters, std::string core_name,
+         SimOptions options)
+    : Mxu(name, cfg, clock, storage, counters, std::move(core_name), options, ArrayElsewhere{}) {
   SC_HAS_PROCESS(Mxu);
   SC_THREAD(compute);
   if (cfg_.mxu.weight_buffers == 2) SC_THREAD(shift_weights);
 }
 
 Mxu::Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-         const CoreStorage& storage, LayerCounters& counters, std::string core_name, ArrayElsewhere)
+         const CoreStorage& storage, LayerCounters& counters, std::string core_name,
+         SimOptions options, ArrayElsewhere)
     : sc_core::sc_module(name),
       mxu2mem_weights("mxu2mem_weights"),
       weight_queue("weight_queue", kUnitQueueDepth),
@@ -33,7 +36,12 @@ Mxu::Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock
       storage_(storage),
       counters_(counters),
       core_name_(std::move(core_name)),
+      timing_only_(options.timing_only),
       array_(cfg.mxu) {
+  // Uninitialised: the memory never writes it, so its pages are never touched.
+  if (timing_only_)
+    fetch_scratch_.reset(
+        new std::uint8_t[std::size_t{cfg.mxu.rows} * cfg.mxu.cols * size_of(cfg.mxu.input_type)]);
   SC_HAS_PROCESS(Mxu);
   SC_THREAD(load_weights);
 }
@@ -110,10 +118,15 @@ void transpose_elements(const std::uint8_t* s, std::uint32_t rows, std::uint32_t
                   s + (std::size_t{i} * cols + j) * sizeof(E), sizeof(E));
 }
 
+// Without bytes (timing only), the shape alone.
 void orient(WeightTile& tile, const isa::ReadWeights& rw, std::uint32_t elem) {
   tile.rows = rw.rows;
   tile.cols = rw.cols;
   if (!rw.transpose) return;
+  if (tile.bytes.empty()) {
+    std::swap(tile.rows, tile.cols);
+    return;
+  }
   std::vector<std::uint8_t> w(tile.bytes.size());
   if (elem == 2)
     transpose_elements<std::uint16_t>(tile.bytes.data(), rw.rows, rw.cols, w.data());
@@ -165,7 +178,7 @@ void Mxu::load_weights() {
     const std::uint64_t row_bytes = std::uint64_t{rw.cols} * elem;
     const std::uint64_t pitch = isa::weight_row_pitch(rw, elem);
     const std::uint64_t extent = isa::weight_extent(rw, elem);
-    fetch->tile.bytes.resize(bytes);
+    if (!timing_only_) fetch->tile.bytes.resize(bytes);
     fetching_.push_back(fetch);
     Counters& c = counters_.at(f->layer);
     c.weight_tiles += 1;
@@ -182,8 +195,10 @@ void Mxu::load_weights() {
                            fmt::format("addr {:#x} + {} bytes is outside the {}-byte unified "
                                        "buffer",
                                        rw.addr, extent, storage_.ub_bytes));
-    for (std::uint32_t i = 0; i < rw.rows; ++i)
-      std::copy_n(storage_.ub + rw.addr + i * pitch, row_bytes, &fetch->tile.bytes[i * row_bytes]);
+    if (!timing_only_)
+      for (std::uint32_t i = 0; i < rw.rows; ++i)
+        std::copy_n(storage_.ub + rw.addr + i * pitch, row_bytes,
+                    &fetch->tile.bytes[i * row_bytes]);
     // The port delivers bytes_per_cycle from any addresses, as for a MatMul's strided rows.
     clock_.wait_for(Cycles((bytes + cfg_.unified_buffer.bytes_per_cycle - 1) /
                            cfg_.unified_buffer.bytes_per_cycle));
@@ -198,13 +213,13 @@ void Mxu::load_weights() {
 void Mxu::fetch_off_chip(std::shared_ptr<InFlight> f, std::shared_ptr<Fetch> fetch) {
   const auto& rw = std::get<isa::ReadWeights>(f->inst);
   const std::uint32_t elem = size_of(cfg_.mxu.input_type);
-  const std::uint64_t bytes = fetch->tile.bytes.size();
+  const std::uint64_t bytes = std::uint64_t{rw.rows} * rw.cols * elem;
   const std::uint64_t row_bytes = std::uint64_t{rw.cols} * elem;
   const std::uint64_t pitch = isa::weight_row_pitch(rw, elem);
+  std::uint8_t* const into = timing_only_ ? fetch_scratch_.get() : fetch->tile.bytes.data();
   if (pitch == row_bytes) {
     // Dense: one transfer of the whole tile.
-    const auto status = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr,
-                                     fetch->tile.bytes.data(), bytes);
+    const auto status = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr, into, bytes);
     if (status != tlm::TLM_OK_RESPONSE)
       report_program_error(core_name_, *f,
                            fmt::format("off-chip memory answered {} for {} bytes at {:#x}",
@@ -213,22 +228,21 @@ void Mxu::fetch_off_chip(std::shared_ptr<InFlight> f, std::shared_ptr<Fetch> fet
     // Strided: one transfer per stored row, all requested at once (the weight path keeps
     // requests in flight, as it does across tiles): their latencies overlap and they share the
     // bandwidth, so the tile takes what one transfer of its bytes takes (docs/timing-model.md).
-    std::vector<tlm::tlm_response_status> status(rw.rows, tlm::TLM_INCOMPLETE_RESPONSE);
-    std::vector<sc_core::sc_process_handle> rows;
-    for (std::uint32_t i = 0; i < rw.rows; ++i)
-      rows.push_back(sc_core::sc_spawn([&, i] {
-        status[i] = tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr + i * pitch,
-                                 &fetch->tile.bytes[i * row_bytes], row_bytes);
-      }));
-    for (auto& h : rows)
-      if (!h.terminated()) sc_core::wait(h.terminated_event());
-    for (std::uint32_t i = 0; i < rw.rows; ++i)
-      if (status[i] != tlm::TLM_OK_RESPONSE)
-        report_program_error(core_name_, *f,
-                             fmt::format("off-chip memory answered {} for row {}: {} bytes at "
-                                         "{:#x} (addr {:#x} + {} x stride {})",
-                                         response_name(status[i]), i, row_bytes,
-                                         rw.addr + i * pitch, rw.addr, i, pitch));
+    // One transaction carries them (StridedRows), so that no process is made per row.
+    StridedRows rows;
+    rows.rows = rw.rows;
+    rows.row_bytes = row_bytes;
+    rows.pitch = pitch;
+    const auto status =
+        tlm_transfer(mxu2mem_weights, tlm::TLM_READ_COMMAND, rw.addr, into, bytes, &rows);
+    if (status != tlm::TLM_OK_RESPONSE) {
+      const std::uint32_t i = rows.refused_row.value_or(0);
+      report_program_error(
+          core_name_, *f,
+          fmt::format("off-chip memory answered {} for row {}: {} bytes at "
+                      "{:#x} (addr {:#x} + {} x stride {})",
+                      response_name(status), i, row_bytes, rw.addr + i * pitch, rw.addr, i, pitch));
+    }
   }
   orient(fetch->tile, rw, elem);
   Counters& c = counters_.at(f->layer);
@@ -329,11 +343,15 @@ void Mxu::compute() {
     const WeightTile& w = *resident_;
     check_acc_range(*f, mm);
 
-    // 4. The math, at issue: later readers are ordered after us by the scoreboard.
+    // 4. The math, at issue: later readers are ordered after us by the scoreboard. Timing
+    //    only: its checks alone.
     try {
-      array_.multiply(w, input_spec(*f, mm), storage_.ub, storage_.ub_bytes,
-                      storage_.acc + std::uint64_t{mm.dst.value()} * storage_.acc_words_per_entry,
-                      storage_.acc_words_per_entry, mm.accumulate);
+      if (timing_only_)
+        array_.check_multiply(w, input_spec(*f, mm), storage_.ub_bytes);
+      else
+        array_.multiply(w, input_spec(*f, mm), storage_.ub, storage_.ub_bytes,
+                        storage_.acc + std::uint64_t{mm.dst.value()} * storage_.acc_words_per_entry,
+                        storage_.acc_words_per_entry, mm.accumulate);
     } catch (const InputError& e) {
       report_program_error(core_name_, *f, e.what());
     }

@@ -6,6 +6,10 @@
 //   compute       MatMul: swaps in the shadow tile if asked, streams B input rows (one per cycle,
 //                 or slower if the UB port cannot keep up) and writes the accumulators.
 // The math is SystolicArray's; timing formulas are in docs/timing-model.md.
+//
+// Timing only (SimOptions): tiles carry their shape and no bytes (off-chip fetches land in a
+// scratch buffer the memory leaves untouched), and a MatMul checks its operands as SystolicArray
+// would and multiplies nothing. The timing never depended on the values.
 #pragma once
 
 #include <tlm_utils/simple_initiator_socket.h>
@@ -19,6 +23,7 @@
 
 #include "hw/common/clock.h"
 #include "hw/common/counters.h"
+#include "hw/common/sim_options.h"
 #include "hw/config/chip_config.h"
 #include "hw/mxu/systolic_array.h"
 #include "hw/unit/issued.h"
@@ -32,7 +37,8 @@ class Mxu : public sc_core::sc_module {
   UnitQueue matmul_queue;  // MatMul
 
   Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-      const CoreStorage& storage, LayerCounters& counters, std::string core_name);
+      const CoreStorage& storage, LayerCounters& counters, std::string core_name,
+      SimOptions options = {});
 
   // Pipeline fill and drain: the last input row's results reach the accumulators this many
   // cycles after it entered the array (docs/timing-model.md).
@@ -52,7 +58,8 @@ class Mxu : public sc_core::sc_module {
   // tiles from fifo_ (maintaining fifo_reserved_ and weights_changed_) and streams MatMuls.
   struct ArrayElsewhere {};
   Mxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-      const CoreStorage& storage, LayerCounters& counters, std::string core_name, ArrayElsewhere);
+      const CoreStorage& storage, LayerCounters& counters, std::string core_name,
+      SimOptions options, ArrayElsewhere);
 
   void add_bucket(std::uint64_t MxuBuckets::*bucket, std::uint32_t layer, std::uint64_t cycles);
   // The first two steps of every MatMul, whichever model computes it: the gap since the last
@@ -72,6 +79,7 @@ class Mxu : public sc_core::sc_module {
   CoreStorage storage_;
   LayerCounters& counters_;
   std::string core_name_;
+  bool timing_only_;
   SystolicArray array_;
 
   std::deque<WeightTile> fifo_;
@@ -97,6 +105,8 @@ class Mxu : public sc_core::sc_module {
     bool ready = false;
   };
   std::deque<std::shared_ptr<Fetch>> fetching_;
+  // Timing only: where every off-chip fetch lands (the largest stored tile), never read.
+  std::unique_ptr<std::uint8_t[]> fetch_scratch_;
   Cycle last_fetch_end_ = 0;
   void fetch_off_chip(std::shared_ptr<InFlight> f, std::shared_ptr<Fetch> fetch);
   void deliver_fetched();

@@ -10,9 +10,9 @@ namespace tpu {
 
 std::unique_ptr<Mxu> make_mxu(const std::string& name, const ChipConfig& cfg, const Clock& clock,
                               const CoreStorage& storage, LayerCounters& counters,
-                              const std::string& core_name) {
+                              const std::string& core_name, SimOptions options) {
   if (cfg.mxu.impl == MxuImpl::Tlm)
-    return std::make_unique<Mxu>(name.c_str(), cfg, clock, storage, counters, core_name);
+    return std::make_unique<Mxu>(name.c_str(), cfg, clock, storage, counters, core_name, options);
   std::unique_ptr<rtl::ArrayModel> array = rtl::make_array_model(cfg.mxu.rows, cfg.mxu.cols);
   if (!array) {
     const std::string where = cfg.file.empty() ? "chip config" : cfg.file;
@@ -31,7 +31,7 @@ std::unique_ptr<Mxu> make_mxu(const std::string& name, const ChipConfig& cfg, co
         where, cfg.mxu.rows, cfg.mxu.cols, built));
   }
   return std::make_unique<RtlMxu>(name.c_str(), cfg, clock, storage, counters, core_name,
-                                  std::move(array));
+                                  std::move(array), options);
 }
 
 }  // namespace tpu

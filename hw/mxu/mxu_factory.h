@@ -13,6 +13,6 @@ namespace tpu {
 // has no Verilated array of mxu.rows x mxu.cols (rtl/CMakeLists.txt says which it builds).
 std::unique_ptr<Mxu> make_mxu(const std::string& name, const ChipConfig& cfg, const Clock& clock,
                               const CoreStorage& storage, LayerCounters& counters,
-                              const std::string& core_name);
+                              const std::string& core_name, SimOptions options = {});
 
 }  // namespace tpu

@@ -69,8 +69,8 @@ class RtlClock {
 
 RtlMxu::RtlMxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
                const CoreStorage& storage, LayerCounters& counters, std::string core_name,
-               std::unique_ptr<rtl::ArrayModel> array)
-    : Mxu(name, cfg, clock, storage, counters, std::move(core_name), ArrayElsewhere{}),
+               std::unique_ptr<rtl::ArrayModel> array, SimOptions options)
+    : Mxu(name, cfg, clock, storage, counters, std::move(core_name), options, ArrayElsewhere{}),
       rtl_(std::move(array)) {
   rtl_clock_ = RtlClock::of(clock);
   rtl_clock_->add(this);
@@ -111,7 +111,7 @@ void RtlMxu::step(Cycle now) {
   if (tile) {
     const std::uint32_t row = cfg_.mxu.rows - 1 - (shifting_ ? beats_ : 0);
     std::fill(p.w_data.begin(), p.w_data.end(), 0);
-    if (row < tile->rows)
+    if (row < tile->rows && !tile->bytes.empty())
       for (std::uint32_t n = 0; n < tile->cols; ++n)
         p.w_data[n] = static_cast<std::int8_t>(tile->bytes[std::size_t{row} * tile->cols + n]);
   }
@@ -128,8 +128,10 @@ void RtlMxu::step(Cycle now) {
       p.in_valid = true;
       p.in_swap = swap_row;
       std::fill(p.in_data.begin(), p.in_data.end(), 0);
-      const std::uint8_t* x = &j.x[std::size_t{j.fed} * j.k];
-      for (std::uint32_t k = 0; k < j.k; ++k) p.in_data[k] = static_cast<std::int8_t>(x[k]);
+      if (!j.x.empty()) {
+        const std::uint8_t* x = &j.x[std::size_t{j.fed} * j.k];
+        for (std::uint32_t k = 0; k < j.k; ++k) p.in_data[k] = static_cast<std::int8_t>(x[k]);
+      }
     }
   }
   p.out_ready = true;  // the accumulators take one entry per cycle
@@ -183,10 +185,11 @@ void RtlMxu::take_result(Cycle now) {
   Job& j = jobs_.front();
   const std::vector<std::int32_t>& sums = rtl_->pins.out_data;
   std::uint32_t* acc = storage_.acc + (std::uint64_t{j.dst} + j.out) * storage_.acc_words_per_entry;
-  for (std::uint32_t n = 0; n < j.n; ++n) {
-    const auto v = static_cast<std::uint32_t>(sums[n]);
-    acc[n] = j.accumulate ? acc[n] + v : v;
-  }
+  if (!timing_only_)
+    for (std::uint32_t n = 0; n < j.n; ++n) {
+      const auto v = static_cast<std::uint32_t>(sums[n]);
+      acc[n] = j.accumulate ? acc[n] + v : v;
+    }
   if (++j.out == j.rows) {
     j.f->complete_at(clock_, now + 1);
     jobs_.pop_front();
@@ -229,7 +232,10 @@ void RtlMxu::compute() {
     // 4. Gather the rows, then stream them through the array.
     Job j;
     try {
-      j.x = array_.gather(input_spec(*f, mm), k, storage_.ub, storage_.ub_bytes);
+      if (timing_only_)
+        array_.check_gather(input_spec(*f, mm), k, storage_.ub_bytes);
+      else
+        j.x = array_.gather(input_spec(*f, mm), k, storage_.ub, storage_.ub_bytes);
     } catch (const InputError& e) {
       report_program_error(core_name_, *f, e.what());
     }

@@ -17,6 +17,9 @@
 // cycle t, exactly as the TLM Mxu sees them, and what the array does in cycle t (a FIFO slot
 // freed, a feed ended, a result written) takes effect at t. An idle array is not clocked: it
 // holds its state (mxu_array.sv), so skipping its idle cycles changes nothing.
+//
+// Timing only (SimOptions): the RTL still decides every cycle, on zero weights and inputs (its
+// handshakes do not depend on values), and its column sums are not written.
 #pragma once
 
 #include <deque>
@@ -37,7 +40,7 @@ class RtlMxu final : public Mxu {
   // `array` is a reset model of cfg.mxu.rows x cfg.mxu.cols (rtl::make_array_model).
   RtlMxu(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
          const CoreStorage& storage, LayerCounters& counters, std::string core_name,
-         std::unique_ptr<rtl::ArrayModel> array);
+         std::unique_ptr<rtl::ArrayModel> array, SimOptions options = {});
   ~RtlMxu() override;
 
   // The Verilated array, e.g. to write its waveform before the simulation starts.
@@ -59,7 +62,7 @@ class RtlMxu final : public Mxu {
   // A MatMul in the array: its rows, how many entered and how many results left.
   struct Job {
     std::shared_ptr<InFlight> f;
-    std::vector<std::uint8_t> x;  // rows x k input elements, as gathered
+    std::vector<std::uint8_t> x;  // rows x k input elements, as gathered (none: timing only)
     std::uint32_t rows = 0;
     std::uint32_t k = 0;
     std::uint32_t n = 0;

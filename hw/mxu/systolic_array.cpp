@@ -432,13 +432,18 @@ void SystolicArray::check_input(const InputSpec& in, std::uint32_t k,
   }
 }
 
-std::vector<std::uint8_t> SystolicArray::gather(const InputSpec& in, std::uint32_t k,
-                                                const std::uint8_t* ub,
-                                                std::uint64_t ub_bytes) const {
+void SystolicArray::check_gather(const InputSpec& in, std::uint32_t k,
+                                 std::uint64_t ub_bytes) const {
   if (k == 0 || k > cfg_.rows)
     throw ProgramError(
         fmt::format("matmul: {} input elements per row (1..{} fit the array)", k, cfg_.rows));
   check_input(in, k, ub_bytes);
+}
+
+std::vector<std::uint8_t> SystolicArray::gather(const InputSpec& in, std::uint32_t k,
+                                                const std::uint8_t* ub,
+                                                std::uint64_t ub_bytes) const {
+  check_gather(in, k, ub_bytes);
   if (!in.transpose) return gather_rows(in, k, ub);
   // Transposed: the untransposed view's k rows of B elements, turned into B rows of k.
   const std::uint32_t elem = size_of(cfg_.input_type);
@@ -486,15 +491,25 @@ std::vector<std::uint8_t> SystolicArray::gather_rows(const InputSpec& in, std::u
   return rows;
 }
 
-void SystolicArray::multiply(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub,
-                             std::uint64_t ub_bytes, std::uint32_t* acc, std::uint32_t acc_stride,
-                             bool accumulate) const {
-  const std::uint32_t elem = size_of(cfg_.input_type);
+void SystolicArray::check_tile(const WeightTile& tile) const {
   if (tile.rows == 0 || tile.cols == 0 || tile.rows > cfg_.rows || tile.cols > cfg_.cols)
     throw ProgramError(
         fmt::format("matmul: weight tile of {} x {} does not fit the {} x {} array "
                     "(rows 1..{}, cols 1..{})",
                     tile.rows, tile.cols, cfg_.rows, cfg_.cols, cfg_.rows, cfg_.cols));
+}
+
+void SystolicArray::check_multiply(const WeightTile& tile, const InputSpec& in,
+                                   std::uint64_t ub_bytes) const {
+  check_tile(tile);
+  check_input(in, tile.rows, ub_bytes);
+}
+
+void SystolicArray::multiply(const WeightTile& tile, const InputSpec& in, const std::uint8_t* ub,
+                             std::uint64_t ub_bytes, std::uint32_t* acc, std::uint32_t acc_stride,
+                             bool accumulate) const {
+  const std::uint32_t elem = size_of(cfg_.input_type);
+  check_tile(tile);
   if (tile.bytes.size() != std::uint64_t{tile.rows} * tile.cols * elem)
     throw std::invalid_argument(fmt::format("WeightTile of {} x {} holds {} bytes, not {}",
                                             tile.rows, tile.cols, tile.bytes.size(),

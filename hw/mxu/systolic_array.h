@@ -56,9 +56,15 @@ class SystolicArray {
                                                  const std::uint8_t* ub,
                                                  std::uint64_t ub_bytes) const;
 
+  // The checks of multiply() and of gather() alone, reading no value (timing-only runs, whose
+  // tiles carry their shape and no bytes): the same ProgramErrors for the same inputs.
+  void check_multiply(const WeightTile& tile, const InputSpec& in, std::uint64_t ub_bytes) const;
+  void check_gather(const InputSpec& in, std::uint32_t k, std::uint64_t ub_bytes) const;
+
   [[nodiscard]] const MxuConfig& config() const { return cfg_; }
 
  private:
+  void check_tile(const WeightTile& tile) const;
   void check_input(const InputSpec& in, std::uint32_t k, std::uint64_t ub_bytes) const;
   // gather() of an untransposed input, without its checks (k may exceed the array: the view of
   // a transposed input has B elements per row).

@@ -15,6 +15,7 @@
 
 #include "hw/chip/chip.h"
 #include "hw/common/clock.h"
+#include "hw/common/sim_options.h"
 #include "hw/config/system_config.h"
 #include "hw/system/ici_fabric.h"
 #include "hw/system/ici_router.h"
@@ -28,7 +29,9 @@ class System : public sc_core::sc_module {
 
  public:
   enum class Scale { kEveryChip, kRepresentative };
-  System(sc_core::sc_module_name name, SystemConfig cfg, Scale scale = Scale::kEveryChip);
+  // `options` reach every chip.
+  System(sc_core::sc_module_name name, SystemConfig cfg, Scale scale = Scale::kEveryChip,
+         SimOptions options = {});
 
   [[nodiscard]] const SystemConfig& config() const { return cfg_; }
   [[nodiscard]] std::size_t size() const { return chips_.size(); }

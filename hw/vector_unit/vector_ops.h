@@ -3,10 +3,16 @@
 // opcode, the field and the address) when the instruction reaches outside them or has a field
 // the unit cannot honour. Semantics: docs/isa.md; the scalar definitions this unit and the
 // reference inference both follow live in the numerics library (numerics/).
+//
+// Timing only (SimOptions): each function checks the instruction's fields and its ranges in the
+// unified buffer and accumulators as always, then returns before it reads a value. The checks
+// of values (xent's labels, update's record, activate's requantization records) are therefore
+// not made. cost() is the same: it never depended on values.
 #pragma once
 
 #include <cstdint>
 
+#include "hw/common/sim_options.h"
 #include "hw/config/chip_config.h"
 #include "hw/isa/isa.h"
 
@@ -35,7 +41,7 @@ struct VectorCost {
 
 class VectorOps {
  public:
-  explicit VectorOps(const ChipConfig& cfg);
+  explicit VectorOps(const ChipConfig& cfg, SimOptions options = {});
 
   void activate(const isa::Activate& a, const AccView& acc, UbView ub) const;
   void pool(const isa::Pool& p, UbView ub) const;
@@ -62,6 +68,7 @@ class VectorOps {
 
  private:
   const ChipConfig& cfg_;
+  bool timing_only_;
 };
 
 }  // namespace tpu

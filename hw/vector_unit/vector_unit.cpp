@@ -6,7 +6,8 @@
 namespace tpu {
 
 VectorUnit::VectorUnit(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-                       const CoreStorage& storage, LayerCounters& counters, std::string core_name)
+                       const CoreStorage& storage, LayerCounters& counters, std::string core_name,
+                       SimOptions options)
     : sc_core::sc_module(name),
       queue("queue", kUnitQueueDepth),
       cfg_(cfg),
@@ -14,7 +15,7 @@ VectorUnit::VectorUnit(sc_core::sc_module_name name, const ChipConfig& cfg, cons
       storage_(storage),
       counters_(counters),
       core_name_(std::move(core_name)),
-      ops_(cfg) {
+      ops_(cfg, options) {
   SC_HAS_PROCESS(VectorUnit);
   SC_THREAD(run);
 }

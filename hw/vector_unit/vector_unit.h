@@ -18,8 +18,10 @@ class VectorUnit : public sc_core::sc_module {
  public:
   UnitQueue queue;  // the instructions isa::unit_of gives the vector unit
 
+  // Timing only (SimOptions): VectorOps's.
   VectorUnit(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
-             const CoreStorage& storage, LayerCounters& counters, std::string core_name);
+             const CoreStorage& storage, LayerCounters& counters, std::string core_name,
+             SimOptions options = {});
 
  private:
   void run();

@@ -19,8 +19,8 @@ inline ChipConfig shipped(const std::string& name) {
 struct Simulation {
   Chip chip;
   TestHost host;
-  explicit Simulation(ChipConfig cfg, std::size_t host_bytes = 1 << 20)
-      : chip("chip", std::move(cfg)), host("host", chip, host_bytes) {}
+  explicit Simulation(ChipConfig cfg, std::size_t host_bytes = 1 << 20, SimOptions options = {})
+      : chip("chip", std::move(cfg), std::nullopt, options), host("host", chip, host_bytes) {}
   // Runs every core's program to its halt; returns the cycle the last core halted at.
   Cycle run() {
     sc_core::sc_start();

@@ -329,6 +329,69 @@ TEST(BadPrograms, MatMulWithoutWeightsIsRefused) {
   EXPECT_NE(msg.find("no resident weights"), std::string::npos) << msg;
 }
 
+// Timing only (docs/timing-model.md, "Timing-only mode"): the indices are values, so every row
+// is row 0 of the table; indices outside it are not refused, and each row takes the formula's
+// time wherever it lies.
+TEST(TimingOnly, AGatherReadsRowZeroForIndicesOutsideItsTableInTheFormulasCycles) {
+  const ChipConfig cfg = shipped("v1");
+  SimOptions timing_only;
+  timing_only.timing_only = true;
+  Simulation sim(cfg, 1 << 20, timing_only);
+  const std::uint32_t b = 256, rows = 1000;
+  const std::vector<std::int32_t> indices = {3, 999, 1000, -1, 5};
+  const TraceSlice t = run_gather(sim, indices, b, rows);
+  EXPECT_EQ(t.end - t.begin, gather_formula(cfg, indices.size(), b));
+  EXPECT_EQ(sim.chip.memory.allocated_bytes(), 0u);
+}
+
+// Timing only: the DMA, the MXU and the vector unit run, are timed and counted, and no memory of
+// the chip keeps a byte: no off-chip page is allocated, the unified buffer reads as it was.
+TEST(TimingOnly, NoMemoryKeepsAByteAndTheCountsAreAFullRuns) {
+  const ChipConfig cfg = shipped("v3");
+  SimOptions timing_only;
+  timing_only.timing_only = true;
+  Simulation sim(cfg, 1 << 20, timing_only);
+  std::fill(sim.host.memory.begin(), sim.host.memory.end(), std::uint8_t{0x5a});
+  sim.host.load_memory(0x1000, std::vector<std::uint8_t>(1 << 16, 0xa5));
+  const std::uint32_t kb = cfg.mxu.rows * size_of(cfg.mxu.input_type);
+  isa::Eltwise e;
+  e.a = UbAddr(0), e.b = UbAddr(0), e.dst = UbAddr(1 << 20), e.count = 1 << 12;
+  e.type = DType::Fp32;
+  sim.host.programs[0] = {isa::ReadHost{HostAddr(0), UbAddr(0), 1 << 16},
+                          isa::WriteMem{UbAddr(0), MemAddr(1 << 24), 1 << 16},
+                          isa::ReadMem{MemAddr(0x1000), UbAddr(1 << 17), 1 << 16},
+                          tile_from_ub(cfg, 0),
+                          matmul(cfg, 16, true),
+                          e,
+                          isa::Halt{}};
+  sim.run();
+  EXPECT_EQ(sim.chip.memory.allocated_bytes(), 0u);
+  UnifiedBuffer& ub = sim.chip.cores[0]->ub;
+  for (std::uint32_t i = 0; i < (1 << 16); i += 4093) ASSERT_EQ(ub.data()[i], 0) << i;
+  const Counters c = sim.chip.counters().total();
+  EXPECT_EQ(c.host_bytes_in, (1u << 16) + 7 * isa::kInstructionBytes);
+  EXPECT_EQ(c.off_chip_bytes_written, 1u << 16);
+  EXPECT_EQ(c.off_chip_bytes_read, 1u << 16);
+  EXPECT_EQ(c.macs, 16ull * cfg.mxu.rows * cfg.mxu.cols);
+  EXPECT_EQ(c.mxu_input_bytes, 16ull * kb);
+  EXPECT_EQ(c.vector_ops, std::uint64_t{e.count});
+  EXPECT_EQ(sim.mxu0().active, 16u);
+}
+
+// Timing only checks every instruction as a full run does: what a full run refuses, it refuses
+// with the same message.
+TEST(TimingOnly, AnOffChipAddressOutOfRangeIsRefusedAsInAFullRun) {
+  const ChipConfig cfg = shipped("v1");
+  SimOptions timing_only;
+  timing_only.timing_only = true;
+  Simulation sim(cfg, 1 << 20, timing_only);
+  const std::uint64_t beyond = cfg.off_chip_memory.bytes - 16;
+  sim.host.programs[0] = {isa::ReadMem{MemAddr(beyond), UbAddr(0), 64}, isa::Halt{}};
+  const std::string msg = sim.run_expecting_error();
+  EXPECT_NE(msg.find("core 0 instruction 0 (read_mem)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("address error"), std::string::npos) << msg;
+}
+
 TEST(HostInterface, InstructionQueueBackPressuresTheHost) {
   const ChipConfig cfg = shipped("v1");
   Simulation sim(cfg);

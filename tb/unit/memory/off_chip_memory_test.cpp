@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "hw/common/clock.h"
+#include "hw/common/strided_rows.h"
+#include "hw/common/tlm_util.h"
 #include "hw/config/chip_config.h"
 #include "hw/memory/bandwidth.h"
 #include "hw/memory/sparse_memory.h"
@@ -80,6 +82,12 @@ class Initiator : public sc_core::sc_module {
     return gp.get_response_status();
   }
 
+  // `rows` rows of `row_bytes` at addr + i * pitch, packed in `data` (StridedRows).
+  tlm::tlm_response_status strided(tlm::tlm_command cmd, std::uint64_t addr, void* data,
+                                   StridedRows& rows) {
+    return tlm_transfer(socket, cmd, addr, data, rows.rows * rows.row_bytes, &rows);
+  }
+
   unsigned int debug(tlm::tlm_command cmd, std::uint64_t addr, void* data, unsigned int len) {
     tlm::tlm_generic_payload gp;
     gp.set_command(cmd);
@@ -106,21 +114,23 @@ class Fanin : public sc_core::sc_module {
 
   explicit Fanin(sc_core::sc_module_name name) : sc_core::sc_module(name), in("in"), out("out") {
     in.register_b_transport(this, &Fanin::forward);
+    in.register_transport_dbg(this, &Fanin::forward_dbg);
   }
 
  private:
   void forward(int, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay) {
     out->b_transport(gp, delay);
   }
+  unsigned int forward_dbg(int, tlm::tlm_generic_payload& gp) { return out->transport_dbg(gp); }
 };
 
 // The chip's own off-chip bandwidth resource, built from the config as the chip builds it.
 struct Bench {
-  explicit Bench(const ChipConfig& c)
+  explicit Bench(const ChipConfig& c, SimOptions options = {})
       : cfg(c),
         clock(cfg.clock_hz()),
         bw("bw", clock, cfg.off_chip_bytes_per_s(), cfg.off_chip_memory.latency_ns),
-        memory("memory", cfg, clock, bw) {}
+        memory("memory", cfg, clock, bw, options) {}
   ChipConfig cfg;
   Clock clock;
   BandwidthResource bw;
@@ -340,6 +350,104 @@ std::uint64_t rss_bytes() {
   std::uint64_t resident = 0;
   statm >> size >> resident;
   return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// A strided transaction (a weight tile whose stored rows lie apart) is its rows, each its own
+// transfer, all started together: alone, n rows of b bytes take the latency once and n x b bytes
+// at the rate; beside another transfer, the n + 1 transfers share the rate (processor sharing,
+// as n + 1 initiators would). Each row lands at its own address.
+TEST(OffChipMemoryTiming, StridedRowsAreTransfersStartedTogether) {
+  Bench b(test_config());
+  const std::uint32_t n = 16;
+  const std::uint64_t row = 4096, pitch = 3 * row;
+  std::vector<std::uint8_t> packed = pattern(n * row), back(n * row);
+  Cycle end[3] = {0, 0, 0};
+  std::vector<std::uint8_t> row5(row);
+  Initiator init("init", [&](Initiator& self) {
+    StridedRows rows;
+    rows.rows = n, rows.row_bytes = row, rows.pitch = pitch;
+    EXPECT_EQ(self.strided(tlm::TLM_WRITE_COMMAND, kGiB, packed.data(), rows),
+              tlm::TLM_OK_RESPONSE);
+    end[0] = b.clock.now();
+    self.debug(tlm::TLM_READ_COMMAND, kGiB + 5 * pitch, row5.data(), row);
+    EXPECT_EQ(self.strided(tlm::TLM_READ_COMMAND, kGiB, back.data(), rows), tlm::TLM_OK_RESPONSE);
+    end[1] = b.clock.now();
+  });
+  const double rate = bytes_per_cycle(b.cfg), lat = latency_cycles(b.cfg);
+  const auto written = static_cast<Cycle>(lat + std::ceil(n * row / rate));
+  // Issued with the strided read (a loosely-timed offset): one more transfer in flight.
+  Initiator other("other", [&](Initiator& self) {
+    std::vector<std::uint8_t> buf(kTransferBytes);
+    sc_core::sc_time delay = b.clock.time_of(written);
+    self.transport(tlm::TLM_READ_COMMAND, 0, buf.data(), kTransferBytes, delay);
+    end[2] = b.clock.now();
+  });
+  Fanin fanin("fanin");
+  init.socket.bind(fanin.in);
+  other.socket.bind(fanin.in);
+  fanin.out.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  EXPECT_EQ(end[0], written);
+  EXPECT_EQ(std::vector<std::uint8_t>(packed.begin() + 5 * row, packed.begin() + 6 * row), row5);
+  EXPECT_EQ(back, packed);
+  // Both start at end[0] + latency; the n rows, each as large as 1/(n+1) of the rate gives them,
+  // finish together; then the other transfer runs alone.
+  const double start = static_cast<double>(end[0]) + lat;
+  const double rows_done = std::ceil(start + (n + 1) * row / rate);
+  const double other_left = kTransferBytes - (rate / (n + 1)) * (rows_done - start);
+  EXPECT_EQ(end[1], static_cast<Cycle>(rows_done));
+  EXPECT_EQ(end[2], static_cast<Cycle>(std::ceil(rows_done + other_left / rate)));
+  EXPECT_EQ(b.memory.bytes_read(), n * row + kTransferBytes);
+  EXPECT_EQ(b.bw.bytes_moved(), 2 * n * row + kTransferBytes);
+}
+
+// The first row outside the memory is named, and nothing moves or takes time.
+TEST(OffChipMemory, AStridedRowOutsideIsRefusedNamingItWithoutTime) {
+  Bench b(test_config());
+  StridedRows rows;
+  rows.rows = 8, rows.row_bytes = 256, rows.pitch = 1024;
+  tlm::tlm_response_status st = tlm::TLM_INCOMPLETE_RESPONSE;
+  Cycle end = 1;
+  Initiator init("init", [&](Initiator& self) {
+    std::vector<std::uint8_t> buf(8 * 256);
+    st = self.strided(tlm::TLM_READ_COMMAND, b.cfg.off_chip_memory.bytes - 5 * 1024, buf.data(),
+                      rows);
+    end = b.clock.now();
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+  EXPECT_EQ(st, tlm::TLM_ADDRESS_ERROR_RESPONSE);
+  EXPECT_EQ(rows.refused_row, 5u);
+  EXPECT_EQ(end, 0u);
+  EXPECT_EQ(b.memory.bytes_read(), 0u);
+}
+
+// Timing only (SimOptions): the same time and counts, no byte kept: a read leaves the reader's
+// buffer as it was and no page is allocated, by timed or debug writes.
+TEST(OffChipMemory, TimingOnlyKeepsNoByteAndTakesTheSameTime) {
+  SimOptions timing_only;
+  timing_only.timing_only = true;
+  Bench b(test_config(), timing_only);
+  std::vector<std::uint8_t> read(kTransferBytes, 0x77);
+  Cycle after_read = 0;
+  Initiator init("init", [&](Initiator& self) {
+    std::vector<std::uint8_t> out = pattern(kTransferBytes);
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    self.debug(tlm::TLM_WRITE_COMMAND, 0, out.data(), kTransferBytes);
+    self.transport(tlm::TLM_WRITE_COMMAND, 4 * kGiB, out.data(), kTransferBytes, delay);
+    self.transport(tlm::TLM_READ_COMMAND, 4 * kGiB, read.data(), kTransferBytes, delay);
+    after_read = b.clock.now();
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+  const auto one = static_cast<Cycle>(latency_cycles(b.cfg) +
+                                      std::ceil(kTransferBytes / bytes_per_cycle(b.cfg)));
+  EXPECT_EQ(after_read, 2 * one);
+  EXPECT_EQ(read, std::vector<std::uint8_t>(kTransferBytes, 0x77));
+  EXPECT_EQ(b.memory.allocated_bytes(), 0u);
+  EXPECT_EQ(b.memory.bytes_written(), kTransferBytes);
+  EXPECT_EQ(b.memory.bytes_read(), kTransferBytes);
 }
 
 // DESIGN: "A 32 GiB HBM config must not allocate 32 GiB."

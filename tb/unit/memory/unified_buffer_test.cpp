@@ -107,6 +107,34 @@ TEST(UnifiedBuffer, WriteThenReadReturnsTheBytesAndCountsThem) {
   EXPECT_EQ(ub.bytes_read(), read.size());
 }
 
+// Timing only (SimOptions): the port's time and the counts as always, no byte moved either way.
+TEST(UnifiedBuffer, TimingOnlyMovesNoByteAndTakesThePortsTime) {
+  const ChipConfig cfg = test_config();
+  const Clock clock(cfg.clock_hz());
+  SimOptions timing_only;
+  timing_only.timing_only = true;
+  UnifiedBuffer ub("ub", cfg, clock, timing_only);
+  const unsigned int len = 3 * cfg.unified_buffer.bytes_per_cycle + 7;
+  std::vector<std::uint8_t> read(len, 0x77);
+  Cycle after = 0;
+  Initiator init("init", [&](Initiator& self) {
+    std::vector<std::uint8_t> out = pattern(len);
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    self.transport(tlm::TLM_WRITE_COMMAND, 64, out.data(), len, delay);
+    self.transport(tlm::TLM_READ_COMMAND, 64, read.data(), len, delay);
+    sc_core::wait(delay);
+    after = clock.now();
+  });
+  init.socket.bind(ub.socket);
+  sc_core::sc_start();
+  EXPECT_EQ(after,
+            2 * static_cast<Cycle>(std::ceil(len / double(cfg.unified_buffer.bytes_per_cycle))));
+  EXPECT_EQ(read, std::vector<std::uint8_t>(len, 0x77));
+  for (unsigned int i = 0; i < len; ++i) ASSERT_EQ(ub.data()[64 + i], 0) << i;
+  EXPECT_EQ(ub.bytes_written(), len);
+  EXPECT_EQ(ub.bytes_read(), len);
+}
+
 TEST(UnifiedBufferTiming, TransferTakesLengthOverBytesPerCycleRoundedUp) {
   const ChipConfig cfg = test_config();
   const Clock clock(cfg.clock_hz());

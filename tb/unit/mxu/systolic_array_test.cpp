@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -863,6 +864,45 @@ TEST(SystolicArray, WeightTileMustFitTheArrayAndHaveRowsAndColumns) {
                                     HasSubstr(fmt::format("{} x {}", cfg.rows, cfg.cols))));
     }
   }
+}
+
+// Timing only (docs/timing-model.md): a tile carries its shape and no bytes, and the MXU makes
+// multiply()'s checks alone, with the same messages; nothing is read or written.
+TEST(SystolicArray, CheckMultiplyRefusesWhatMultiplyRefusesWithTheSameMessage) {
+  const MxuConfig cfg = make_config(8, 4, DType::Int8);
+  const SystolicArray array(cfg);
+  Values v(16);
+  std::vector<std::uint8_t> ub(64);
+  std::vector<std::uint32_t> acc(64, 7);
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const ProgramError& err) {
+      return std::string(err.what());
+    }
+    return std::string();
+  };
+  InputSpec in;
+  in.rows = 4;
+  in.src_stride = 20;  // the last row ends at byte 68, past the 64-byte buffer
+  for (const auto& [k, n] : {std::pair<std::uint32_t, std::uint32_t>{cfg.rows + 1, cfg.cols},
+                             {cfg.rows, 0},
+                             {cfg.rows, cfg.cols}}) {
+    const WeightTile w = make_tile(DType::Int8, k, n, v);
+    WeightTile shape_only;
+    shape_only.rows = k, shape_only.cols = n;
+    const std::string full =
+        message([&] { array.multiply(w, in, ub.data(), ub.size(), acc.data(), 4, false); });
+    ASSERT_NE(full, "") << k << " x " << n;
+    EXPECT_EQ(message([&] { array.check_multiply(shape_only, in, ub.size()); }), full);
+  }
+  in.src_stride = 8;
+  WeightTile shape_only;
+  shape_only.rows = cfg.rows, shape_only.cols = cfg.cols;
+  EXPECT_NO_THROW(array.check_multiply(shape_only, in, ub.size()));
+  EXPECT_EQ(acc, std::vector<std::uint32_t>(64, 7));
+  EXPECT_EQ(message([&] { array.check_gather(in, 0, ub.size()); }),
+            message([&] { (void)array.gather(in, 0, ub.data(), ub.size()); }));
 }
 
 TEST(SystolicArray, WindowGeometryMustBeSaneAndTheTileInsideTheWindow) {

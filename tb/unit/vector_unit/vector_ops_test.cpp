@@ -3151,5 +3151,89 @@ TEST(VectorCost, PoolGradCountsPoolsPositionsPlusOneOpPerGradient) {
   }
 }
 
+// ---- timing only (docs/timing-model.md, "Timing-only mode"): every field and range checked as
+// in a full run, no value read or written, and the checks of values (labels, optimizer records)
+// not made ----
+
+SimOptions timing_only() {
+  SimOptions o;
+  o.timing_only = true;
+  return o;
+}
+
+// A unified buffer whose every byte is 0xa5 (no valid fp32 label, no sane optimizer record).
+struct Ub {
+  std::vector<std::uint8_t> bytes = std::vector<std::uint8_t>(1 << 16, 0xa5);
+  UbView view() { return UbView{bytes.data(), bytes.size()}; }
+};
+
+// What `f` throws as ProgramError ("" when it does not).
+std::string refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ProgramError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+isa::Eltwise eltwise(std::uint32_t dst) {
+  isa::Eltwise e;
+  e.a = UbAddr(0), e.b = UbAddr(0x1000), e.dst = UbAddr(dst), e.count = 256;
+  e.type = DType::Fp32;
+  return e;
+}
+
+TEST(VectorOpsTimingOnly, ComputesNothingAndWritesNothing) {
+  const ChipConfig cfg = test_config();
+  const VectorOps ops(cfg, timing_only());
+  Ub ub;
+  const std::vector<std::uint8_t> before = ub.bytes;
+  ops.eltwise(eltwise(0x2000), ub.view());
+  isa::Copy c;
+  c.src = UbAddr(0), c.dst = UbAddr(0x4000), c.rows = 8, c.row_bytes = 64, c.src_stride = 64,
+  c.dst_stride = 64;
+  ops.copy(c, ub.view());
+  isa::Reduce r;
+  r.src = UbAddr(0), r.dst = UbAddr(0x8000), r.rows = 16, r.cols = 8, r.stride = 32;
+  r.type = DType::Fp32;
+  ops.reduce(r, ub.view());
+  EXPECT_EQ(ub.bytes, before);
+  // The cost never depended on values.
+  EXPECT_EQ(ops.cost(c).cycles, VectorOps(cfg).cost(c).cycles);
+}
+
+TEST(VectorOpsTimingOnly, RefusesWhatAFullRunRefusesWithTheSameMessage) {
+  const ChipConfig cfg = test_config();
+  const VectorOps full(cfg), timing(cfg, timing_only());
+  Ub ub;
+  const isa::Eltwise outside = eltwise((1 << 16) - 512);
+  const std::string msg = refusal([&] { full.eltwise(outside, ub.view()); });
+  ASSERT_NE(msg, "");
+  EXPECT_EQ(refusal([&] { timing.eltwise(outside, ub.view()); }), msg);
+  isa::Eltwise overlapping = eltwise(0x80);  // dst overlaps a without equalling it
+  const std::string overlap = refusal([&] { full.eltwise(overlapping, ub.view()); });
+  ASSERT_NE(overlap, "");
+  EXPECT_EQ(refusal([&] { timing.eltwise(overlapping, ub.view()); }), overlap);
+}
+
+// Labels and optimizer records are values: a full run refuses them out of range, timing only
+// never reads them.
+TEST(VectorOpsTimingOnly, ChecksOfValuesAreNotMade) {
+  const ChipConfig cfg = test_config();
+  const VectorOps full(cfg), timing(cfg, timing_only());
+  Ub ub;
+  isa::Xent x;
+  x.rows = 4, x.cols = 10, x.scale = 0.25f;
+  x.src = UbAddr(0x100), x.labels = UbAddr(0x400), x.dst = UbAddr(0x800), x.out = UbAddr(0xc00);
+  EXPECT_NE(refusal([&] { full.xent(x, ub.view()); }).find("labels[0]"), std::string::npos);
+  EXPECT_EQ(refusal([&] { timing.xent(x, ub.view()); }), "");
+  isa::Update u;
+  u.w = UbAddr(0), u.g = UbAddr(0x1000), u.m = UbAddr(0x2000), u.params = UbAddr(0x3000);
+  u.count = 64, u.kind = isa::UpdateKind::Momentum;
+  EXPECT_NE(refusal([&] { full.update(u, ub.view()); }).find("update: lr"), std::string::npos);
+  EXPECT_EQ(refusal([&] { timing.update(u, ub.view()); }), "");
+}
+
 }  // namespace
 }  // namespace tpu
