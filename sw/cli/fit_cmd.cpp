@@ -76,6 +76,9 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   app->add_flag("--no-check", cmd.no_check,
                 "Skip the bit-exact comparison with the training reference after every step");
+  app->add_flag("--timing-only", o.timing_only,
+                "Cycles, split, bytes and energy only, as a full run's: compute no losses or "
+                "weights, store no data (no check)");
   app->add_option("--json", cmd.json, "Write the tpusim.fit/1 report here");
   app->add_option("--markdown", cmd.markdown,
                   "Write the report as Markdown here: the epochs, the last step's split and its "

@@ -84,6 +84,8 @@ int run_cli(int argc, char** argv) {
   sweep->add_flag("--retry-failed", sc.retry_failed, "Run failed points again too");
   sweep->add_option("--shuffle", sc.shuffle_seed, "Run the points in a random order (seed)");
   sweep->add_option("--task", sc.task, "Run one task of the sweep in --out (a Slurm array task)");
+  sweep->add_flag("--timing-only", sc.timing_only,
+                  "Every run with --timing-only: cycles, bytes and energy only, as full runs'");
 
   std::string asm_in, asm_out, disasm_in;
   CLI::App* asm_cmd =

@@ -28,6 +28,9 @@ void add_workload_options(CLI::App* app, RunCommand& cmd) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
   app->add_flag("--no-check", cmd.no_check, "Skip the bit-exact comparison with the reference");
+  app->add_flag("--timing-only", ro.timing_only,
+                "Cycles, bytes and energy only, as a full run's: compute no outputs, store no "
+                "data (no check, no accuracy)");
 }
 
 std::vector<std::string> workload_args(const RunCommand& cmd) {
@@ -40,6 +43,7 @@ std::vector<std::string> workload_args(const RunCommand& cmd) {
   if (ro.random_weights) a.emplace_back("--random-weights");
   if (!ro.data_dir.empty()) a.insert(a.end(), {"--data-dir", ro.data_dir});
   if (cmd.no_check) a.emplace_back("--no-check");
+  if (ro.timing_only) a.emplace_back("--timing-only");
   return a;
 }
 

@@ -19,7 +19,8 @@ struct RunCommand {
   std::string json, csv_dir, markdown;
 };
 
-// --model, --weights, --random-weights, --seed, --data-dir, --images, --batch, --no-check.
+// --model, --weights, --random-weights, --seed, --data-dir, --images, --batch, --no-check,
+// --timing-only.
 void add_workload_options(CLI::App* app, RunCommand& cmd);
 // The same options as command-line arguments, for a child `tpusim run`.
 std::vector<std::string> workload_args(const RunCommand& cmd);

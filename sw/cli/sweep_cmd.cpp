@@ -621,6 +621,15 @@ int run_sweep(SweepCommand& cmd) {
     throw InputError("sweep: --emit-only writes a Slurm batch script; add --executor slurm");
   sweep::Spec spec = sweep::load_spec(cmd.spec);
   spec.file = fs::absolute(spec.file).lexically_normal().string();
+  if (cmd.timing_only) {
+    if (spec.check)
+      throw InputError(fmt::format(
+          "sweep: --timing-only computes no outputs to check, but {} sets \"check\": true",
+          cmd.spec));
+    // In the runs' arguments, so the plan (sweep.json) records it: resuming without the flag is
+    // another sweep.
+    for (sweep::Workload& w : spec.workloads) w.run_args.emplace_back("--timing-only");
+  }
   const std::string out = cmd.out.empty() ? "results/" + spec.name : cmd.out;
   Sweep s(std::move(spec), out);
   s.prepare();

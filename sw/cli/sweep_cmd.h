@@ -21,6 +21,7 @@ struct SweepCommand {
   bool retry_failed = false;
   std::optional<std::uint64_t> shuffle_seed;  // run the points in a seeded random order
   std::optional<std::size_t> task;            // run one task of `out`'s plan (a Slurm array task)
+  bool timing_only = false;                   // every run with --timing-only (in the plan)
 };
 
 // Returns the exit status: 0 when every run finished and none failed, 1 when some failed (they

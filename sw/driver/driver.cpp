@@ -45,7 +45,7 @@ void Driver::stream(std::uint32_t core) {
 }
 
 void Driver::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
-  serve_host_memory(memory_, gp);
+  serve_host_memory(memory_, gp, chip_.options().timing_only);
 }
 
 std::vector<float> Driver::outputs() const {

@@ -87,7 +87,7 @@ std::vector<std::uint8_t> FitDriver::read_memory(std::uint32_t chip, std::uint64
 }
 
 void FitDriver::b_transport(int, tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
-  serve_host_memory(memory_, gp);
+  serve_host_memory(memory_, gp, chips_.front()->options().timing_only);
 }
 
 }  // namespace tpu::driver

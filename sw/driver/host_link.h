@@ -56,18 +56,21 @@ void push_instructions(Socket& host2chip, std::uint32_t core,
   }
 }
 
-// The host memory's side of a chip's read or write.
-inline void serve_host_memory(std::vector<std::uint8_t>& memory, tlm::tlm_generic_payload& gp) {
+// The host memory's side of a chip's read or write. Timing only (the chips' SimOptions), as the
+// chips' memories: no bytes move.
+inline void serve_host_memory(std::vector<std::uint8_t>& memory, tlm::tlm_generic_payload& gp,
+                              bool timing_only) {
   const std::uint64_t a = gp.get_address(), n = gp.get_data_length();
   if (a > memory.size() || n > memory.size() - a) {
     gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
     return;
   }
+  gp.set_response_status(tlm::TLM_OK_RESPONSE);
+  if (timing_only) return;
   if (gp.is_write())
     std::memcpy(memory.data() + a, gp.get_data_ptr(), n);
   else
     std::memcpy(gp.get_data_ptr(), memory.data() + a, n);
-  gp.set_response_status(tlm::TLM_OK_RESPONSE);
 }
 
 }  // namespace tpu::driver

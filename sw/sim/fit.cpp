@@ -121,7 +121,7 @@ class Fit {
         cfg_(sys.chip),
         opt_(opt),
         scale_out_(opt.scale_out && sys.chips() > 1),
-        check_(opt.check && !scale_out_) {
+        check_(opt.check && !scale_out_ && !opt.timing_only) {
     // The system as one chip for the report's rates and energy: every chip's cores and MXUs
     // (peaks add up), every chip's idle power, its per-action energies (docs/systems.md).
     all_ = cfg_;
@@ -178,7 +178,8 @@ class Fit {
     shuffle_rng_.seed(opt_.seed ^ data::kShuffleStream);
 
     System system("system", sys_,
-                  scale_out_ ? System::Scale::kRepresentative : System::Scale::kEveryChip);
+                  scale_out_ ? System::Scale::kRepresentative : System::Scale::kEveryChip,
+                  SimOptions{opt_.timing_only});
     system_ = &system;
     std::vector<Chip*> chips;
     for (std::size_t c = 0; c < system.size(); ++c) chips.push_back(&system.chip(c));
@@ -211,7 +212,7 @@ class Fit {
       throw ProgramError(sys_.chips() > 1 ? "the system deadlocked during fit"
                                           : "the chip deadlocked during fit");
     FitResult r;
-    r.weights = chip_weights(drv_weights_);
+    if (!opt_.timing_only) r.weights = chip_weights(drv_weights_);
     r.report = report(now_s() - t0);
     if (!opt_.trace.empty())
       r.trace_json = report::chrome_trace_json(trace_, all_, tag_names(), fit_tracks());
@@ -259,7 +260,7 @@ class Fit {
     }
     const auto first = order_.begin() + std::ptrdiff_t{step_in_epoch_} * stride_;
     batch_index_.assign(first, first + std::ptrdiff_t{fed_});
-    fill(m, train_, batch_index_);
+    if (!opt_.timing_only) fill(m, train_, batch_index_);  // timing only: nothing reads them
     // The optimizer's record for t = iterations + 1.
     const nn::Optimizer& o = opt_.optimizer;
     const auto t = static_cast<double>(iterations_ + 1);
@@ -308,7 +309,7 @@ class Fit {
     std::iota(batch_index_.begin(), batch_index_.begin() + std::ptrdiff_t(val_real_), val_first_);
     std::fill(batch_index_.begin() + std::ptrdiff_t(val_real_), batch_index_.end(),
               val_first_ + val_real_ - 1);
-    fill(m, test_, batch_index_);
+    if (!opt_.timing_only) fill(m, test_, batch_index_);
     if (check_) start_validation_reference();
     return Next::Evaluate;
   }
@@ -317,7 +318,10 @@ class Fit {
     const LayerCounters counters = take_counters(end);
     const compiler::TrainingLayout& L = prog_.layout;
     double loss = 0, correct = 0;
-    const std::size_t counted = validating_ ? val_real_ : batch_index_.size();
+    // Timing only: the chip wrote no records.
+    const std::size_t counted = opt_.timing_only ? 0
+                                : validating_    ? val_real_
+                                                 : batch_index_.size();
     for (std::size_t i = 0; i < counted; ++i) {
       loss += get_f32(&m[L.records_addr + 8 * i]);
       correct += get_f32(&m[L.records_addr + 8 * i + 4]);
@@ -363,8 +367,9 @@ class Fit {
     }
     const double ms = static_cast<double>(e.cycles) / cfg_.clock_hz() * 1e3 / opt_.steps_per_epoch;
     // On a system, the step's split too: where the chips' time went, the all-reduce apart.
+    // Timing only, always, in place of the losses that were not computed.
     std::string split;
-    if (sys_.chips() > 1 && e.cycles > 0) {
+    if ((sys_.chips() > 1 || opt_.timing_only) && e.cycles > 0) {
       const auto share = [&](std::initializer_list<Part> parts) {
         double c = 0;
         for (Part p : parts) c += e.parts[static_cast<std::size_t>(p)];
@@ -375,16 +380,23 @@ class Fit {
                       share({Part::Forward, Part::Loss, Part::Backward}),
                       share({Part::Communication}), share({Part::Infeed}), share({Part::Update}));
     }
-    std::string line =
-        scale_out_
-            ? fmt::format("{}/{} - {:.3f} ms/step (simulated{}) - scale-out: timing only",
-                          opt_.steps_per_epoch, opt_.steps_per_epoch, ms, split)
-            : fmt::format("{}/{} - {:.3f} ms/step (simulated{}) - loss: {:.4f} - accuracy: {:.4f}",
-                          opt_.steps_per_epoch, opt_.steps_per_epoch, ms, split, e.loss / e.images,
+    std::string line = fmt::format("{}/{} - {:.3f} ms/step (simulated{})", opt_.steps_per_epoch,
+                                   opt_.steps_per_epoch, ms, split);
+    if (scale_out_) {
+      line += " - scale-out: timing only";
+    } else if (opt_.timing_only) {
+      // No losses were computed: what the validation's runs took instead of their figures.
+      line += " - timing only, no losses";
+      if (e.val_loss)
+        line += fmt::format(" - validation: {:.3f} ms simulated",
+                            static_cast<double>(e.val_cycles) / cfg_.clock_hz() * 1e3);
+    } else {
+      line += fmt::format(" - loss: {:.4f} - accuracy: {:.4f}", e.loss / e.images,
                           e.correct / e.images);
-    if (e.val_loss)
-      line +=
-          fmt::format(" - val_loss: {:.4f} - val_accuracy: {:.4f}", *e.val_loss, *e.val_accuracy);
+      if (e.val_loss)
+        line +=
+            fmt::format(" - val_loss: {:.4f} - val_accuracy: {:.4f}", *e.val_loss, *e.val_accuracy);
+    }
     log(line);
   }
 
@@ -590,6 +602,7 @@ class Fit {
   ordered_json report(double wall) const {
     ordered_json j;
     j["schema"] = "tpusim.fit/1";
+    if (opt_.timing_only) j["outputs_computed"] = false;
     j["chip"] = cfg_.name;
     if (sys_.chips() > 1) j["system"] = system_summary_json(sys_);
     j["model"] = g_.name;
@@ -613,13 +626,15 @@ class Fit {
       const EpochLog& e = epochs_[i];
       ordered_json x;
       x["epoch"] = i + 1;
-      if (!scale_out_) {  // scale-out computes no meaningful values
+      if (!scale_out_ && !opt_.timing_only) {  // neither computes meaningful values
         x["loss"] = e.loss / e.images;
         x["accuracy"] = e.correct / e.images;
       }
       if (e.val_loss) {
-        x["val_loss"] = *e.val_loss;
-        x["val_accuracy"] = *e.val_accuracy;
+        if (!opt_.timing_only) {
+          x["val_loss"] = *e.val_loss;
+          x["val_accuracy"] = *e.val_accuracy;
+        }
         x["val_images"] = e.val_images;
       }
       x["simulated_seconds"] = seconds(static_cast<double>(e.cycles));

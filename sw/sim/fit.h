@@ -44,6 +44,9 @@ struct FitOptions {
   // images (0: the training images fit reads; random inputs need it given) at the median step.
   std::uint32_t epochs_to_train = 0;
   std::uint64_t dataset_images = 0;
+  // Cycles, split, bytes, counts and energy only (SimOptions): no losses or weights computed, so
+  // no check; the report says "outputs_computed": false (docs/training.md, "Timing only").
+  bool timing_only = false;
   // A Chrome trace-event JSON of the first and the last step is wanted for this file.
   std::string trace;
   // Fault injection for tests: called with the step number and the reference's state after
@@ -56,7 +59,7 @@ struct FitOptions {
 struct FitResult {
   nlohmann::ordered_json report;  // tpusim.fit/1 (docs/report.md)
   std::string trace_json;  // when FitOptions::trace names a file: its content (docs/trace.md)
-  nn::Weights weights;     // the chip's, after the last step
+  nn::Weights weights;     // the chip's, after the last step (none when timing only)
 };
 
 // Throws InputError for bad inputs and ProgramError when the chip stops; a step whose weights

@@ -47,8 +47,8 @@ struct Simulated {
 };
 
 Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
-                   const std::vector<std::uint8_t>& encoded, Trace* trace) {
-  Chip chip("chip", cfg);
+                   const std::vector<std::uint8_t>& encoded, Trace* trace, SimOptions options) {
+  Chip chip("chip", cfg, std::nullopt, options);
   driver::Driver drv("driver", chip, prog, encoded);
   if (trace) chip.enable_trace(*trace);
   sc_core::sc_start();
@@ -64,7 +64,7 @@ Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
   for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c)
     s.cycles = std::max(s.cycles, chip.halted_at(c));
   chip.finish(s.cycles);
-  s.outputs = drv.outputs();
+  if (!options.timing_only) s.outputs = drv.outputs();
   s.loaded_at = drv.loaded_at();
   s.counters = chip.counters();
   for (const auto& core : chip.cores)
@@ -95,6 +95,8 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   const compiler::Program prog =
       compiler::compile(q, model, cfg, compiler::Options{opt.images, opt.batch});
   const auto encoded = nn::encode_input(q, in.images.data(), opt.images);
+  // Timing only: no outputs to check.
+  const bool check = opt.check && !opt.timing_only;
 
   // The references run on another core while the (single-threaded) kernel simulates: they
   // share nothing with it but read-only inputs.
@@ -112,7 +114,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
     return ref;
   };
   std::future<Reference> reference;
-  if (opt.check) {
+  if (check) {
     // The thread blocks the termination signals (it inherits the mask in force when it is
     // made), so they reach the main thread only (sw/io/signals.h). A process that may not start
     // another thread (RLIMIT_NPROC) computes the reference after the simulation instead.
@@ -125,7 +127,10 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   }
   const double t_sim = now_s();
   Trace trace;
-  const Simulated sim = simulate(cfg, prog, encoded, opt.trace.empty() ? nullptr : &trace);
+  SimOptions sim_options;
+  sim_options.timing_only = opt.timing_only;
+  const Simulated sim =
+      simulate(cfg, prog, encoded, opt.trace.empty() ? nullptr : &trace, sim_options);
   const double sim_wall = now_s() - t_sim;
   RunResult result;
   if (!opt.trace.empty()) {
@@ -138,6 +143,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   const double sim_cycles = static_cast<double>(sim.cycles);
   ordered_json r;
   r["schema"] = "tpusim.run/1";
+  if (opt.timing_only) r["outputs_computed"] = false;
   r["chip"] = chip_summary_json(cfg);
   r["chip"]["file"] = cfg.file;
   r["workload"] = {{"model", model.name},
@@ -153,7 +159,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
 
   // Reference and accuracy.
   double ref_wall = 0;
-  if (opt.check) {
+  if (check) {
     const Reference refs = reference.get();
     const auto& ref = refs.quantized;
     ref_wall = refs.wall;
@@ -227,6 +233,8 @@ std::string summary(const ordered_json& r) {
       r["workload"]["model"].get<std::string>(), r["workload"]["images"].get<std::uint64_t>(),
       r["workload"]["batch"].get<std::uint32_t>(), r["workload"]["weights"].get<std::string>(),
       r["workload"]["inputs"].get<std::string>());
+  if (r.contains("outputs_computed"))
+    s += "outputs     not computed (--timing-only): cycles, bytes and energy as a full run's\n";
   if (r.contains("accuracy")) {
     const auto& a = r["accuracy"];
     if (a.contains("top1"))

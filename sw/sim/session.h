@@ -23,6 +23,9 @@ struct RunOptions {
   std::uint64_t images = 10000;
   std::uint32_t batch = 256;
   bool check = true;  // run the quantized reference and compare
+  // Cycles, bytes, counts and energy only (SimOptions): no outputs computed, so no check and no
+  // accuracy; the report says "outputs_computed": false (docs/report.md).
+  bool timing_only = false;
   std::string trace;  // a Chrome trace-event JSON is wanted for this file (docs/trace.md)
 };
 

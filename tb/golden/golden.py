@@ -7,6 +7,11 @@
   golden.py bless --tpusim BIN [-j N] [--diff] [CASE...]
                                          run the cases (all by default), rewrite their goldens and
                                          print what changed, for the commit message
+  golden.py timing-only --tpusim BIN CASE
+                                         run CASE with and without --timing-only; exit 1 and print
+                                         the fields that differ unless the two reports are equal,
+                                         every number exactly, less the full run's `accuracy` and
+                                         the timing-only run's `"outputs_computed": false`
 
 A golden is `tpusim run --json`'s report without its `host` section (host timings), preceded by
 `golden_case` (the chip file and the run's arguments). Numbers that are whole in both files
@@ -55,11 +60,11 @@ def golden_path(case):
     return os.path.join(GOLDEN_DIR, case + ".json")
 
 
-def run_case(tpusim, case, spec):
+def run_case(tpusim, case, spec, extra=()):
     chip, _, args = spec
     with tempfile.TemporaryDirectory(prefix="tpusim-golden-") as tmp:
         report = os.path.join(tmp, "report.json")
-        cmd = [tpusim, "run", "--chip", chip] + args + ["--json", report]
+        cmd = [tpusim, "run", "--chip", chip] + args + list(extra) + ["--json", report]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             err = done.stderr.strip().splitlines()
@@ -86,16 +91,19 @@ def numbers_match(a, b):
     return math.isclose(a, b, rel_tol=RELATIVE_TOLERANCE, abs_tol=0.0)
 
 
-def differences(golden, now, path=""):
-    """Every leaf that moved: (path, golden value or None, value now or None)."""
+def differences(golden, now, path="", exact=False):
+    """Every leaf that moved: (path, golden value or None, value now or None). `exact`: numbers
+    equal as parsed, without the tolerance (the timing-only comparison)."""
     is_number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
     if is_number(golden) and is_number(now):
-        return [] if numbers_match(golden, now) else [(path, golden, now)]
+        same = (golden == now and type(golden) is type(now)) if exact else numbers_match(golden, now)
+        return [] if same else [(path, golden, now)]
     if isinstance(golden, dict) and isinstance(now, dict):
         out = []
         for k in golden:
             sub = f"{path}.{k}" if path else k
-            out += differences(golden[k], now[k], sub) if k in now else [(sub, golden[k], None)]
+            out += (differences(golden[k], now[k], sub, exact) if k in now
+                    else [(sub, golden[k], None)])
         out += [(f"{path}.{k}" if path else k, None, now[k]) for k in now if k not in golden]
         return out
     if isinstance(golden, list) and isinstance(now, list):
@@ -107,7 +115,7 @@ def differences(golden, now, path=""):
             if g is None or n is None:
                 out.append((sub, g, n))
             else:
-                out += differences(g, n, sub)
+                out += differences(g, n, sub, exact)
         return out
     return [] if golden == now else [(path, golden, now)]
 
@@ -131,9 +139,8 @@ def change(g, n):
     return text + (f" ({100 * delta / g:+.4g}%)" if g else "")
 
 
-def format_differences(diffs, limit=SHOWN_FIELDS):
+def format_differences(diffs, limit=SHOWN_FIELDS, heads=("field", "golden", "now", "change")):
     rows = [(p, show(g), show(n), change(g, n)) for p, g, n in diffs[:limit]]
-    heads = ("field", "golden", "now", "change")
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
     line = lambda r: "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                       for i, (c, w) in enumerate(zip(r, widths))).rstrip()
@@ -170,6 +177,37 @@ def check(args):
           f"within {RELATIVE_TOLERANCE:g} relative):")
     print(format_differences(diffs))
     print("If the change is intended, run scripts/bless-goldens.sh and commit the goldens.")
+    return 1
+
+
+def timing_only(args):
+    """The timing-only mode's promise (docs/timing-model.md, "Timing-only mode"): the same
+    report as a full run's, bit for bit, less what only a computation gives."""
+    all_cases = cases()
+    if args.case not in all_cases:
+        raise GoldenError(f"no case {args.case!r} (cases: {', '.join(all_cases)})")
+    full = run_case(args.tpusim, args.case, all_cases[args.case])
+    timing = run_case(args.tpusim, args.case, all_cases[args.case], ["--timing-only"])
+    problems = []
+    if "accuracy" not in full:
+        problems.append("the full run has no accuracy block (was it checked?)")
+    if "accuracy" in timing:
+        problems.append("the timing-only run has an accuracy block")
+    if timing.get("outputs_computed", True) is not False:
+        problems.append('the timing-only run does not say "outputs_computed": false')
+    full.pop("accuracy", None)
+    timing.pop("outputs_computed", None)
+    diffs = differences(full, timing, exact=True)
+    if not diffs and not problems:
+        print(f"{args.case}: the timing-only report equals the full run's "
+              f"({timing['totals']['cycles']:,} cycles)")
+        return 0
+    for p in problems:
+        print(f"{args.case}: {p}")
+    if diffs:
+        print(f"{args.case}: {len(diffs)} field(s) differ between the full run and the "
+              "timing-only run (every value must be equal):")
+        print(format_differences(diffs, heads=("field", "full run", "timing only", "change")))
     return 1
 
 
@@ -261,6 +299,9 @@ def main():
     b.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     b.add_argument("--diff", action="store_true", help="print every moved field")
     b.add_argument("cases", nargs="*")
+    t = sub.add_parser("timing-only")
+    t.add_argument("--tpusim", required=True)
+    t.add_argument("case")
     args = p.parse_args()
     try:
         if args.command == "list":
@@ -269,6 +310,8 @@ def main():
         if not os.access(args.tpusim, os.X_OK):
             raise GoldenError(f"--tpusim {args.tpusim}: not an executable file")
         args.tpusim = os.path.abspath(args.tpusim)
+        if args.command == "timing-only":
+            return timing_only(args)
         return check(args) if args.command == "check" else bless(args)
     except GoldenError as e:
         print(f"golden.py: {e}", file=sys.stderr)
