@@ -121,7 +121,9 @@ class Fit {
         cfg_(sys.chip),
         opt_(opt),
         scale_out_(opt.scale_out && sys.chips() > 1),
-        check_(opt.check && !scale_out_ && !opt.timing_only) {
+        // Scale-out's values are not the model's anyway: it computes none.
+        timing_only_(opt.timing_only || scale_out_),
+        check_(opt.check && !timing_only_) {
     // The system as one chip for the report's rates and energy: every chip's cores and MXUs
     // (peaks add up), every chip's idle power, its per-action energies (docs/systems.md).
     all_ = cfg_;
@@ -179,7 +181,7 @@ class Fit {
 
     System system("system", sys_,
                   scale_out_ ? System::Scale::kRepresentative : System::Scale::kEveryChip,
-                  SimOptions{opt_.timing_only});
+                  SimOptions{timing_only_});
     system_ = &system;
     std::vector<Chip*> chips;
     for (std::size_t c = 0; c < system.size(); ++c) chips.push_back(&system.chip(c));
@@ -212,7 +214,7 @@ class Fit {
       throw ProgramError(sys_.chips() > 1 ? "the system deadlocked during fit"
                                           : "the chip deadlocked during fit");
     FitResult r;
-    if (!opt_.timing_only) r.weights = chip_weights(drv_weights_);
+    if (!timing_only_) r.weights = chip_weights(drv_weights_);
     r.report = report(now_s() - t0);
     if (!opt_.trace.empty())
       r.trace_json = report::chrome_trace_json(trace_, all_, tag_names(), fit_tracks());
@@ -260,7 +262,7 @@ class Fit {
     }
     const auto first = order_.begin() + std::ptrdiff_t{step_in_epoch_} * stride_;
     batch_index_.assign(first, first + std::ptrdiff_t{fed_});
-    if (!opt_.timing_only) fill(m, train_, batch_index_);  // timing only: nothing reads them
+    if (!timing_only_) fill(m, train_, batch_index_);  // timing only: nothing reads them
     // The optimizer's record for t = iterations + 1.
     const nn::Optimizer& o = opt_.optimizer;
     const auto t = static_cast<double>(iterations_ + 1);
@@ -309,7 +311,7 @@ class Fit {
     std::iota(batch_index_.begin(), batch_index_.begin() + std::ptrdiff_t(val_real_), val_first_);
     std::fill(batch_index_.begin() + std::ptrdiff_t(val_real_), batch_index_.end(),
               val_first_ + val_real_ - 1);
-    if (!opt_.timing_only) fill(m, test_, batch_index_);
+    if (!timing_only_) fill(m, test_, batch_index_);
     if (check_) start_validation_reference();
     return Next::Evaluate;
   }
@@ -319,9 +321,7 @@ class Fit {
     const compiler::TrainingLayout& L = prog_.layout;
     double loss = 0, correct = 0;
     // Timing only: the chip wrote no records.
-    const std::size_t counted = opt_.timing_only ? 0
-                                : validating_    ? val_real_
-                                                 : batch_index_.size();
+    const std::size_t counted = timing_only_ ? 0 : validating_ ? val_real_ : batch_index_.size();
     for (std::size_t i = 0; i < counted; ++i) {
       loss += get_f32(&m[L.records_addr + 8 * i]);
       correct += get_f32(&m[L.records_addr + 8 * i + 4]);
@@ -369,7 +369,7 @@ class Fit {
     // On a system, the step's split too: where the chips' time went, the all-reduce apart.
     // Timing only, always, in place of the losses that were not computed.
     std::string split;
-    if ((sys_.chips() > 1 || opt_.timing_only) && e.cycles > 0) {
+    if ((sys_.chips() > 1 || timing_only_) && e.cycles > 0) {
       const auto share = [&](std::initializer_list<Part> parts) {
         double c = 0;
         for (Part p : parts) c += e.parts[static_cast<std::size_t>(p)];
@@ -384,7 +384,7 @@ class Fit {
                                    opt_.steps_per_epoch, ms, split);
     if (scale_out_) {
       line += " - scale-out: timing only";
-    } else if (opt_.timing_only) {
+    } else if (timing_only_) {
       // No losses were computed: what the validation's runs took instead of their figures.
       line += " - timing only, no losses";
       if (e.val_loss)
@@ -602,7 +602,7 @@ class Fit {
   ordered_json report(double wall) const {
     ordered_json j;
     j["schema"] = "tpusim.fit/1";
-    if (opt_.timing_only) j["outputs_computed"] = false;
+    if (timing_only_) j["outputs_computed"] = false;
     j["chip"] = cfg_.name;
     if (sys_.chips() > 1) j["system"] = system_summary_json(sys_);
     j["model"] = g_.name;
@@ -626,12 +626,12 @@ class Fit {
       const EpochLog& e = epochs_[i];
       ordered_json x;
       x["epoch"] = i + 1;
-      if (!scale_out_ && !opt_.timing_only) {  // neither computes meaningful values
+      if (!scale_out_ && !timing_only_) {  // neither computes meaningful values
         x["loss"] = e.loss / e.images;
         x["accuracy"] = e.correct / e.images;
       }
       if (e.val_loss) {
-        if (!opt_.timing_only) {
+        if (!timing_only_) {
           x["val_loss"] = *e.val_loss;
           x["val_accuracy"] = *e.val_accuracy;
         }
@@ -736,7 +736,7 @@ class Fit {
   const ChipConfig& cfg_;
   ChipConfig all_;  // the whole system as one chip, for rates and energy
   const FitOptions& opt_;
-  const bool scale_out_, check_;
+  const bool scale_out_, timing_only_, check_;
   ir::Graph g_;
   ir::TrainingGraph t_;
   Images train_, test_;  // test_: none (count 0) with random inputs

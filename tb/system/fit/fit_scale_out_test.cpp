@@ -65,6 +65,7 @@ TEST_P(FitScaleOut, TakesTheStepTimeOfEveryChipWithinOnePercent) {
   EXPECT_EQ(every["mode"], "every_chip");
   EXPECT_EQ(scale["mode"], "scale_out");
   EXPECT_EQ(scale["checked"], false);
+  EXPECT_EQ(scale["outputs_computed"], false);  // its values would not be the model's
   EXPECT_EQ(scale["replicas"], every["replicas"]);
   EXPECT_THAT(log.out, HasSubstr("scale-out: timing only"));
   EXPECT_THAT(log.out, Not(HasSubstr("loss:")));
