@@ -14,6 +14,11 @@ struct CliResult {
   std::string out;
 };
 
+// A file of the source tree, by its path from the top.
+inline std::string source(const std::string& rel) {
+  return std::string(TPUSIM_SOURCE_DIR) + "/" + rel;
+}
+
 inline CliResult run_tpusim(const std::string& args) {
   const std::string cmd = std::string(TPUSIM_BINARY_DIR) + "/tpusim " + args + " 2>&1";
   CliResult r;

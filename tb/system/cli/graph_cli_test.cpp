@@ -14,7 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
+using test::source;
 
 TEST(GraphCli, ShowsTheGraphAfterEveryPassInTheCompilersOrder) {
   const auto r = test::run_tpusim("graph --model " + source("configs/models/resnet50_block.json") +

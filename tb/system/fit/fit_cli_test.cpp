@@ -26,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
+using test::source;
 
 // Per process: test runs of several checkouts on one machine must not share directories.
 fs::path scratch(const std::string& name) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "common/cli.h"
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/sim/session.h"
@@ -16,7 +17,7 @@ using nlohmann::ordered_json;
 ChipConfig shipped(const std::string& name) {
   return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
 }
-std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
+using test::source;
 
 void expect_bit_exact(const ordered_json& r) {
   ASSERT_TRUE(r.contains("accuracy"));

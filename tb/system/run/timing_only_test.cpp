@@ -18,7 +18,7 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
+using test::source;
 
 // `tpusim run --chip configs/chips/<chip>.json <args> --json FILE`'s report, host times dropped.
 json run_report(const test::TempDir& tmp, const std::string& chip, const std::string& args,

@@ -26,7 +26,7 @@ using ::testing::HasSubstr;
 ChipConfig shipped(const std::string& name) {
   return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json");
 }
-std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
+using test::source;
 
 sim::RunOptions options(const std::string& model, std::uint64_t images) {
   sim::RunOptions o;

@@ -7,6 +7,7 @@
 #include <string>
 #include <variant>
 
+#include "common/cli.h"
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/import/import.h"
@@ -16,7 +17,7 @@
 namespace tpu::compiler {
 namespace {
 
-std::string source(const std::string& rel) { return std::string(TPUSIM_SOURCE_DIR) + "/" + rel; }
+using test::source;
 
 // A drain of a kernel gradient's partial (an fp32 activate, then an add that reads what it
 // wrote) whose chunk spans every column of the gradient is contiguous in the running sum as in
