@@ -13,7 +13,9 @@ using Code = std::vector<isa::Instruction>;
 
 UbAddr ub(std::uint64_t a) { return UbAddr(static_cast<std::uint32_t>(a)); }
 
-// Elements [begin, end) of the vector.
+// Elements [begin, end) of the vector. The cuts (docs/systems.md, "All-reduce") are written
+// again, on purpose, in the reference (sw/nn/all_reduce.cpp): the reference the chip is checked
+// against shares no code with the compiler, so a wrong cut here shows as a mismatch.
 struct Span {
   std::uint64_t begin = 0, end = 0;
 };

@@ -8,13 +8,14 @@
 //  1. Each chip sums its cores' gradients in core order: h = ((g0 + g1) + g2) + ...
 //  2. The chips' sums are all-reduced over the torus, part by part: the gradient (all parameters'
 //     elements, one after the other) is cut into ceil(cores / 2) contiguous parts (a pair of
-//     cores per part, one for each ring direction), each reduced on its own. Over a part, a reduce-scatter along each dimension of more than one chip in order,
-//     then an all-gather along them in reverse order (which moves sums and adds nothing). A
-//     reduce-scatter along a dimension of n chips (a ring, in coordinate order, whether or not
-//     the axis wraps) cuts the region it reduces into n chunks; chunk j ends at member j. Each
-//     chunk's first half travels in the + direction from member j + 1, each member adding its
-//     own value to what it received: ((h[j+1] + h[j+2]) + ...) + h[j] (a received partial plus
-//     the member's value); its second half in the - direction from member j - 1:
+//     cores per part, one for each ring direction), each reduced on its own. Over a part, a
+//     reduce-scatter along each dimension of more than one chip in order, then an all-gather along
+//     them in reverse order (which moves sums and adds nothing). A reduce-scatter along a dimension
+//     of n chips (a ring, in coordinate order, whether or not the axis wraps) cuts the region it
+//     reduces into n chunks; chunk j ends at member j. Each chunk's first half travels in the +
+//     direction from member j + 1, each member adding its own value to what it received: ((h[j+1] +
+//     h[j+2]) + ...) + h[j] (a received partial plus the member's value); its second half in the -
+//     direction from member j - 1:
 //     ((h[j-1] + h[j-2]) + ...) + h[j]. Indices are mod n. After it, member m holds chunk m summed
 //     along the dimension, and the next dimension reduces that chunk.
 //
