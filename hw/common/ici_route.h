@@ -14,16 +14,11 @@
 
 namespace tpu {
 
-struct IciRoute : tlm::tlm_extension<IciRoute> {
+struct IciRoute : CopiedExtension<IciRoute> {
   std::uint32_t from = 0;
   std::uint32_t to = 0;
   std::uint32_t sem = 0;
   std::string refusal;
-
-  [[nodiscard]] tlm::tlm_extension_base* clone() const override { return new IciRoute(*this); }
-  void copy_from(const tlm::tlm_extension_base& other) override {
-    *this = static_cast<const IciRoute&>(other);
-  }
 };
 
 // Whether the write's range lies in the destination's `memory_bytes` of off-chip memory; if not,

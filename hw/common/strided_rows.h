@@ -10,18 +10,15 @@
 #include <optional>
 #include <tlm>
 
+#include "hw/common/tlm_util.h"
+
 namespace tpu {
 
-struct StridedRows : tlm::tlm_extension<StridedRows> {
+struct StridedRows : CopiedExtension<StridedRows> {
   std::uint32_t rows = 0;
   std::uint64_t row_bytes = 0;
   std::uint64_t pitch = 0;
   std::optional<std::uint32_t> refused_row;
-
-  [[nodiscard]] tlm::tlm_extension_base* clone() const override { return new StridedRows(*this); }
-  void copy_from(const tlm::tlm_extension_base& other) override {
-    *this = static_cast<const StridedRows&>(other);
-  }
 };
 
 }  // namespace tpu

@@ -8,6 +8,18 @@
 
 namespace tpu {
 
+// A side band carried by value (a generic payload's extension): clone and copy_from are the
+// struct's own copy. `struct Mine : CopiedExtension<Mine> { ... };`
+template <class T>
+struct CopiedExtension : tlm::tlm_extension<T> {
+  [[nodiscard]] tlm::tlm_extension_base* clone() const override {
+    return new T(static_cast<const T&>(*this));
+  }
+  void copy_from(const tlm::tlm_extension_base& other) override {
+    static_cast<T&>(*this) = static_cast<const T&>(other);
+  }
+};
+
 // One blocking read or write of `len` bytes at `addr`, carrying `extensions` (side band, e.g.
 // StridedRows) for the call; returns the target's response status.
 template <class Socket, class... Extensions>

@@ -18,6 +18,20 @@ IciRouter::IciRouter(sc_core::sc_module_name name, IciFabric& fabric, std::uint6
       memory_bytes_(memory_bytes),
       mirrored_(mirrored) {
   in.register_b_transport(this, &IciRouter::b_transport);
+  if (mirrored_) {
+    // Per axis, the ring through chip 0: the mean of its edges c -> c + 1 (mod n), rounded.
+    const std::vector<std::uint32_t>& dims = fabric_.topology().dims();
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      const std::uint32_t n = dims[d];
+      std::vector<std::uint32_t> a(dims.size(), 0), b(dims.size(), 0);
+      std::uint64_t sum = 0;
+      for (std::uint32_t c = 0; c < n; ++c) {
+        a[d] = c, b[d] = (c + 1) % n;
+        sum += fabric_.latency(fabric_.chip_at(a), fabric_.chip_at(b)).value();
+      }
+      ring_edge_.push_back(Cycles{(sum + n / 2) / n});
+    }
+  }
   SC_HAS_PROCESS(IciRouter);
   SC_THREAD(deliver);
 }
@@ -60,19 +74,8 @@ void IciRouter::b_transport(int, tlm::tlm_generic_payload& gp, sc_core::sc_time&
 
 Cycles IciRouter::ring_edge_latency(std::uint32_t to) const {
   const std::vector<std::uint32_t> at = fabric_.coordinates(to);
-  const std::vector<std::uint32_t>& dims = fabric_.topology().dims();
-  for (std::size_t d = 0; d < dims.size(); ++d) {
-    if (at[d] == 0) continue;
-    // The ring along axis d through chip 0: the mean of its edges c -> c + 1 (mod n), rounded.
-    const std::uint32_t n = dims[d];
-    std::vector<std::uint32_t> a(dims.size(), 0), b(dims.size(), 0);
-    std::uint64_t sum = 0;
-    for (std::uint32_t c = 0; c < n; ++c) {
-      a[d] = c, b[d] = (c + 1) % n;
-      sum += fabric_.latency(fabric_.chip_at(a), fabric_.chip_at(b)).value();
-    }
-    return Cycles{(sum + n / 2) / n};
-  }
+  for (std::size_t d = 0; d < at.size(); ++d)
+    if (at[d] != 0) return ring_edge_[d];
   return fabric_.latency(0, to);  // chip 0 itself
 }
 

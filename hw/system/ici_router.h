@@ -62,6 +62,7 @@ class IciRouter : public sc_core::sc_module {
   IciFabric& fabric_;
   std::uint64_t memory_bytes_;
   bool mirrored_;
+  std::vector<Cycles> ring_edge_;  // mirrored: per axis, its ring's mean edge latency
   std::priority_queue<std::unique_ptr<Arrival>, std::vector<std::unique_ptr<Arrival>>, Later>
       pending_;
   std::uint64_t posted_ = 0;
