@@ -703,7 +703,9 @@ int run_sweep(SweepCommand& cmd) {
           cmd.spec));
     // In the runs' arguments, so the plan (sweep.json) records it: resuming without the flag is
     // another sweep.
-    for (sweep::Workload& w : spec.workloads) w.run_args.emplace_back("--timing-only");
+    for (sweep::Workload& w : spec.workloads)
+      if (std::find(w.run_args.begin(), w.run_args.end(), "--timing-only") == w.run_args.end())
+        w.run_args.emplace_back("--timing-only");
   }
   const std::string out = cmd.out.empty() ? "results/" + spec.name : cmd.out;
   Sweep s(std::move(spec), out);
