@@ -62,6 +62,9 @@ Case raw(std::string name, const std::string& pointer, const std::string& value,
 
 std::vector<Case> cases() {
   const std::string whole = spec().dump(2);
+  json checked_timing_only = system_spec();
+  checked_timing_only["check"] = true;
+  checked_timing_only["workloads"][0]["timing_only"] = true;
   return {
       text("sweep_empty_file", "", "not valid JSON"),
       text("sweep_binary_garbage", garbage(4096, 21), "not valid JSON"),
@@ -146,6 +149,8 @@ std::vector<Case> cases() {
       system_set("sweep_system_axis_named_chips", "/axes/0/name", "chips", "\"chips\""),
       system_set("sweep_system_topology_workload", "/workloads/0/topology", "x.csv",
                  "/workloads/0/topology"),
+      text("sweep_system_timing_only_with_check", checked_timing_only.dump(2),
+           "/workloads/0/timing_only"),
       set("sweep_chip_fit_workload", "/workloads/0/command", "fit", "needs a system config"),
   };
 }
