@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Plots of a `tpusim sweep` (docs/sweeps.md): each metric against each axis, and a heat map when
-the sweep has two axes. Reads the sweep's results.json (schema tpusim.sweep/1).
+the sweep has two axes. Reads the sweep's results.json (schema tpusim.sweep/1). In a system
+sweep an axis of slices (values that are not numbers) is drawn against the points' chips.
 
 Usage: scripts/sweep_plots.py RESULTS_DIR [--html OUT.html] [--png-dir DIR] [--metric M ...]
 
@@ -22,6 +23,8 @@ import tpusim_io  # noqa: E402  (the one writer: tpusim's promises for outputs)
 
 PROG = "sweep_plots.py"
 DEFAULT_METRICS = ["ops_per_s", "utilization", "ops_per_j", "avg_power_w"]
+# A system sweep's (fit workloads): those of them its table has.
+DEFAULT_FIT_METRICS = ["step_seconds", "images_per_s", "all_reduce_share", "scaling_efficiency"]
 LABELS = {
     "cycles": "cycles",
     "seconds": "simulated seconds",
@@ -32,6 +35,12 @@ LABELS = {
     "avg_power_w": "average power (W)",
     "ops_per_j": "ops/J",
     "bytes_off_chip": "bytes off-chip",
+    "replicas": "replicas",
+    "global_batch": "global batch",
+    "step_cycles": "step cycles",
+    "step_seconds": "step time (simulated s)",
+    "all_reduce_share": "all-reduce share of the step",
+    "scaling_efficiency": "scaling efficiency (vs one chip)",
 }
 # Lines drawn per plot at most: more (a third axis) would be unreadable.
 MAX_LINES = 8
@@ -73,14 +82,35 @@ def value_of(point, workload, metric):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
 
-def axis_positions(axis):
-    """x positions of an axis's values, and whether a log scale suits them."""
+def chips_of(doc, axis):
+    """In a system sweep, each value of the axis's chips, when every point of a value has the
+    same chips and no two values share a count (an axis of slices); else None."""
+    if not all("chips" in p for p in doc["points"]):
+        return None
+    seen = {}
+    for p in doc["points"]:
+        key = json.dumps(p["axes"][axis["name"]])
+        if seen.setdefault(key, p["chips"]) != p["chips"]:
+            return None
+    chips = [seen.get(json.dumps(v)) for v in axis["values"]]
+    if None in chips or len(set(chips)) != len(chips):
+        return None
+    return chips
+
+
+def axis_positions(doc, axis):
+    """x positions of an axis's values, their tick labels, the x label, and whether a log scale
+    suits them."""
     vals = axis["values"]
+    chips = None if numeric(vals) else chips_of(doc, axis)
+    if chips is not None:
+        vals = chips
     if numeric(vals):
         xs = [float(v) for v in vals]
         log = min(xs) > 0 and max(xs) / min(xs) >= 16
-        return xs, log, False
-    return list(range(len(vals))), False, True
+        name = axis["name"] + (" (chips)" if chips is not None else "")
+        return xs, [shown(v) for v in vals], name, log, False
+    return list(range(len(vals))), [shown(v) for v in vals], axis["name"], False, True
 
 
 def line_plots(doc, metric):
@@ -93,7 +123,7 @@ def line_plots(doc, metric):
     figs = []
     axes = doc["axes"]
     for ai, axis in enumerate(axes):
-        xs, log, categorical = axis_positions(axis)
+        xs, ticks, xlabel, log, categorical = axis_positions(doc, axis)
         index = {json.dumps(v): i for i, v in enumerate(axis["values"])}
         groups = {}
         for p in doc["points"]:
@@ -111,16 +141,16 @@ def line_plots(doc, metric):
                 label = w["name"] + ("".join(f", {k}={v}" for k, v in others) if others else "")
                 ax.plot(xs, ys, marker="o", label=label)
                 drawn += 1
-        ax.set_xlabel(axis["name"])
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(LABELS.get(metric, metric))
         if log:
             ax.set_xscale("log")
         if categorical:
             ax.set_xticks(xs)
-            ax.set_xticklabels([shown(v) for v in axis["values"]])
+            ax.set_xticklabels(ticks)
         else:
             ax.set_xticks(xs)
-            ax.set_xticklabels([shown(v) for v in axis["values"]], rotation=45 if len(xs) > 6 else 0)
+            ax.set_xticklabels(ticks, rotation=45 if len(xs) > 6 else 0)
             ax.minorticks_off()
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
@@ -188,15 +218,18 @@ def png_bytes(fig):
 
 
 def table_html(doc, metrics):
-    head = ["point"] + [a["name"] for a in doc["axes"]]
+    system = all("chips" in p for p in doc["points"])
+    head = ["point"] + [a["name"] for a in doc["axes"]] + (["chips"] if system else [])
     for w in doc["workloads"]:
         head += [f"{w['name']} {LABELS.get(m, m)}" for m in metrics] + [f"{w['name']} status"]
     rows = []
     for p in doc["points"]:
         cells = [p["id"]] + [shown(p["axes"][a["name"]]) for a in doc["axes"]]
+        if system:
+            cells.append(p["chips"])
         for w in doc["workloads"]:
             c = p["workloads"][w["name"]]
-            cells += [f"{c[m]:.4g}" if c.get("status") == "ok" else "" for m in metrics]
+            cells += [f"{c[m]:.4g}" if c.get("status") == "ok" and m in c else "" for m in metrics]
             cells.append(c["status"] + (f": {c['error']}" if c.get("error") else ""))
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells) + "</tr>")
     return ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) +
@@ -225,6 +258,13 @@ Source: {html.escape(source)}.</p>
 """
 
 
+def default_metrics(doc):
+    have = doc.get("metrics", [])
+    if "step_seconds" in have:
+        return [m for m in DEFAULT_FIT_METRICS if m in have]
+    return DEFAULT_METRICS
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -232,12 +272,13 @@ def main(argv=None):
     p.add_argument("--html", metavar="OUT", help="write one self-contained page here")
     p.add_argument("--png-dir", metavar="DIR", help="write the plots as PNG files here")
     p.add_argument("--metric", action="append", choices=sorted(LABELS),
-                   help=f"metric to plot (repeatable; default: {' '.join(DEFAULT_METRICS)})")
+                   help=f"metric to plot (repeatable; default: {' '.join(DEFAULT_METRICS)}; for a "
+                   f"system sweep those of {' '.join(DEFAULT_FIT_METRICS)} its table has)")
     a = p.parse_args(argv)
     tpusim_io.install_signal_exit()
-    metrics = a.metric or DEFAULT_METRICS
     try:
         source, doc = load(a.results)
+        metrics = a.metric or default_metrics(doc)
         if a.html:
             tpusim_io.check_not_input(a.html, [source])
         missing = [m for m in metrics if m not in doc.get("metrics", [])]

@@ -255,6 +255,10 @@ SystemConfig load_system_config(const std::string& path) {
   return parse_system_config(doc, Context{path, &origins});
 }
 
+SystemConfig parse_system_config(const json& doc, const std::string& origin) {
+  return parse_system_config(doc, Context{origin, nullptr});
+}
+
 SystemConfig system_of_chip(const ChipConfig& chip) {
   SystemConfig s;
   s.file = chip.file;

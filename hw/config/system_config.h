@@ -71,6 +71,10 @@ struct SystemConfig {
 // configs: a slice is a pod config included with other dims.
 SystemConfig load_system_config(const std::string& path);
 
+// A system config built in memory, its includes already resolved (a sweep's design point): every
+// message names `origin`, and /chip is relative to `origin`'s directory unless absolute.
+SystemConfig parse_system_config(const nlohmann::json& doc, const std::string& origin);
+
 // A chip alone as a one-chip system: dims {1}, no wraparound, no links, one host.
 SystemConfig system_of_chip(const ChipConfig& chip);
 

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "hw/common/error.h"
@@ -38,9 +39,16 @@ const std::vector<std::string> kMetrics = {"cycles",       "seconds",     "ops_p
                                            "images_per_s", "utilization", "energy_j",
                                            "avg_power_w",  "ops_per_j",   "bytes_off_chip"};
 
+// A system sweep's columns, from each fit report's last step (docs/sweeps.md): its cycles,
+// seconds, images/s and energy, the share of it the gradient all-reduce left exposed, and the
+// scaling efficiency against the nearest one-chip point when the sweep has one.
+const std::vector<std::string> kFitMetrics = {"replicas",        "global_batch", "step_cycles",
+                                              "step_seconds",    "images_per_s", "energy_j",
+                                              "all_reduce_share"};
+
 // Where a task (one design point x one workload) keeps its files, under the sweep's directory.
 struct TaskFiles {
-  std::string dir, chip, report, host, failed, log;
+  std::string dir, config, report, host, failed, log;
 };
 
 class Sweep {
@@ -66,7 +74,7 @@ class Sweep {
     TaskFiles f;
     f.dir = fmt::format("{}/points/{}", out_, point(t).id);
     const std::string w = fmt::format("{}/{}", f.dir, workload(t).name);
-    f.chip = f.dir + "/chip.json";
+    f.config = f.dir + "/" + sweep::config_file(spec_);
     f.report = w + ".json";
     f.host = w + ".host.json";
     f.failed = w + ".failed.json";
@@ -85,10 +93,16 @@ class Sweep {
     ProcessJob j;
     // The report comes back on standard output: the run writes no file, so it cannot fail for
     // the sweep's disk, and nothing of it is on disk before the sweep records it.
-    j.argv = {"tpusim", "run", "--chip", rel + "chip.json", "--json", "-"};
+    const sweep::Workload& w = workload(t);
+    if (w.command == "fit")
+      j.argv = {"tpusim", "fit", "--system", rel + "system.json", "--json", "-"};
+    else
+      j.argv = {"tpusim", "run", "--chip", rel + "chip.json", "--json", "-"};
     j.cwd = out_;
-    const auto& a = workload(t).run_args;
-    j.argv.insert(j.argv.end(), a.begin(), a.end());
+    j.argv.insert(j.argv.end(), w.run_args.begin(), w.run_args.end());
+    // A fixed batch per chip: the global batch grows with the slice.
+    if (w.command == "fit")
+      j.argv.insert(j.argv.end(), {"--batch", std::to_string(w.batch_per_chip * point(t).chips)});
     return j;
   }
 
@@ -145,7 +159,8 @@ class Sweep {
   }
 
   // Lays out the directory: the plan (refusing a directory that holds another sweep) and each
-  // point's chip config, runnable by hand with `tpusim run --chip points/<id>/chip.json`.
+  // point's config, runnable by hand with `tpusim run --chip points/<id>/chip.json` (or
+  // `tpusim fit --system points/<id>/system.json`).
   void prepare() {
     io::make_directory(out_);
     lock();
@@ -165,7 +180,7 @@ class Sweep {
       const std::string dir = fmt::format("{}/points/{}", out_, p.id);
       io::make_directory(dir);
       const std::string text = p.chip.dump(2) + "\n";
-      const std::string file = dir + "/chip.json";
+      const std::string file = dir + "/" + sweep::config_file(spec_);
       if (!exists(file) || read_file(file) != text) io::write_file(file, text);
     }
   }
@@ -233,14 +248,19 @@ class Sweep {
     res["combine"] = spec_.zip ? "zip" : "product";
     for (const auto& a : spec_.axes)
       res["axes"].push_back({{"name", a.name}, {"pointers", a.pointers}, {"values", a.values}});
-    for (const auto& w : spec_.workloads)
-      res["workloads"].push_back({{"name", w.name}, {"run_args", w.run_args}});
-    std::vector<std::string> metrics = kMetrics;
-    if (spec_.check) metrics.emplace_back("bit_exact");
+    for (const auto& w : spec_.workloads) res["workloads"].push_back(sweep::workload_json(w));
+    std::vector<std::string> metrics = spec_.system ? kFitMetrics : kMetrics;
+    if (spec_.check && !spec_.system) metrics.emplace_back("bit_exact");
+    // Per point, the one-chip point its scaling efficiency is measured against.
+    const std::vector<std::optional<std::size_t>> reference = scaling_references();
+    const bool scaling = std::any_of(reference.begin(), reference.end(),
+                                     [](const auto& r) { return r.has_value(); });
+    if (scaling) metrics.emplace_back("scaling_efficiency");
     res["metrics"] = metrics;
 
     std::string csv = "point";
     for (const auto& a : spec_.axes) csv += "," + csv_field(a.name);
+    if (spec_.system) csv += ",chips";
     for (const auto& w : spec_.workloads) {
       csv += "," + csv_field(w.name + ".status");
       for (const auto& m : metrics) csv += "," + csv_field(w.name + "." + m);
@@ -259,6 +279,10 @@ class Sweep {
         row["axes"][spec_.axes[a].name] = pt.values[a];
         csv += "," + csv_field(shown(pt.values[a]));
       }
+      if (spec_.system) {
+        row["chips"] = pt.chips;
+        csv += fmt::format(",{}", pt.chips);
+      }
       for (std::size_t w = 0; w < spec_.workloads.size(); ++w) {
         const std::size_t t = p * spec_.workloads.size() + w;
         const TaskFiles f = files(t);
@@ -267,9 +291,24 @@ class Sweep {
         if (exists(f.report)) {
           cell["status"] = "ok";
           read_record(f.report, [&](const ordered_json& rep) {
-            for (const auto& m : kMetrics) cell[m] = rep.at("totals").at(m);
-            if (spec_.check) cell["bit_exact"] = rep.at("accuracy").at("bit_exact");
+            if (spec_.system) {
+              fit_metrics(rep, cell);
+            } else {
+              for (const auto& m : kMetrics) cell[m] = rep.at("totals").at(m);
+              if (spec_.check) cell["bit_exact"] = rep.at("accuracy").at("bit_exact");
+            }
           });
+          if (reference[p]) {
+            const std::size_t rt = *reference[p] * spec_.workloads.size() + w;
+            if (exists(files(rt).report))
+              read_record(files(rt).report, [&](const ordered_json& one) {
+                ordered_json ref;
+                fit_metrics(one, ref);
+                cell["scaling_efficiency"] = cell["images_per_s"].get<double>() /
+                                             (pt.chips * ref["images_per_s"].get<double>());
+                cell["scaling_reference"] = spec_.points[*reference[p]].id;
+              });
+          }
           ++n.done;
         } else if (exists(f.failed)) {
           cell["status"] = "failed";
@@ -304,6 +343,42 @@ class Sweep {
     table.set(csv_file, csv);
     table.commit();
     return n;
+  }
+
+  // A fit report's figures for the table: its last step's (docs/sweeps.md).
+  static void fit_metrics(const ordered_json& rep, ordered_json& cell) {
+    const ordered_json& last = rep.at("step").at("last");
+    cell["replicas"] = rep.at("replicas");
+    cell["global_batch"] = rep.at("global_batch");
+    cell["step_cycles"] = last.at("cycles");
+    cell["step_seconds"] = last.at("seconds");
+    cell["images_per_s"] = last.at("images_per_s");
+    cell["energy_j"] = last.at("energy_j");
+    cell["all_reduce_share"] =
+        last.at("split_cycles").at("communication").get<double>() / last.at("cycles").get<double>();
+  }
+
+  // For each point of a system sweep, the one-chip point that differs from it in the fewest axis
+  // values (the earliest of equals): with one axis of slices, the sweep's one-chip point; with
+  // another axis beside it, the one-chip point of the same value there. None when the sweep has
+  // no one-chip point.
+  [[nodiscard]] std::vector<std::optional<std::size_t>> scaling_references() const {
+    std::vector<std::optional<std::size_t>> ref(spec_.points.size());
+    if (!spec_.system) return ref;
+    for (std::size_t p = 0; p < spec_.points.size(); ++p) {
+      std::size_t best_diff = spec_.axes.size() + 1;
+      for (std::size_t q = 0; q < spec_.points.size(); ++q) {
+        if (spec_.points[q].chips != 1) continue;
+        std::size_t diff = 0;
+        for (std::size_t a = 0; a < spec_.axes.size(); ++a)
+          diff += spec_.points[p].values[a] != spec_.points[q].values[a];
+        if (diff < best_diff) {
+          best_diff = diff;
+          ref[p] = q;
+        }
+      }
+    }
+    return ref;
   }
 
   static bool exists(const std::string& path) {
@@ -628,7 +703,9 @@ int run_sweep(SweepCommand& cmd) {
           cmd.spec));
     // In the runs' arguments, so the plan (sweep.json) records it: resuming without the flag is
     // another sweep.
-    for (sweep::Workload& w : spec.workloads) w.run_args.emplace_back("--timing-only");
+    for (sweep::Workload& w : spec.workloads)
+      if (std::find(w.run_args.begin(), w.run_args.end(), "--timing-only") == w.run_args.end())
+        w.run_args.emplace_back("--timing-only");
   }
   const std::string out = cmd.out.empty() ? "results/" + spec.name : cmd.out;
   Sweep s(std::move(spec), out);

@@ -12,6 +12,8 @@
 #include "hw/common/input_file.h"
 #include "hw/common/json_text.h"
 #include "hw/config/chip_config.h"
+#include "hw/config/json_reader.h"
+#include "hw/config/system_config.h"
 
 namespace tpu::sweep {
 
@@ -256,17 +258,87 @@ AxisSettings read_axis(const json& j, std::size_t index, const std::string& file
   return a;
 }
 
+// A workload's name names files and table columns; points/<id>/<reserved>.json is the point's
+// config.
+void check_workload_name(Fields& f, const std::string& name, const std::string& reserved) {
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-')
+      f.fail("name", fmt::format("= \"{}\" (letters, digits, '_' and '-' only: it names files "
+                                 "and table columns)",
+                                 name));
+  if (name == reserved)
+    f.fail("name", fmt::format("= \"{0}\" (reserved: points/<id>/{0}.json is the point's {0} "
+                               "config; name the workload otherwise)",
+                               reserved));
+}
+
+std::string existing_file(Fields& f, const fs::path& dir, const std::string& key) {
+  const std::string p = relative_to(dir, f.string(key));
+  if (const std::string why = not_a_file(p); !why.empty())
+    f.fail(key, fmt::format("= \"{}\" ({})", p, why));
+  return p;
+}
+
+// A system sweep's workload: `tpusim fit` steps on every design point, the global batch
+// batch_per_chip x the point's chips (a fixed batch per chip, as Google's pod setups).
+Workload read_fit_workload(Fields& f, const fs::path& dir, bool check) {
+  Workload w;
+  w.command = "fit";
+  auto& a = w.run_args;
+  const std::string m = existing_file(f, dir, "model");
+  a = {"--model", m};
+  // "random" (fit's default): seeded random weights; anything else: a weights file.
+  const std::string weights = f.string("weights", "random");
+  if (weights == "random")
+    a.emplace_back("--random-weights");
+  else
+    a.insert(a.end(), {"--weights", existing_file(f, dir, "weights")});
+  a.insert(a.end(), {"--seed", std::to_string(f.integer("seed", 0, ~std::uint64_t{0}, 1)),
+                     "--steps", std::to_string(f.integer("steps", 1, 1000000, 1))});
+  w.batch_per_chip = f.integer("batch_per_chip", 1, 1u << 20, 32);
+  if (f.has("optimizer")) {
+    const std::string o = f.string("optimizer");
+    if (o != "adam" && o != "sgd" && o != "momentum")
+      f.fail("optimizer", fmt::format("= \"{}\" (must be \"adam\", \"sgd\" or \"momentum\")", o));
+    a.insert(a.end(), {"--optimizer", o});
+  }
+  if (f.has("learning_rate")) {
+    const double lr = f.number("learning_rate");
+    if (!(lr > 0)) f.fail("learning_rate", fmt::format("= {} (must be > 0)", lr));
+    a.insert(a.end(), {"--learning-rate", fmt::format("{}", lr)});
+  }
+  if (f.boolean("scale_out", false)) a.emplace_back("--scale-out");
+  // Timing only: the one-chip point of a scaling sweep, which scale-out leaves computing values,
+  // takes 20 times less (the same cycles and energy).
+  if (f.boolean("timing_only", false)) {
+    if (check)
+      f.fail("timing_only",
+             "= true computes no values to check, but the spec sets \"check\": true");
+    a.emplace_back("--timing-only");
+  }
+  if (f.has("data_dir")) a.insert(a.end(), {"--data-dir", relative_to(dir, f.string("data_dir"))});
+  if (!check) a.emplace_back("--no-check");
+  w.name = f.string("name", fs::path(m).stem().string());
+  check_workload_name(f, w.name, "system");
+  f.done();
+  return w;
+}
+
 Workload read_workload(const json& j, std::size_t index, const std::string& file,
-                       const fs::path& dir, bool check) {
+                       const fs::path& dir, bool check, bool system) {
   Fields f(j, fmt::format("/workloads/{}", index), file);
+  const std::string command = f.string("command", system ? "fit" : "run");
+  if (command != (system ? "fit" : "run"))
+    f.fail("command", system ? fmt::format("= \"{}\" (a system sweep's workloads are \"fit\": "
+                                           "the base is a system config)",
+                                           command)
+                             : fmt::format("= \"{}\" (a chip sweep's workloads are \"run\"; "
+                                           "\"fit\" needs a system config as the base)",
+                                           command));
+  if (system) return read_fit_workload(f, dir, check);
   Workload w;
   auto& a = w.run_args;
-  auto existing = [&](const std::string& key) {
-    const std::string p = relative_to(dir, f.string(key));
-    if (const std::string why = not_a_file(p); !why.empty())
-      f.fail(key, fmt::format("= \"{}\" ({})", p, why));
-    return p;
-  };
+  auto existing = [&](const std::string& key) { return existing_file(f, dir, key); };
   if (f.has("model") == f.has("topology"))
     f.fail("", "needs exactly one of \"model\" and \"topology\"");
   std::string default_name;
@@ -296,16 +368,8 @@ Workload read_workload(const json& j, std::size_t index, const std::string& file
   if (f.has("data_dir")) a.insert(a.end(), {"--data-dir", relative_to(dir, f.string("data_dir"))});
   if (!check) a.emplace_back("--no-check");
   w.name = f.string("name", default_name);
-  for (char c : w.name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-')
-      f.fail("name", fmt::format("= \"{}\" (letters, digits, '_' and '-' only: it names files "
-                                 "and table columns)",
-                                 w.name));
   // points/<id>/chip.json is the point's chip config; a workload's report is <name>.json.
-  if (w.name == "chip")
-    f.fail("name",
-           "= \"chip\" (reserved: points/<id>/chip.json is the point's chip config; name "
-           "the workload otherwise)");
+  check_workload_name(f, w.name, "chip");
   f.done();
   return w;
 }
@@ -326,7 +390,17 @@ json apply(json doc, const Axis& axis, const std::vector<json>& setting) {
   return doc;
 }
 
+// Validates a design point (or the base with one axis value) as the spec's kind of config;
+// returns its chips.
+std::uint32_t validate(const Spec& s, const json& doc, const std::string& origin) {
+  if (s.system) return parse_system_config(doc, origin).chips();
+  (void)parse_chip_config(doc, origin);
+  return 1;
+}
+
 }  // namespace
+
+std::string config_file(const Spec& spec) { return spec.system ? "system.json" : "chip.json"; }
 
 std::string describe_point(const Spec& spec, const Point& point) {
   std::string s;
@@ -355,9 +429,23 @@ Spec load_spec(const std::string& path) {
     f.fail("combine", fmt::format("= \"{}\" (must be \"product\" or \"zip\")", combine));
   s.zip = combine == "zip";
   s.check = f.boolean("check", false);
-  // The base must be a valid chip on its own: an error here is the base file's, not an axis's.
-  const json base = load_json_with_includes(s.base);
-  (void)parse_chip_config(base, s.base);
+  // The base must be a valid config on its own: an error here is the base file's, not an
+  // axis's. A system config names its chip; a chip config has no "chip" key.
+  json base = load_json_with_includes(s.base);
+  s.system = base.is_object() && base.contains("chip");
+  if (s.system) {
+    (void)load_system_config(s.base);
+    // /chip is relative to the file that wrote it (the base or a file it includes): made
+    // absolute, so a point's system.json is valid in its own directory.
+    config_reader::Origins origins;
+    base = config_reader::load_with_includes(s.base, "system config", origins);
+    const config_reader::Context ctx{s.base, &origins};
+    base["chip"] = config_reader::referenced_file(ctx.file_of("/chip"), "/chip", base["chip"])
+                       .lexically_normal()
+                       .string();
+  } else {
+    (void)parse_chip_config(base, s.base);
+  }
 
   const json& axes = f.get("axes");
   if (!axes.is_array() || axes.empty()) f.fail("axes", "must be a non-empty array of axes");
@@ -366,6 +454,10 @@ Spec load_spec(const std::string& path) {
   for (std::size_t i = 0; i < axes.size(); ++i) {
     settings.push_back(read_axis(axes[i], i, path, base));
     const Axis& ax = settings.back().axis;
+    // A system sweep's table has a "chips" column of its own.
+    if (s.system && ax.name == "chips")
+      f.fail(fmt::format("axes/{}", i),
+             "is named \"chips\", the column a system sweep adds; name the axis otherwise");
     if (!names.insert(ax.name).second)
       f.fail(fmt::format("axes/{}/name", i), fmt::format("\"{}\" names two axes", ax.name));
     for (const auto& p : ax.pointers)
@@ -377,7 +469,7 @@ Spec load_spec(const std::string& path) {
   if (!wl.is_array() || wl.empty()) f.fail("workloads", "must be a non-empty array of workloads");
   std::set<std::string> wnames;
   for (std::size_t i = 0; i < wl.size(); ++i) {
-    s.workloads.push_back(read_workload(wl[i], i, path, dir, s.check));
+    s.workloads.push_back(read_workload(wl[i], i, path, dir, s.check, s.system));
     if (!wnames.insert(s.workloads.back().name).second)
       f.fail(fmt::format("workloads/{}/name", i),
              fmt::format("\"{}\" names two workloads", s.workloads.back().name));
@@ -388,7 +480,7 @@ Spec load_spec(const std::string& path) {
   for (const auto& a : settings)
     for (std::size_t v = 0; v < a.axis.values.size(); ++v) {
       try {
-        (void)parse_chip_config(apply(base, a.axis, a.settings[v]), s.base);
+        (void)validate(s, apply(base, a.axis, a.settings[v]), s.base);
       } catch (const ConfigError& e) {
         throw ConfigError(fmt::format("{}: axis \"{}\" value {}: {}", path, a.axis.name,
                                       a.axis.values[v].dump(), e.what()));
@@ -427,11 +519,11 @@ Spec load_spec(const std::string& path) {
       chip = apply(chip, s.axes[a], settings[a].settings[idx[a]]);
     }
     const std::string desc = describe_point(s, p);
-    chip["name"] = fmt::format("{} [{}]", base.value("name", "chip"), desc);
+    chip["name"] = fmt::format("{} [{}]", base.value("name", s.system ? "system" : "chip"), desc);
     chip["description"] = fmt::format("Design point {} of sweep \"{}\" ({}): {}; base {}.", p.id,
                                       s.name, s.file, desc, s.base);
     try {
-      (void)parse_chip_config(chip, fmt::format("{} point {}", path, p.id));
+      p.chips = validate(s, chip, fmt::format("{} point {}", path, p.id));
     } catch (const ConfigError& e) {
       throw ConfigError(fmt::format("{}: design point {} ({}): {}", path, p.id, desc, e.what()));
     }
@@ -441,6 +533,14 @@ Spec load_spec(const std::string& path) {
   return s;
 }
 
+ordered_json workload_json(const Workload& w) {
+  if (w.command == "run") return {{"name", w.name}, {"run_args", w.run_args}};
+  return {{"name", w.name},
+          {"command", w.command},
+          {"args", w.run_args},
+          {"batch_per_chip", w.batch_per_chip}};
+}
+
 ordered_json to_json(const Spec& spec) {
   ordered_json j;
   j["schema"] = "tpusim.sweep-plan/1";
@@ -448,14 +548,19 @@ ordered_json to_json(const Spec& spec) {
   j["description"] = spec.description;
   j["spec_file"] = spec.file;
   j["base"] = spec.base;
+  if (spec.system) j["base_kind"] = "system";
   j["combine"] = spec.zip ? "zip" : "product";
   j["check"] = spec.check;
   for (const auto& a : spec.axes)
     j["axes"].push_back({{"name", a.name}, {"pointers", a.pointers}, {"values", a.values}});
-  for (const auto& w : spec.workloads)
-    j["workloads"].push_back({{"name", w.name}, {"run_args", w.run_args}});
-  for (const auto& p : spec.points)
-    j["points"].push_back({{"id", p.id}, {"values", p.values}, {"chip", p.chip}});
+  for (const auto& w : spec.workloads) j["workloads"].push_back(workload_json(w));
+  for (const auto& p : spec.points) {
+    if (spec.system)
+      j["points"].push_back(
+          {{"id", p.id}, {"values", p.values}, {"chips", p.chips}, {"system", p.chip}});
+    else
+      j["points"].push_back({{"id", p.id}, {"values", p.values}, {"chip", p.chip}});
+  }
   return j;
 }
 
@@ -468,18 +573,31 @@ Spec from_json(const json& doc, const std::string& origin) {
     s.name = doc.at("name").get<std::string>();
     s.description = doc.at("description").get<std::string>();
     s.base = doc.at("base").get<std::string>();
+    s.system = doc.contains("base_kind") && doc.at("base_kind") == "system";
     s.zip = doc.at("combine") == "zip";
     s.check = doc.at("check").get<bool>();
     for (const auto& a : doc.at("axes"))
       s.axes.push_back(Axis{a.at("name").get<std::string>(),
                             a.at("pointers").get<std::vector<std::string>>(),
                             a.at("values").get<std::vector<json>>()});
-    for (const auto& w : doc.at("workloads"))
-      s.workloads.push_back(Workload{w.at("name").get<std::string>(),
-                                     w.at("run_args").get<std::vector<std::string>>()});
-    for (const auto& p : doc.at("points"))
-      s.points.push_back(Point{p.at("id").get<std::string>(),
-                               p.at("values").get<std::vector<json>>(), p.at("chip")});
+    for (const auto& w : doc.at("workloads")) {
+      Workload x;
+      x.name = w.at("name").get<std::string>();
+      if (w.contains("command")) {
+        x.command = w.at("command").get<std::string>();
+        x.run_args = w.at("args").get<std::vector<std::string>>();
+        x.batch_per_chip = w.at("batch_per_chip").get<std::uint64_t>();
+      } else {
+        x.run_args = w.at("run_args").get<std::vector<std::string>>();
+      }
+      s.workloads.push_back(std::move(x));
+    }
+    for (const auto& p : doc.at("points")) {
+      Point x{p.at("id").get<std::string>(), p.at("values").get<std::vector<json>>(),
+              p.at(s.system ? "system" : "chip")};
+      if (s.system) x.chips = p.at("chips").get<std::uint32_t>();
+      s.points.push_back(std::move(x));
+    }
     return s;
   } catch (const json::exception& e) {
     throw InputError(

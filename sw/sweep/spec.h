@@ -1,5 +1,5 @@
-// A sweep spec (docs/sweeps.md): a base chip config, axes that each set one or more JSON pointers
-// of it, combined as a product or a zip, and the workloads to run on every design point.
+// A sweep spec (docs/sweeps.md): a base chip or system config, axes that each set one or more JSON
+// pointers of it, combined as a product or a zip, and the workloads to run on every design point.
 // Loading it expands and validates every design point, so a bad spec stops before anything runs.
 #pragma once
 
@@ -18,23 +18,31 @@ struct Axis {
 
 struct Workload {
   std::string name;
-  // Arguments of `tpusim run` that select the workload (--model/--topology, --weights or
-  // --random-weights, --seed, --images, --batch, --data-dir, --no-check), paths absolute.
+  // "run" (a chip sweep's inference) or "fit" (a system sweep's training steps).
+  std::string command = "run";
+  // Arguments of the command that select the workload, paths absolute. For run: --model or
+  // --topology, --weights or --random-weights, --seed, --images, --batch, --data-dir,
+  // --no-check. For fit: all but --batch, which is batch_per_chip x the point's chips.
   std::vector<std::string> run_args;
+  std::uint64_t batch_per_chip = 0;  // fit only
 };
 
 struct Point {
   std::string id;                      // zero-padded index in expansion order: its directory
   std::vector<nlohmann::json> values;  // one per axis
-  nlohmann::json chip;                 // the resolved chip config of this point
+  // The resolved config of this point: a chip config, or for a system sweep a system config
+  // whose /chip is an absolute path.
+  nlohmann::json chip;
+  std::uint32_t chips = 1;  // the system's chips (1 for a chip sweep)
 };
 
 struct Spec {
   std::string file;  // where it was loaded from
   std::string name;
   std::string description;
-  std::string base;  // the base chip config, absolute
-  bool zip = false;  // axes combined element by element instead of as a product
+  std::string base;     // the base chip or system config, absolute
+  bool system = false;  // the base is a system config (it names a "chip"): fit workloads
+  bool zip = false;     // axes combined element by element instead of as a product
   bool check = false;
   std::vector<Axis> axes;
   std::vector<Workload> workloads;
@@ -42,9 +50,12 @@ struct Spec {
 };
 
 // Throws InputError naming the spec file and the offending key; ConfigError (an InputError) for
-// a design point the chip config validation rejects, naming the axis, the value and the
-// validation's message.
+// a design point the chip or system config validation rejects, naming the axis, the value and
+// the validation's message.
 Spec load_spec(const std::string& path);
+
+// The point's config file name in its directory: "chip.json" or "system.json".
+std::string config_file(const Spec& spec);
 
 // "rows=64, clock_mhz=700": a point's axis values, for names and messages.
 std::string describe_point(const Spec& spec, const Point& point);
@@ -52,6 +63,8 @@ std::string describe_point(const Spec& spec, const Point& point);
 // The expanded sweep as written to its output directory (sweep.json): everything a task needs,
 // so Slurm tasks and resumed runs do not depend on the spec file still being the same.
 nlohmann::ordered_json to_json(const Spec& spec);
+// A workload as sweep.json and results.json record it.
+nlohmann::ordered_json workload_json(const Workload& w);
 Spec from_json(const nlohmann::json& doc, const std::string& origin);
 
 }  // namespace tpu::sweep

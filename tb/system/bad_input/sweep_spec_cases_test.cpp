@@ -27,12 +27,33 @@ json spec() {
                                  {"images", 8}}})}};
 }
 
+// A small valid system sweep: slices of the v3 pod, one CNN training step each.
+json system_spec() {
+  return json{
+      {"name", "bad_system"},
+      {"base", source_path("configs/systems/v3-8.json")},
+      {"axes",
+       json::array({json{{"name", "slice"},
+                         {"pointers", {"/ici/topology/dims", "/ici/topology/wraparound"}},
+                         {"values", {{{1, 1}, {false, false}}, {{2, 2}, {false, false}}}}}})},
+      {"workloads",
+       json::array({json{{"name", "cnn"},
+                         {"command", "fit"},
+                         {"model", source_path("configs/models/fashion_mnist_cnn.json")},
+                         {"batch_per_chip", 8},
+                         {"scale_out", true}}})}};
+}
+
 Case text(std::string name, std::string bytes, std::string expect) {
   return Case{
       &kSweepSpec, std::move(name), file("spec.json", std::move(bytes)), {std::move(expect)}};
 }
 Case set(std::string name, const std::string& pointer, const json& value, std::string expect) {
   return text(std::move(name), with_value(spec(), pointer, value), std::move(expect));
+}
+Case system_set(std::string name, const std::string& pointer, const json& value,
+                std::string expect) {
+  return text(std::move(name), with_value(system_spec(), pointer, value), std::move(expect));
 }
 Case raw(std::string name, const std::string& pointer, const std::string& value,
          std::string expect) {
@@ -41,6 +62,9 @@ Case raw(std::string name, const std::string& pointer, const std::string& value,
 
 std::vector<Case> cases() {
   const std::string whole = spec().dump(2);
+  json checked_timing_only = system_spec();
+  checked_timing_only["check"] = true;
+  checked_timing_only["workloads"][0]["timing_only"] = true;
   return {
       text("sweep_empty_file", "", "not valid JSON"),
       text("sweep_binary_garbage", garbage(4096, 21), "not valid JSON"),
@@ -77,8 +101,9 @@ std::vector<Case> cases() {
       set("sweep_range_past_int64", "/axes/0",
           json{{"pointer", "/off_chip_memory/bytes"},
                {"range",
-                {{"from", 9223372036854775000ull}, {"to", 18446744073709551000ull}, {"step",
-                  4611686018427387904ull}}}},
+                {{"from", 9223372036854775000ull},
+                 {"to", 18446744073709551000ull},
+                 {"step", 4611686018427387904ull}}}},
           "2^63"),
       // Names the table or the directory layout already uses (rows 16 and 17).
       set("sweep_workload_named_chip", "/workloads/0/name", "chip", "reserved"),
@@ -94,6 +119,39 @@ std::vector<Case> cases() {
           "no/such/model.json"),
       set("sweep_workload_zero_images", "/workloads/0/images", 0, "/workloads/0/images"),
       set("sweep_workload_negative_batch", "/workloads/0/batch", -4, "/workloads/0/batch"),
+      // System sweeps (a system config as the base, fit workloads).
+      system_set("sweep_system_dims_zero", "/axes/0/values/1", json{{0, 2}, {false, false}},
+                 "/ici/topology/dims/0 = 0"),
+      system_set("sweep_system_dims_past_the_chip_limit", "/axes/0/values/1",
+                 json{{65536, 65536}, {false, false}}, "/ici/topology/dims"),
+      system_set("sweep_system_wraparound_too_short", "/axes/0/values/1", json{{2, 2}, {false}},
+                 "/ici/topology/wraparound"),
+      system_set("sweep_system_wraparound_on_extent_1", "/axes/0/values/0",
+                 json{{1, 1}, {true, false}}, "extent 1"),
+      system_set("sweep_system_value_not_a_pair", "/axes/0/values/0", json{{1, 1}},
+                 "each value is an array of 2"),
+      system_set("sweep_system_run_workload", "/workloads/0/command", "run", "\"fit\""),
+      system_set("sweep_system_command_unknown", "/workloads/0/command", "train",
+                 "/workloads/0/command"),
+      system_set("sweep_system_batch_per_chip_zero", "/workloads/0/batch_per_chip", 0,
+                 "/workloads/0/batch_per_chip"),
+      system_set("sweep_system_batch_per_chip_string", "/workloads/0/batch_per_chip", "32",
+                 "/workloads/0/batch_per_chip"),
+      system_set("sweep_system_global_batch_given", "/workloads/0/batch", 64, "/workloads/0/batch"),
+      system_set("sweep_system_steps_zero", "/workloads/0/steps", 0, "/workloads/0/steps"),
+      system_set("sweep_system_optimizer_unknown", "/workloads/0/optimizer", "lars",
+                 "/workloads/0/optimizer"),
+      system_set("sweep_system_learning_rate_negative", "/workloads/0/learning_rate", -0.1,
+                 "/workloads/0/learning_rate"),
+      system_set("sweep_system_scale_out_not_a_boolean", "/workloads/0/scale_out", "yes",
+                 "/workloads/0/scale_out"),
+      system_set("sweep_system_workload_named_system", "/workloads/0/name", "system", "reserved"),
+      system_set("sweep_system_axis_named_chips", "/axes/0/name", "chips", "\"chips\""),
+      system_set("sweep_system_topology_workload", "/workloads/0/topology", "x.csv",
+                 "/workloads/0/topology"),
+      text("sweep_system_timing_only_with_check", checked_timing_only.dump(2),
+           "/workloads/0/timing_only"),
+      set("sweep_chip_fit_workload", "/workloads/0/command", "fit", "needs a system config"),
   };
 }
 

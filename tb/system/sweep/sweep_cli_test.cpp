@@ -1,6 +1,7 @@
-// `tpusim sweep` as a user runs it: spec validation before anything runs, one row per design
-// point, failures recorded without stopping the sweep, resume after SIGKILL, and results that
-// are byte-identical whatever the parallelism and the order the points ran in.
+// `tpusim sweep` as a user runs it, over chip configs and over system configs (slices of a pod,
+// `tpusim fit` per point): spec validation before anything runs, one row per design point, failures
+// recorded without stopping the sweep, resume after SIGKILL, and results that are byte-identical
+// whatever the parallelism and the order the points ran in.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "common/files.h"
 #include "common/temp_dir.h"
 #include "hw/config/chip_config.h"
+#include "hw/config/system_config.h"
 
 namespace tpu {
 namespace {
@@ -28,6 +30,7 @@ using nlohmann::json;
 
 const std::string kSpecDir = std::string(TPUSIM_SOURCE_DIR) + "/tb/system/sweep/data";
 const std::string kSpec = kSpecDir + "/small.json";
+const std::string kSystemSpec = kSpecDir + "/system_small.json";
 
 json read_json(const std::string& f) { return json::parse(test::read_file(f)); }
 
@@ -64,6 +67,26 @@ std::map<std::string, std::string> point_reports(const fs::path& dir) {
     if (f.filename() != "chip.json" && f.stem().string().find('.') == std::string::npos) out[k] = v;
   }
   return out;
+}
+
+// A spec the sweep must refuse with status 2 before it writes anything, naming the spec file and
+// everything in `expected`.
+struct BadSpec {
+  std::string name;
+  json spec;
+  std::vector<std::string> expected;  // all in the message
+};
+
+void expect_refused(const test::TempDir& tmp, const std::vector<BadSpec>& cases) {
+  for (const auto& c : cases) {
+    const std::string spec_file{variant(tmp, c.name, c.spec)};
+    const auto r = test::run_tpusim("sweep " + spec_file + " --out " + (tmp / c.name));
+    EXPECT_EQ(r.status, 2) << c.name << ": " << r.out;
+    EXPECT_NE(r.out.find(spec_file), std::string::npos) << c.name << ": " << r.out;
+    for (const auto& e : c.expected)
+      EXPECT_NE(r.out.find(e), std::string::npos) << c.name << ": " << r.out;
+    EXPECT_FALSE(fs::exists(tmp / c.name)) << c.name << ": nothing may be written";
+  }
 }
 
 TEST(SweepCli, EveryDesignPointGetsItsRowWithTheMetricsOfItsOwnRunReport) {
@@ -128,12 +151,7 @@ TEST(SweepCli, APointRunsByHandFromItsChipConfigWithTheSameResult) {
 TEST(SweepCli, ABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
   test::TempDir tmp("tpusim-sweep");
   const json spec = read_json(kSpec);
-  struct Case {
-    std::string name;
-    json spec;
-    std::vector<std::string> expected;  // all in the message
-  };
-  std::vector<Case> cases;
+  std::vector<BadSpec> cases;
   json missing = spec;
   missing["axes"][1]["pointer"] = "/mxu/clock";
   cases.push_back({"pointer", missing, {"/axes/1", "/mxu/clock", "names no key", "clock_mhz"}});
@@ -146,15 +164,7 @@ TEST(SweepCli, ABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
   json unknown = spec;
   unknown["workloads"][0]["image"] = 3;
   cases.push_back({"unknown", unknown, {"/workloads/0/image", "not a known key"}});
-  for (const auto& c : cases) {
-    const std::string spec_file{variant(tmp, c.name, c.spec)};
-    const auto r = test::run_tpusim("sweep " + spec_file + " --out " + (tmp / c.name));
-    EXPECT_EQ(r.status, 2) << c.name << ": " << r.out;
-    EXPECT_NE(r.out.find(spec_file), std::string::npos) << c.name << ": " << r.out;
-    for (const auto& e : c.expected)
-      EXPECT_NE(r.out.find(e), std::string::npos) << c.name << ": " << r.out;
-    EXPECT_FALSE(fs::exists(tmp / c.name)) << c.name << ": nothing may be written";
-  }
+  expect_refused(tmp, cases);
 }
 
 TEST(SweepCli, AFailingPointIsRecordedWithItsErrorAndTheSweepGoesOn) {
@@ -297,6 +307,119 @@ TEST(SweepCli, SlurmEmitOnlyWritesAJobArrayOfTheUnfinishedRuns) {
   const json res = read_json(tmp / "out/results.json");
   EXPECT_EQ(res["points"][1]["workloads"]["mlp"]["status"], "ok");
   EXPECT_EQ(res["summary"]["pending"], 7);
+}
+
+// System sweeps: slices of a pod as design points, a `tpusim fit` per point at a fixed batch per
+// chip, the table's figures those of each point's fit report, the scaling efficiency against the
+// one-chip point.
+TEST(SweepCli, SystemEverySliceGetsTheFiguresOfItsOwnFitReport) {
+  test::TempDir tmp("tpusim-sweep");
+  const auto r = test::run_tpusim("sweep " + kSystemSpec + " -j 2 --out " + (tmp / "out"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json res = read_json(tmp / "out/results.json");
+  ASSERT_EQ(res["points"].size(), 3u);
+  EXPECT_EQ(res["summary"]["done"], 3);
+  EXPECT_EQ(res["workloads"][0]["command"], "fit");
+  EXPECT_EQ(res["workloads"][0]["batch_per_chip"], 8);
+  const std::vector<std::uint32_t> chips = {1, 2, 4};
+  double one_chip_images_per_s = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const json& p = res["points"][i];
+    const std::string dir = tmp / ("out/" + p["dir"].get<std::string>());
+    // The point's system config loads on its own, its chip path absolute.
+    const json doc = read_json(dir + "/system.json");
+    EXPECT_TRUE(fs::path(doc["chip"].get<std::string>()).is_absolute()) << doc["chip"];
+    const SystemConfig sys = load_system_config(dir + "/system.json");
+    EXPECT_EQ(sys.chips(), chips[i]);
+    EXPECT_EQ(p["chips"], chips[i]);
+    const json rep = read_json(dir + "/cnn.json");
+    EXPECT_FALSE(rep.contains("host")) << "host timings are kept apart";
+    // Scale-out has no other chip to stand for on one chip: that point simulates it whole.
+    EXPECT_EQ(rep["mode"], chips[i] == 1 ? "every_chip" : "scale_out");
+    EXPECT_EQ(rep["global_batch"], 8 * chips[i]);
+    const json& last = rep["step"]["last"];
+    const json& cell = p["workloads"]["cnn"];
+    ASSERT_EQ(cell["status"], "ok") << cell;
+    EXPECT_EQ(cell["global_batch"], rep["global_batch"]);
+    EXPECT_EQ(cell["replicas"], rep["replicas"]);
+    EXPECT_EQ(cell["step_cycles"], last["cycles"]);
+    EXPECT_EQ(cell["step_seconds"], last["seconds"]);
+    EXPECT_EQ(cell["images_per_s"], last["images_per_s"]);
+    EXPECT_EQ(cell["energy_j"], last["energy_j"]);
+    EXPECT_DOUBLE_EQ(
+        cell["all_reduce_share"].get<double>(),
+        last["split_cycles"]["communication"].get<double>() / last["cycles"].get<double>());
+    if (i == 0) one_chip_images_per_s = last["images_per_s"].get<double>();
+    EXPECT_EQ(cell["scaling_reference"], "000");
+    EXPECT_DOUBLE_EQ(cell["scaling_efficiency"].get<double>(),
+                     last["images_per_s"].get<double>() / (chips[i] * one_chip_images_per_s));
+  }
+  // One chip sums its two TensorCores' gradients; more chips add the links' rings, and the
+  // small CNN's step is short enough that the share grows with every chip.
+  const auto share = [&](std::size_t i) {
+    return res["points"][i]["workloads"]["cnn"]["all_reduce_share"].get<double>();
+  };
+  EXPECT_GT(share(0), 0.0);
+  EXPECT_GT(share(1), share(0));
+  EXPECT_GT(share(2), share(1));
+  const std::string csv = test::read_file(tmp / "out/results.csv");
+  EXPECT_EQ(csv.rfind("point,slice,chips,cnn.status,cnn.replicas,cnn.global_batch,", 0), 0u) << csv;
+  EXPECT_NE(csv.find(",cnn.scaling_efficiency,cnn.error\n"), std::string::npos) << csv;
+}
+
+TEST(SweepCli, SystemAPointRunsByHandFromItsSystemConfigWithTheSameResult) {
+  test::TempDir tmp("tpusim-sweep");
+  json spec = read_json(kSystemSpec);
+  spec["axes"][0]["values"] = {spec["axes"][0]["values"][2]};
+  ASSERT_EQ(test::run_tpusim("sweep " + variant(tmp, "one", spec) + " -j 1 --out " + (tmp / "out"))
+                .status,
+            0);
+  const json row = read_json(tmp / "out/results.json")["points"][0];
+  const auto r = test::run_tpusim("fit --system " + (tmp / "out/points/000/system.json") +
+                                  " --model " + TPUSIM_SOURCE_DIR +
+                                  "/configs/models/fashion_mnist_cnn.json --random-weights "
+                                  "--steps 1 --optimizer momentum --scale-out --no-check "
+                                  "--batch 32 --json " +
+                                  (tmp / "by_hand.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json rep = read_json(tmp / "by_hand.json");
+  EXPECT_EQ(row["workloads"]["cnn"]["step_cycles"], rep["step"]["last"]["cycles"]);
+  EXPECT_EQ(row["workloads"]["cnn"]["energy_j"], rep["step"]["last"]["energy_j"]);
+  // No one-chip point: no scaling efficiency column.
+  const json res = read_json(tmp / "out/results.json");
+  EXPECT_EQ(std::count(res["metrics"].begin(), res["metrics"].end(), "scaling_efficiency"), 0);
+}
+
+TEST(SweepCli, SystemABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
+  test::TempDir tmp("tpusim-sweep");
+  const json spec = read_json(kSystemSpec);
+  std::vector<BadSpec> cases;
+  json zero = spec;
+  zero["axes"][0]["values"][1] = {{0, 2}, {false, false}};
+  cases.push_back({"zero_extent", zero, {"axis \"slice\" value", "/ici/topology/dims/0 = 0"}});
+  json wraps = spec;
+  wraps["axes"][0]["values"][1] = {{1, 2}, {false}};
+  cases.push_back(
+      {"wraparound_short", wraps, {"axis \"slice\" value", "/ici/topology/wraparound"}});
+  json run = spec;
+  run["workloads"][0]["command"] = "run";
+  cases.push_back({"run_on_a_system", run, {"/workloads/0/command", "\"fit\""}});
+  json batch = spec;
+  batch["workloads"][0]["batch"] = 64;
+  cases.push_back({"batch", batch, {"/workloads/0/batch", "not a known key"}});
+  json per_chip = spec;
+  per_chip["workloads"][0]["batch_per_chip"] = 0;
+  cases.push_back({"batch_per_chip_zero", per_chip, {"/workloads/0/batch_per_chip"}});
+  json optimizer = spec;
+  optimizer["workloads"][0]["optimizer"] = "lars";
+  cases.push_back({"optimizer", optimizer, {"/workloads/0/optimizer", "lars"}});
+  json named = spec;
+  named["workloads"][0]["name"] = "system";
+  cases.push_back({"reserved_name", named, {"/workloads/0/name", "reserved"}});
+  json chips_axis = spec;
+  chips_axis["axes"][0]["name"] = "chips";
+  cases.push_back({"chips_axis", chips_axis, {"/axes/0", "\"chips\""}});
+  expect_refused(tmp, cases);
 }
 
 }  // namespace
