@@ -8,6 +8,9 @@
 //                                               [3] current layer tag, [4] cycle of last halt
 //   kCoreBase + c * kCoreStride + kUbWindow     core c's unified buffer (byte addresses)
 //   kCoreBase + c * kCoreStride + kAccWindow    core c's accumulators (entry * cols * 4 + col * 4)
+// And the other way, the chip's interrupts (its `irq` socket, chip -> host): when core c retires
+// a Halt it writes its halt count (one 64-bit word) to interrupt_vector(c) in the host's
+// interrupt table, as a PCIe device's message-signalled interrupt (MSI-X) does.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,11 @@ inline constexpr std::uint64_t ub_address(std::uint32_t core, std::uint64_t a) {
 }
 inline constexpr std::uint64_t acc_address(std::uint32_t core, std::uint64_t a) {
   return kCoreBase + core * kCoreStride + kAccWindow + a;
+}
+
+inline constexpr std::uint64_t kInterruptBytes = 8;
+inline constexpr std::uint64_t interrupt_vector(std::uint32_t core) {
+  return core * kInterruptBytes;
 }
 
 }  // namespace tpu::address_map

@@ -1,7 +1,8 @@
 // Chip: N TensorCores (v2-v4: 2), the off-chip memory shared by all of them (DDR3, HBM, or host
 // memory across the link on Edge), the host link, the host interface, and the ends of the ICI
 // links. Host side: `host2chip` (target: instruction queues, memory window, status) and
-// `chip2host` (initiator: the cores' Read/Write_Host_Memory reach host memory through it). A
+// `chip2host` (initiator: the cores' Read/Write_Host_Memory reach host memory through it) and
+// `irq2host` (initiator: an interrupt after every Halt, address_map.h; may stay unbound). A
 // System (hw/system) joins chips by their `chip2ici` and `ici2chip`.
 #pragma once
 
@@ -55,10 +56,7 @@ class Chip : public sc_core::sc_module {
   // the previous call (or the start) and starts the counters afresh. Per core, the layers'
   // cycles add up to `end` minus the previous call's `end`.
   LayerCounters take_counters(Cycle end);
-  // Raised when core `c` retires a Halt: the interrupt the host waits for.
-  [[nodiscard]] const sc_core::sc_event& halted_event(std::uint32_t c) const {
-    return cores[c]->sequencer->halted_event();
-  }
+  // For a harness after the run (a host learns of halts from its interrupts).
   [[nodiscard]] std::uint64_t halts(std::uint32_t c) const { return cores[c]->sequencer->halts(); }
   [[nodiscard]] Cycle halted_at(std::uint32_t c) const { return cores[c]->sequencer->halted_at(); }
 
@@ -76,6 +74,7 @@ class Chip : public sc_core::sc_module {
 
   tlm::tlm_target_socket<>& host2chip() { return hif->host2chip; }
   tlm::tlm_initiator_socket<>& chip2host() { return host_ic.out; }
+  auto& irq2host() { return hif->irq; }
   // The ICI ends, for a system to bind (docs/systems.md); a chip alone refuses ici_write.
   tlm::tlm_initiator_socket<>& chip2ici() { return ici_port.chip2ici; }
   tlm::tlm_target_socket<>& ici2chip() { return ici_inbox.ici2chip; }

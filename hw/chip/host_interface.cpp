@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "hw/chip/address_map.h"
+#include "hw/common/tlm_util.h"
 
 namespace tpu {
 
@@ -14,6 +15,7 @@ HostInterface::HostInterface(sc_core::sc_module_name name, const ChipConfig& cfg
     : sc_core::sc_module(name),
       host2chip("host2chip"),
       hif2mem("hif2mem"),
+      irq("irq"),
       cfg_(cfg),
       clock_(clock),
       sequencers_(std::move(sequencers)),
@@ -25,6 +27,24 @@ HostInterface::HostInterface(sc_core::sc_module_name name, const ChipConfig& cfg
   }
   host2chip.register_b_transport(this, &HostInterface::b_transport);
   host2chip.register_transport_dbg(this, &HostInterface::transport_dbg);
+  for (std::uint32_t c = 0; c < sequencers_.size(); ++c)
+    sc_core::sc_spawn([this, c] { interrupt(c); }, fmt::format("interrupt_{}", c).c_str());
+}
+
+void HostInterface::interrupt(std::uint32_t core) {
+  if (irq.size() == 0) return;
+  const Sequencer& s = *sequencers_[core];
+  for (;;) {
+    sc_core::wait(s.halted_event());
+    std::uint64_t halts = s.halts();
+    const auto st = tlm_transfer(irq, tlm::TLM_WRITE_COMMAND, address_map::interrupt_vector(core),
+                                 &halts, address_map::kInterruptBytes);
+    if (st != tlm::TLM_OK_RESPONSE)
+      SC_REPORT_ERROR("tpusim/host_interface",
+                      fmt::format("core {}: the host refused its interrupt: {}", core,
+                                  response_name(st))
+                          .c_str());
+  }
 }
 
 int HostInterface::core_of(std::uint64_t addr, std::uint64_t& offset) const {

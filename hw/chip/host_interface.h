@@ -2,7 +2,10 @@
 // instruction buffer over PCIe). A target socket decodes the address map (address_map.h):
 // writes to a core's queue push instructions (blocking while it is full: back-pressure), the
 // memory window reaches off-chip memory, status blocks report progress. Everything the host
-// writes crosses the host link and waits for its bandwidth.
+// writes crosses the host link and waits for its bandwidth. An initiator socket `irq` interrupts
+// the host: one write per Halt retired (address_map.h), which takes no simulated time (an MSI is
+// one posted 8-byte write; its PCIe latency, about a microsecond, is not charged). Unbound, no
+// one is interrupted.
 #pragma once
 
 #include <tlm_utils/simple_initiator_socket.h>
@@ -27,6 +30,7 @@ class HostInterface : public sc_core::sc_module {
   using Socket = tlm_utils::simple_initiator_socket<HostInterface>;
   std::vector<std::unique_ptr<Socket>> hif2ub;   // per core: the unified buffer window
   std::vector<std::unique_ptr<Socket>> hif2acc;  // per core: the accumulator window
+  tlm_utils::simple_initiator_socket_optional<HostInterface> irq;  // interrupts to the host
 
   HostInterface(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
                 std::vector<Sequencer*> sequencers, BandwidthResource& link_in,
@@ -38,6 +42,7 @@ class HostInterface : public sc_core::sc_module {
 
  private:
   void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  void interrupt(std::uint32_t core);  // a thread per core: an interrupt after every Halt
   unsigned int transport_dbg(tlm::tlm_generic_payload& gp);
   // The socket and window-relative address for a core-window access, or nullptr.
   Socket* window(std::uint32_t core, std::uint64_t offset, std::uint64_t& local);

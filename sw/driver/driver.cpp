@@ -12,41 +12,45 @@
 
 namespace tpu::driver {
 
-Driver::Driver(sc_core::sc_module_name name, Chip& chip, const compiler::Program& program,
-               const std::vector<std::uint8_t>& inputs)
+Driver::Driver(sc_core::sc_module_name name, const compiler::Program& program,
+               const std::vector<std::uint8_t>& inputs, Clock clock, bool timing_only)
     : sc_core::sc_module(name),
       host2chip("host2chip"),
       host_memory("host_memory"),
-      chip_(chip),
+      interrupts("interrupts"),
+      clock_(clock),
+      timing_only_(timing_only),
       program_(program),
+      halts_(program.cores.size()),
       memory_(program.host_bytes) {
   if (inputs.size() != program.images * program.input_bytes_per_image)
     throw InputError(fmt::format("driver: {} input bytes for {} images of {} bytes", inputs.size(),
                                  program.images, program.input_bytes_per_image));
   std::memcpy(memory_.data() + program.input_addr, inputs.data(), inputs.size());
   host_memory.register_b_transport(this, &Driver::b_transport);
-  host2chip.bind(chip.host2chip());
-  chip.chip2host().bind(host_memory);
+  interrupts.register_b_transport(this, &Driver::interrupt);
   SC_HAS_PROCESS(Driver);
   SC_THREAD(load);
 }
 
 void Driver::load() {
   write_memory_image(host2chip, program_.memory_image);
-  loaded_at_ = chip_.clock().now();
+  loaded_at_ = clock_.now();
   for (std::uint32_t c = 0; c < program_.cores.size(); ++c)
     sc_core::sc_spawn([this, c] { stream(c); });
 }
 
 void Driver::stream(std::uint32_t core) {
   push_instructions(host2chip, core, program_.cores[core]);
-  while (chip_.halts(core) == 0) sc_core::wait(chip_.halted_event(core));
+  halts_.wait_for(core, 1);
   ++cores_done_;
 }
 
 void Driver::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
-  serve_host_memory(memory_, gp, chip_.options().timing_only);
+  serve_host_memory(memory_, gp, timing_only_);
 }
+
+void Driver::interrupt(tlm::tlm_generic_payload& gp, sc_core::sc_time&) { halts_.take(gp); }
 
 std::vector<float> Driver::outputs() const {
   const std::uint64_t count = program_.images * program_.output_elements;

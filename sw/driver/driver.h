@@ -2,7 +2,8 @@
 // writes the weights and sends instructions; the TPU does not fetch). It writes the program's
 // memory image through the host interface, streams each core's instructions into its queue as
 // the queue drains (back-pressure), waits for every core's Halt interrupt, and serves the
-// chip's reads and writes of host memory (inputs and outputs).
+// chip's reads and writes of host memory (inputs and outputs). It knows the chip only by its
+// sockets: bind it with attach() (host_link.h).
 #pragma once
 
 #include <tlm_utils/simple_initiator_socket.h>
@@ -13,7 +14,8 @@
 #include <tlm>
 #include <vector>
 
-#include "hw/chip/chip.h"
+#include "hw/common/clock.h"
+#include "sw/driver/host_link.h"
 #include "sw/compiler/program.h"
 
 namespace tpu::driver {
@@ -22,10 +24,13 @@ class Driver : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<Driver> host2chip;
   tlm_utils::simple_target_socket<Driver> host_memory;
+  tlm_utils::simple_target_socket<Driver> interrupts;  // the chip's irq2host
 
-  // `inputs`: the encoded input images, program.images x input_bytes_per_image bytes.
-  Driver(sc_core::sc_module_name name, Chip& chip, const compiler::Program& program,
-         const std::vector<std::uint8_t>& inputs);
+  // `inputs`: the encoded input images, program.images x input_bytes_per_image bytes. `clock`:
+  // the chip's, to tell the cycle the model was loaded at; `timing_only`: the chip's SimOptions
+  // (no bytes move).
+  Driver(sc_core::sc_module_name name, const compiler::Program& program,
+         const std::vector<std::uint8_t>& inputs, Clock clock, bool timing_only);
 
   [[nodiscard]] const std::vector<std::uint8_t>& memory() const { return memory_; }
   [[nodiscard]] Cycle loaded_at() const { return loaded_at_; }
@@ -37,9 +42,12 @@ class Driver : public sc_core::sc_module {
   void load();  // SC_THREAD: memory image, then one streaming thread per core
   void stream(std::uint32_t core);
   void b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  void interrupt(tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
 
-  Chip& chip_;
+  Clock clock_;
+  bool timing_only_;
   const compiler::Program& program_;
+  Interrupts halts_;
   std::vector<std::uint8_t> memory_;
   sc_core::sc_event loaded_;
   Cycle loaded_at_ = 0;

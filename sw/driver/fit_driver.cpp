@@ -12,40 +12,40 @@
 
 namespace tpu::driver {
 
-FitDriver::FitDriver(sc_core::sc_module_name name, std::vector<Chip*> chips,
-                     const compiler::TrainingProgram& program, BeforeStep before, AfterStep after)
+FitDriver::FitDriver(sc_core::sc_module_name name, std::uint32_t chips,
+                     const compiler::TrainingProgram& program, Clock clock, bool timing_only,
+                     BeforeStep before, AfterStep after)
     : sc_core::sc_module(name),
       host2chip("host2chip"),
       host_memory("host_memory"),
-      chips_(std::move(chips)),
+      interrupts("interrupts"),
+      clock_(clock),
+      timing_only_(timing_only),
       program_(program),
       before_(std::move(before)),
       after_(std::move(after)),
       memory_(program.layout.host_bytes),
       halts_(program.step.cores.size(), 0) {
   host_memory.register_b_transport(this, &FitDriver::b_transport);
-  for (Chip* chip : chips_) {
-    host2chip.bind(chip->host2chip());
-    chip->chip2host().bind(host_memory);
-  }
+  interrupts.register_b_transport(this, &FitDriver::interrupt);
+  for (std::uint32_t c = 0; c < chips; ++c) interrupts_.emplace_back(program.layout.cores);
   SC_HAS_PROCESS(FitDriver);
   SC_THREAD(run);
 }
 
 void FitDriver::run() {
-  for (std::size_t c = 0; c < chips_.size(); ++c) {
+  for (std::size_t c = 0; c < interrupts_.size(); ++c) {
     auto* port = host2chip[static_cast<int>(c)];
     write_memory_image(port, program_.setup.memory_image);
   }
   stream(program_.setup);
-  const Clock& clock = chips_.front()->clock();
-  setup_end_ = clock.now();
+  setup_end_ = clock_.now();
   for (std::uint64_t run = 0;; ++run) {
     const Next next = before_(run, memory_);
     if (next == Next::Stop) break;
-    const Cycle begin = clock.now();
+    const Cycle begin = clock_.now();
     stream(next == Next::Step ? program_.step : program_.evaluate);
-    after_(run, memory_, begin, clock.now());
+    after_(run, memory_, begin, clock_.now());
   }
   done_ = true;
 }
@@ -62,8 +62,7 @@ void FitDriver::stream(const compiler::Program& p) {
       auto* port = host2chip[static_cast<int>(c)];
       push_instructions(port, q, p.cores[r]);
       ++halts_[r];
-      Chip& chip = *chips_[c];
-      while (chip.halts(q) < halts_[r]) sc_core::wait(chip.halted_event(q));
+      interrupts_[c].wait_for(q, halts_[r]);
     }));
     all &= threads.back().terminated_event();
   }
@@ -87,7 +86,11 @@ std::vector<std::uint8_t> FitDriver::read_memory(std::uint32_t chip, std::uint64
 }
 
 void FitDriver::b_transport(int, tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
-  serve_host_memory(memory_, gp, chips_.front()->options().timing_only);
+  serve_host_memory(memory_, gp, timing_only_);
+}
+
+void FitDriver::interrupt(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
+  interrupts_[static_cast<std::size_t>(id)].take(gp);
 }
 
 }  // namespace tpu::driver

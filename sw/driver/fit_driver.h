@@ -11,12 +11,14 @@
 #include <tlm_utils/multi_passthrough_target_socket.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <systemc>
 #include <tlm>
 #include <vector>
 
-#include "hw/chip/chip.h"
+#include "hw/common/clock.h"
+#include "sw/driver/host_link.h"
 #include "sw/compiler/training.h"
 
 namespace tpu::driver {
@@ -27,6 +29,7 @@ class FitDriver : public sc_core::sc_module {
   // chip's host link reaches.
   tlm_utils::multi_passthrough_initiator_socket<FitDriver> host2chip;
   tlm_utils::multi_passthrough_target_socket<FitDriver> host_memory;
+  tlm_utils::multi_passthrough_target_socket<FitDriver> interrupts;  // the chips' irq2host
 
   // What the host asks for next.
   enum class Next { Step, Evaluate, Stop };
@@ -38,9 +41,12 @@ class FitDriver : public sc_core::sc_module {
                                        Cycle begin, Cycle end)>;
 
   // The program's cores are the replicas, chip-major (compiler::TrainingLayout): chip c runs
-  // cores c * layout.cores ... of it. Every chip gets the same memory image.
-  FitDriver(sc_core::sc_module_name name, std::vector<Chip*> chips,
-            const compiler::TrainingProgram& program, BeforeStep before, AfterStep after);
+  // cores c * layout.cores ... of it. Every chip gets the same memory image. The driver knows
+  // the chips by their sockets only (attach each, in chip order, with attach() in host_link.h);
+  // `clock` is theirs, `timing_only` their SimOptions'.
+  FitDriver(sc_core::sc_module_name name, std::uint32_t chips,
+            const compiler::TrainingProgram& program, Clock clock, bool timing_only,
+            BeforeStep before, AfterStep after);
 
   // Chip `chip`'s off-chip memory bytes [addr, addr + bytes), read through its host interface;
   // only from within AfterStep (the driver's thread).
@@ -53,8 +59,11 @@ class FitDriver : public sc_core::sc_module {
   void run();  // SC_THREAD
   void stream(const compiler::Program& p);
   void b_transport(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
+  void interrupt(int id, tlm::tlm_generic_payload& gp, sc_core::sc_time& delay);
 
-  std::vector<Chip*> chips_;
+  Clock clock_;
+  bool timing_only_;
+  std::deque<Interrupts> interrupts_;  // per chip
   const compiler::TrainingProgram& program_;
   BeforeStep before_;
   AfterStep after_;

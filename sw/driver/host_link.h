@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hw/chip/address_map.h"
+#include "hw/chip/chip.h"
 #include "hw/common/tlm_util.h"
 #include "hw/isa/isa.h"
 #include "sw/compiler/program.h"
@@ -71,6 +72,46 @@ inline void serve_host_memory(std::vector<std::uint8_t>& memory, tlm::tlm_generi
     std::memcpy(memory.data() + a, gp.get_data_ptr(), n);
   else
     std::memcpy(gp.get_data_ptr(), memory.data() + a, n);
+}
+
+// A host's interrupt table for one chip (address_map.h): the halt count each core last wrote,
+// and an event per core.
+class Interrupts {
+ public:
+  explicit Interrupts(std::size_t cores) : halts_(cores, 0), events_(cores) {}
+
+  // The chip's interrupt write (its irq2host socket).
+  void take(tlm::tlm_generic_payload& gp) {
+    const std::uint64_t a = gp.get_address();
+    const std::uint64_t core = a / address_map::kInterruptBytes;
+    if (!gp.is_write() || a % address_map::kInterruptBytes != 0 || core >= halts_.size() ||
+        gp.get_data_length() != address_map::kInterruptBytes) {
+      gp.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+      return;
+    }
+    std::memcpy(&halts_[core], gp.get_data_ptr(), address_map::kInterruptBytes);
+    // At once: the waiting host thread runs in this delta, as it would on the Halt itself.
+    events_[core].notify();
+    gp.set_response_status(tlm::TLM_OK_RESPONSE);
+  }
+
+  // Suspends the calling thread until core `core` has reported `halts` halts.
+  void wait_for(std::uint32_t core, std::uint64_t halts) {
+    while (halts_[core] < halts) sc_core::wait(events_[core]);
+  }
+
+ private:
+  std::vector<std::uint64_t> halts_;
+  std::vector<sc_core::sc_event> events_;
+};
+
+// Connects a host (Driver, FitDriver: its host2chip, host_memory and interrupts sockets) to a
+// chip; a host of many chips is attached to each in turn, in chip order.
+template <class Host>
+void attach(Host& host, Chip& chip) {
+  host.host2chip.bind(chip.host2chip());
+  chip.chip2host().bind(host.host_memory);
+  chip.irq2host().bind(host.interrupts);
 }
 
 }  // namespace tpu::driver

@@ -183,8 +183,6 @@ class Fit {
                   scale_out_ ? System::Scale::kRepresentative : System::Scale::kEveryChip,
                   SimOptions{timing_only_});
     system_ = &system;
-    std::vector<Chip*> chips;
-    for (std::size_t c = 0; c < system.size(); ++c) chips.push_back(&system.chip(c));
     // An error in the host loop (a mismatch with the reference is a bug in tpusim) stops the
     // run and leaves the simulation as itself: thrown inside the kernel it would come out as an
     // sc_report, which main() takes for bad input.
@@ -200,7 +198,8 @@ class Fit {
       }
     };
     driver::FitDriver drv(
-        "driver", chips, prog_,
+        "driver", static_cast<std::uint32_t>(system.size()), prog_, system.chip(0).clock(),
+        timing_only_,
         [this, &guarded](std::uint64_t, std::vector<std::uint8_t>& m) {
           Next next = Next::Stop;
           guarded([&] { next = before(m); });
@@ -208,6 +207,7 @@ class Fit {
         },
         [this, &drv, &guarded](std::uint64_t, const std::vector<std::uint8_t>& m, Cycle b,
                                Cycle e) { guarded([&] { after(drv, m, b, e); }); });
+    for (std::size_t c = 0; c < system.size(); ++c) driver::attach(drv, system.chip(c));
     sc_core::sc_start();
     if (failure) std::rethrow_exception(failure);
     if (!drv.done())

@@ -49,7 +49,8 @@ struct Simulated {
 Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
                    const std::vector<std::uint8_t>& encoded, Trace* trace, SimOptions options) {
   Chip chip("chip", cfg, std::nullopt, options);
-  driver::Driver drv("driver", chip, prog, encoded);
+  driver::Driver drv("driver", prog, encoded, chip.clock(), options.timing_only);
+  driver::attach(drv, chip);
   if (trace) chip.enable_trace(*trace);
   sc_core::sc_start();
   Simulated s;

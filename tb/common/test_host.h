@@ -24,18 +24,28 @@ class TestHost : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<TestHost> host2chip{"host2chip"};
   tlm_utils::simple_target_socket<TestHost> host_memory{"host_memory"};
+  tlm_utils::simple_target_socket<TestHost> interrupts{"interrupts"};
   std::vector<std::uint8_t> memory;
   std::vector<std::vector<isa::Instruction>> programs;  // one per core
   std::vector<std::vector<std::uint8_t>> raw;           // per core: if non-empty, streamed instead
   std::vector<Cycle> halted_at;                         // per core
   std::vector<Cycle> written_at;  // per core: when the last instruction write was accepted
+  // The chip's interrupts (irq2host), in the order they came: core, its halt count, the cycle.
+  struct Interrupt {
+    std::uint32_t core = 0;
+    std::uint64_t halts = 0;
+    Cycle at = 0;
+  };
+  std::vector<Interrupt> interrupts_taken;
   std::uint32_t instructions_per_write = 8;
 
   TestHost(sc_core::sc_module_name name, Chip& chip, std::size_t memory_bytes)
       : sc_core::sc_module(name), memory(memory_bytes), chip_(chip) {
     host_memory.register_b_transport(this, &TestHost::b_transport);
+    interrupts.register_b_transport(this, &TestHost::interrupt);
     host2chip.bind(chip.host2chip());
     chip.chip2host().bind(host_memory);
+    chip.irq2host().bind(interrupts);
     programs.resize(chip.config().tensor_cores);
     raw.resize(chip.config().tensor_cores);
     halted_at.assign(chip.config().tensor_cores, 0);
@@ -90,6 +100,15 @@ class TestHost : public sc_core::sc_module {
       std::memcpy(memory.data() + a, gp.get_data_ptr(), n);
     else
       std::memcpy(gp.get_data_ptr(), memory.data() + a, n);
+  }
+
+  void interrupt(tlm::tlm_generic_payload& gp, sc_core::sc_time&) {
+    Interrupt i;
+    i.core = static_cast<std::uint32_t>(gp.get_address() / address_map::kInterruptBytes);
+    std::memcpy(&i.halts, gp.get_data_ptr(), sizeof i.halts);
+    i.at = chip_.clock().now();
+    interrupts_taken.push_back(i);
+    gp.set_response_status(tlm::TLM_OK_RESPONSE);
   }
 
   Chip& chip_;

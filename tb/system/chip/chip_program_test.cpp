@@ -673,5 +673,31 @@ TEST(VectorProgram, TrainingOpsOnV3FollowTheirDefinitionsAndTheWindowAtIssue) {
   expect_vector_costs(sim, program, 1);
 }
 
+// The host learns of halts from the chip's interrupts (irq2host, docs/isa.md §7), one per halt
+// retired, carrying the core's halt count, at the cycle the halt retired.
+TEST(HostInterrupts, EveryHaltInterruptsTheHostWithItsCountAtItsCycle) {
+  Simulation sim(shipped("v3"));
+  sim.host.programs[0] = {isa::Nop{}, isa::Halt{}, isa::Nop{}, isa::Nop{}, isa::Halt{}};
+  sim.host.programs[1] = {isa::Halt{}};
+  sim.run();
+  const auto& taken = sim.host.interrupts_taken;
+  ASSERT_EQ(taken.size(), 3u);
+  std::vector<test::TestHost::Interrupt> core0;
+  for (const auto& i : taken) {
+    ASSERT_LT(i.core, 2u);
+    if (i.core == 0) core0.push_back(i);
+  }
+  ASSERT_EQ(core0.size(), 2u);
+  EXPECT_EQ(core0[0].halts, 1u);
+  EXPECT_EQ(core0[1].halts, 2u);
+  EXPECT_LT(core0[0].at, core0[1].at);
+  EXPECT_EQ(core0[1].at, sim.chip.halted_at(0));
+  for (const auto& i : taken)
+    if (i.core == 1) {
+      EXPECT_EQ(i.halts, 1u);
+      EXPECT_EQ(i.at, sim.chip.halted_at(1));
+    }
+}
+
 }  // namespace
 }  // namespace tpu
