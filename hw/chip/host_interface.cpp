@@ -40,10 +40,10 @@ void HostInterface::interrupt(std::uint32_t core) {
     const auto st = tlm_transfer(irq, tlm::TLM_WRITE_COMMAND, address_map::interrupt_vector(core),
                                  &halts, address_map::kInterruptBytes);
     if (st != tlm::TLM_OK_RESPONSE)
-      SC_REPORT_ERROR("tpusim/host_interface",
-                      fmt::format("core {}: the host refused its interrupt: {}", core,
-                                  response_name(st))
-                          .c_str());
+      SC_REPORT_ERROR(
+          "tpusim/host_interface",
+          fmt::format("core {}: the host refused its interrupt: {}", core, response_name(st))
+              .c_str());
   }
 }
 

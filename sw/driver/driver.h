@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "hw/common/clock.h"
-#include "sw/driver/host_link.h"
 #include "sw/compiler/program.h"
+#include "sw/driver/host_link.h"
 
 namespace tpu::driver {
 

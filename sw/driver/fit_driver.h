@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "hw/common/clock.h"
-#include "sw/driver/host_link.h"
 #include "sw/compiler/training.h"
+#include "sw/driver/host_link.h"
 
 namespace tpu::driver {
 
