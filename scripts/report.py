@@ -185,6 +185,16 @@ class Run:
         self.mxus_per_core = chip.want("mxus_per_core", NUMBER)
         self.array = (chip.want("mxu_rows", NUMBER), chip.want("mxu_cols", NUMBER))
         self.chip_file = chip.want("file", STRING)
+        # A run on a system (run --system): every chip's peaks, named by the system.
+        if c.want("system", OBJECT) is not None:
+            system = c.sub("system")
+            chips = system.need("chips", POSITIVE)
+            self.chip = system.need("name", STRING)
+            self.peak_ops_per_s = system.need("peak_ops_per_s", POSITIVE)
+            self.off_chip_bytes_per_s *= chips
+            if self.cores is not None:
+                self.cores *= chips
+            self.chip_file = system.want("file", STRING)
 
         w = c.sub("workload")
         self.workload = {
@@ -248,7 +258,8 @@ class FailedRun:
 
     def __init__(self, entry, where, prefix):
         c = Checked(entry, where, prefix)
-        self.chip_file = c.need("chip_file", STRING, "a failed run names its chip file")
+        self.chip_file = c.want("chip_file", STRING) or c.need(
+            "system_file", STRING, "a failed run names its chip or system file")
         self.error = c.want("error", STRING) or "no message"
 
 

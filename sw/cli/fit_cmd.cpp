@@ -11,6 +11,7 @@
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
+#include "sw/cli/run_cmd.h"
 #include "sw/io/output.h"
 #include "sw/report/formats.h"
 
@@ -109,10 +110,7 @@ void run_fit(FitCommand& cmd) {
   if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");
   if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
   if (!o.trace.empty()) trace = out.add(o.trace, "--trace output");
-  if (cmd.chip.empty() && cmd.system.empty())
-    throw InputError("fit needs a chip config (--chip) or a system config (--system)");
-  const SystemConfig sys = cmd.system.empty() ? system_of_chip(load_chip_config(cmd.chip))
-                                              : load_system_config(cmd.system);
+  const SystemConfig sys = chip_or_system(cmd.chip, cmd.system, "fit");
   if (o.weights.empty())
     out.check({{o.model, "model"}});
   else

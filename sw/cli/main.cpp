@@ -44,8 +44,13 @@ int run_cli(int argc, char** argv) {
   info->add_flag("--json", as_json, "Print JSON instead of text");
 
   tpu::cli::RunCommand rc;
-  CLI::App* run = app.add_subcommand("run", "Run a network on a simulated chip and report");
-  run->add_option("--chip", rc.chip, "Chip config (JSON)")->required();
+  CLI::App* run =
+      app.add_subcommand("run", "Run a network on a simulated chip or system and report");
+  CLI::Option* run_chip = run->add_option("--chip", rc.chip, "Chip config (JSON)");
+  run->add_option("--system", rc.system,
+                  "System config (JSON): every chip runs its share of the images and of the "
+                  "batch (docs/systems.md)")
+      ->excludes(run_chip);
   tpu::cli::add_workload_options(run, rc);
   run->add_option("--topology", rc.options.topology,
                   "SCALE-Sim topology CSV (convolution or M,N,K GEMM rows) to run instead of "
@@ -61,7 +66,9 @@ int run_cli(int argc, char** argv) {
   tpu::cli::CompareCommand cc;
   CLI::App* compare = app.add_subcommand(
       "compare", "Run one workload on several chips, each in its own process, side by side");
-  compare->add_option("--chip", cc.chips, "Chip config (JSON); give two or more")->required();
+  compare->add_option("--chip", cc.chips, "Chip config (JSON), repeatable");
+  compare->add_option("--system", cc.systems,
+                      "System config (JSON), repeatable: runs after the chips (docs/systems.md)");
   tpu::cli::add_workload_options(compare, cc.workload);
   compare->add_option("-j,--jobs", cc.jobs, "Simulations at a time (default: one per core)")
       ->check(CLI::Range(1u, 1024u));

@@ -1,5 +1,7 @@
 #include "sw/cli/run_cmd.h"
 
+#include <fmt/format.h>
+
 #include <iostream>
 #include <optional>
 
@@ -60,6 +62,14 @@ std::vector<io::NamedInput> workload_inputs(const RunCommand& cmd) {
           {cmd.weights, "weights file"}};
 }
 
+SystemConfig chip_or_system(const std::string& chip, const std::string& system,
+                            const std::string& command) {
+  if (chip.empty() && system.empty())
+    throw InputError(
+        fmt::format("{} needs a chip config (--chip) or a system config (--system)", command));
+  return system.empty() ? system_of_chip(load_chip_config(chip)) : load_system_config(system);
+}
+
 void run_run(RunCommand& cmd) {
   resolve_workload(cmd);
   // Every output is resolved and its temporary created before the simulation: an impossible
@@ -76,9 +86,9 @@ void run_run(RunCommand& cmd) {
   if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
   if (!cmd.options.trace.empty()) trace = out.add(cmd.options.trace, "--trace output");
 
-  const ChipConfig cfg = load_chip_config(cmd.chip);
+  const SystemConfig sys = chip_or_system(cmd.chip, cmd.system, "run");
   out.check(workload_inputs(cmd));
-  sim::RunResult r = sim::run_session(cfg, cmd.options);
+  sim::RunResult r = sim::run_session(sys, cmd.options);
   if (json) out.set(*json, r.report.dump(2) + "\n");
   if (!csv.empty()) {
     const auto files = report::csv_reports(r.report);

@@ -5,13 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "hw/config/system_config.h"
 #include "sw/io/output.h"
 #include "sw/sim/session.h"
 
 namespace tpu::cli {
 
 struct RunCommand {
-  std::string chip;
+  std::string chip, system;  // one of them
   sim::RunOptions options;
   std::string weights;
   bool no_check = false;
@@ -28,6 +29,11 @@ std::vector<std::string> workload_args(const RunCommand& cmd);
 void resolve_workload(RunCommand& cmd);
 // The files the workload options name (model or topology, weights), for OutputSet::check.
 std::vector<io::NamedInput> workload_inputs(const RunCommand& cmd);
+
+// The config `command` runs on: --system's, or --chip's as a one-chip system; throws InputError
+// when neither is given.
+SystemConfig chip_or_system(const std::string& chip, const std::string& system,
+                            const std::string& command);
 
 void run_run(RunCommand& cmd);
 

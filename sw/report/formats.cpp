@@ -47,12 +47,14 @@ struct ChipShape {
   std::uint32_t in_bytes = 1, acc_bytes = 4;
 };
 
+// A run on a system (run --system) counts every chip's MXUs.
 ChipShape shape_of(const ordered_json& run) {
   const auto& c = run.at("chip");
+  const double chips = run.contains("system") ? num(run.at("system"), "chips") : 1;
   ChipShape s;
-  s.mxus = num(c, "tensor_cores") * num(c, "mxus_per_core");
+  s.mxus = chips * num(c, "tensor_cores") * num(c, "mxus_per_core");
   s.pes = num(c, "mxu_rows") * num(c, "mxu_cols");
-  s.peak_macs = num(c, "peak_macs_per_cycle");
+  s.peak_macs = chips * num(c, "peak_macs_per_cycle");
   s.in_bytes = bytes_of(c.at("input_type").get<std::string>());
   s.acc_bytes = bytes_of(c.at("acc_type").get<std::string>());
   return s;
@@ -123,8 +125,13 @@ std::string bit_exact(const ordered_json& r) {
   return r["accuracy"]["bit_exact"].get<bool>() ? "yes" : "NO";
 }
 
+// What a run ran on: its system (run --system) or its chip.
+const ordered_json& machine(const ordered_json& r) {
+  return r.contains("system") ? r.at("system") : r.at("chip");
+}
+
 const Column kCompareColumns[] = {
-    {"chip", [](const ordered_json& r) { return r["chip"]["name"].get<std::string>(); }},
+    {"chip", [](const ordered_json& r) { return machine(r)["name"].get<std::string>(); }},
     {"top-1 (%)", top1},
     {"bit-exact", bit_exact},
     {"cycles", [](const ordered_json& r) { return thousands(num(r["totals"], "cycles")); }},
@@ -139,7 +146,7 @@ const Column kCompareColumns[] = {
      }},
     {"peak T ops/s",
      [](const ordered_json& r) {
-       return fmt::format("{:.2f}", num(r["chip"], "peak_ops_per_s") / 1e12);
+       return fmt::format("{:.2f}", num(machine(r), "peak_ops_per_s") / 1e12);
      }},
     {"utilization (%)",
      [](const ordered_json& r) {
@@ -257,7 +264,7 @@ std::vector<std::pair<std::string, std::string>> csv_reports(const ordered_json&
 
 std::string run_markdown(const ordered_json& run) {
   std::string s = fmt::format("# {} on {}\n\n", run.at("workload").at("model").get<std::string>(),
-                              run.at("chip").at("name").get<std::string>());
+                              machine(run).at("name").get<std::string>());
   s += workload_line(run.at("workload")) + "\n";
   std::vector<std::string> head, cells;
   for (const auto& c : kCompareColumns) {
@@ -332,11 +339,11 @@ std::string compare_markdown(const ordered_json& cmp) {
   }
   if (cmp.contains("failed"))
     for (const auto& f : cmp.at("failed"))
-      s += fmt::format("\nFAILED: {} — {}\n", f.at("chip_file").get<std::string>(),
+      s += fmt::format("\nFAILED: {} — {}\n",
+                       f.value("chip_file", f.value("system_file", std::string())),
                        f.at("error").get<std::string>());
   for (const auto& r : cmp.at("runs"))
-    s +=
-        fmt::format("\n## {}\n\n", r.at("chip").at("name").get<std::string>()) + layers_markdown(r);
+    s += fmt::format("\n## {}\n\n", machine(r).at("name").get<std::string>()) + layers_markdown(r);
   return s;
 }
 
@@ -350,7 +357,7 @@ std::string compare_csv(const ordered_json& cmp) {
     const bool checked = r.contains("accuracy");
     s += fmt::format(
         "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-        r.at("chip").at("name").get<std::string>(), r.at("chip").at("file").get<std::string>(),
+        machine(r).at("name").get<std::string>(), machine(r).at("file").get<std::string>(),
         cell(num(t, "cycles")), cell(num(t, "seconds")), cell(num(t, "images_per_s")),
         cell(num(t, "macs")), cell(num(t, "ops_per_s")), cell(num(t, "peak_ops_per_s")),
         cell(num(t, "utilization")), cell(num(t, "bytes_off_chip")),

@@ -6,6 +6,15 @@ namespace tpu::sim {
 
 using nlohmann::ordered_json;
 
+ChipConfig system_as_one_chip(const SystemConfig& sys) {
+  ChipConfig all = sys.chip;
+  if (sys.chips() == 1) return all;
+  all.name = sys.name;
+  all.tensor_cores = sys.tensor_cores();
+  all.energy.idle_w = sys.chip.energy.idle_w * sys.chips();
+  return all;
+}
+
 ordered_json buckets_json(const MxuBuckets& b) {
   return {{"active", b.active},
           {"weight_stall", b.weight_stall},

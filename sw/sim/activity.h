@@ -7,8 +7,14 @@
 
 #include "hw/common/counters.h"
 #include "hw/config/chip_config.h"
+#include "hw/config/system_config.h"
 
 namespace tpu::sim {
+
+// The system as one chip for a report's rates and energy: every chip's TensorCores and MXUs (the
+// peaks add up), every chip's idle power, the chip's per-action energies (docs/systems.md). A
+// one-chip system is its chip, unchanged.
+ChipConfig system_as_one_chip(const SystemConfig& sys);
 
 // Every MXU cycle by bucket (DESIGN "Stall accounting").
 nlohmann::ordered_json buckets_json(const MxuBuckets& b);

@@ -124,12 +124,7 @@ class Fit {
         // Scale-out's values are not the model's anyway: it computes none.
         timing_only_(opt.timing_only || scale_out_),
         check_(opt.check && !timing_only_) {
-    // The system as one chip for the report's rates and energy: every chip's cores and MXUs
-    // (peaks add up), every chip's idle power, its per-action energies (docs/systems.md).
-    all_ = cfg_;
-    all_.name = sys_.chips() > 1 ? sys_.name : cfg_.name;
-    all_.tensor_cores = sys_.tensor_cores();
-    all_.energy.idle_w = cfg_.energy.idle_w * sys_.chips();
+    all_ = system_as_one_chip(sys_);
   }
 
   FitResult run() {

@@ -97,9 +97,11 @@ std::string limits_in_force() {
 
 }  // namespace
 
-HostMemory host_memory_needed(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images) {
+HostMemory host_memory_needed(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images,
+                              std::uint32_t chips) {
   const double n = static_cast<double>(images);
   HostMemory h;
+  double all_params = 0;
   double largest = static_cast<double>(m.input.size());
   for (const ir::Op& l : m.ops) {
     largest = std::max(largest, static_cast<double>(l.out.size()));
@@ -107,6 +109,7 @@ HostMemory host_memory_needed(const ChipConfig& cfg, const ir::Graph& m, std::ui
     for (const ir::ParamSpec& spec : ir::op_info(l.kind).params(l))
       params += static_cast<double>(spec.elements());
     h.weights += params * kBytesPerWeight;
+    all_params += params;
   }
   const double input = static_cast<double>(m.input.size());
   h.inputs = (n * kBytesPerInput + static_cast<double>(nn::kCalibrationImages) * 4) * input;
@@ -118,6 +121,9 @@ HostMemory host_memory_needed(const ChipConfig& cfg, const ir::Graph& m, std::ui
                        (cfg.mxu.weight_fifo_tiles + cfg.mxu.weight_buffers) *
                        static_cast<double>(cfg.weight_tile_bytes());
   h.chip = static_cast<double>(cfg.on_chip_bytes()) + tiles;
+  // A system: every chip's model, and every further chip's off-chip memory holding the weights
+  // (at most fp32).
+  h.chip = h.chip * chips + (chips - 1.0) * all_params * 4;
   return h;
 }
 
@@ -170,17 +176,19 @@ std::string out_of_memory_message() {
       limits_in_force());
 }
 
-void check_host_memory(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images) {
+void check_host_memory(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images,
+                       std::uint32_t chips) {
   const HostLimit limit = host_memory_limit();
-  const HostMemory h = host_memory_needed(cfg, m, images);
+  const HostMemory h = host_memory_needed(cfg, m, images, chips);
   if (h.total() <= static_cast<double>(limit.bytes)) return;
-  throw InputError(
-      fmt::format("{}: {} image(s) on {} ({}) need about {} of host memory (weights {}, inputs {}, "
-                  "activations {}, outputs {}, chip {}), more than the limit of {} ({}; "
-                  "docs/robustness.md)",
-                  m.file, images, cfg.name, cfg.file, readable(h.total()), readable(h.weights),
-                  readable(h.inputs), readable(h.activations), readable(h.outputs),
-                  readable(h.chip), readable(static_cast<double>(limit.bytes)), limit.source));
+  throw InputError(fmt::format(
+      "{}: {} image(s) on {}{} ({}) need about {} of host memory (weights {}, inputs {}, "
+      "activations {}, outputs {}, chip {}), more than the limit of {} ({}; "
+      "docs/robustness.md)",
+      m.file, images, chips > 1 ? fmt::format("{} chips of ", chips) : "", cfg.name, cfg.file,
+      readable(h.total()), readable(h.weights), readable(h.inputs), readable(h.activations),
+      readable(h.outputs), readable(h.chip), readable(static_cast<double>(limit.bytes)),
+      limit.source));
 }
 
 }  // namespace tpu::sim

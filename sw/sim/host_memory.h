@@ -23,7 +23,9 @@ struct HostMemory {
   [[nodiscard]] double total() const { return weights + inputs + activations + outputs + chip; }
 };
 
-HostMemory host_memory_needed(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images);
+// `chips`: a system's, each running its share of the images.
+HostMemory host_memory_needed(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images,
+                              std::uint32_t chips = 1);
 
 // The limit: the tightest of three quarters of the host's physical memory,
 // TPUSIM_HOST_MEMORY_LIMIT (bytes, or with a K/M/G/T suffix for powers of 1024, e.g. "8G"), and
@@ -41,6 +43,7 @@ std::string out_of_memory_message();
 
 // Throws InputError naming the model and chip files, the size the run needs by part and the
 // limit, when the estimate exceeds the limit.
-void check_host_memory(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images);
+void check_host_memory(const ChipConfig& cfg, const ir::Graph& m, std::uint64_t images,
+                       std::uint32_t chips = 1);
 
 }  // namespace tpu::sim

@@ -5,13 +5,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <random>
 #include <system_error>
 
 #include "hw/chip/chip.h"
 #include "hw/common/error.h"
+#include "hw/system/system.h"
 #include "sw/compiler/compiler.h"
 #include "sw/compiler/rewrite.h"
 #include "sw/data/idx.h"
@@ -46,39 +49,91 @@ struct Simulated {
   std::vector<ordered_json> mxus;
 };
 
-Simulated simulate(const ChipConfig& cfg, const compiler::Program& prog,
+// Every chip of `sys` runs `prog` on its share of the images (encoded: chip c's are the c-th
+// of sys.chips() equal parts), each with its own driver, as TPUStrategy's replicas serve a batch
+// (docs/systems.md, "Inference on a system"). A chip alone is built as itself.
+Simulated simulate(const SystemConfig& sys, const compiler::Program& prog,
                    const std::vector<std::uint8_t>& encoded, Trace* trace, SimOptions options) {
-  Chip chip("chip", cfg, std::nullopt, options);
-  driver::Driver drv("driver", prog, encoded, chip.clock(), options.timing_only);
-  driver::attach(drv, chip);
-  if (trace) chip.enable_trace(*trace);
+  const ChipConfig& cfg = sys.chip;
+  const std::uint32_t n = sys.chips();
+  std::optional<Chip> alone;
+  std::optional<System> system;
+  std::vector<Chip*> chips;
+  if (n == 1) {
+    chips.push_back(&alone.emplace("chip", cfg, std::nullopt, options));
+  } else {
+    system.emplace("system", sys, System::Scale::kEveryChip, options);
+    for (std::uint32_t c = 0; c < n; ++c) chips.push_back(&system->chip(c));
+  }
+  const std::size_t share = encoded.size() / n;
+  std::deque<driver::Driver> drivers;
+  for (std::uint32_t c = 0; c < n; ++c) {
+    const std::vector<std::uint8_t> inputs(
+        encoded.begin() + static_cast<std::ptrdiff_t>(c * share),
+        encoded.begin() + static_cast<std::ptrdiff_t>((c + 1) * share));
+    const std::string name = n == 1 ? std::string("driver") : fmt::format("driver_{}", c);
+    drivers.emplace_back(name.c_str(), prog, inputs, chips[c]->clock(), options.timing_only);
+    driver::attach(drivers.back(), *chips[c]);
+    if (trace) chips[c]->enable_trace(*trace, c * cfg.tensor_cores);
+  }
   sc_core::sc_start();
   Simulated s;
-  if (!drv.done()) {
-    std::string where;
-    for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c)
-      if (chip.halts(c) == 0)
-        where += fmt::format(" core {} stopped after issuing {} of {} instructions;", c,
-                             chip.cores[c]->sequencer->issued(), prog.cores[c].size());
-    throw ProgramError("the chip deadlocked (no event left before every core halted):" + where);
+  std::string where;
+  for (std::uint32_t c = 0; c < n; ++c)
+    if (!drivers[c].done())
+      for (std::uint32_t k = 0; k < cfg.tensor_cores; ++k)
+        if (chips[c]->halts(k) == 0)
+          where += fmt::format(" {}core {} stopped after issuing {} of {} instructions;",
+                               n == 1 ? std::string() : fmt::format("chip {} ", c), k,
+                               chips[c]->cores[k]->sequencer->issued(), prog.cores[k].size());
+  if (!where.empty())
+    throw ProgramError(fmt::format("the {} deadlocked (no event left before every core halted):",
+                                   n == 1 ? "chip" : "system") +
+                       where);
+  for (const Chip* chip : chips)
+    for (std::uint32_t k = 0; k < cfg.tensor_cores; ++k)
+      s.cycles = std::max(s.cycles, chip->halted_at(k));
+  for (std::uint32_t c = 0; c < n; ++c) {
+    Chip& chip = *chips[c];
+    chip.finish(s.cycles);
+    if (!options.timing_only) {
+      const std::vector<float> out = drivers[c].outputs();
+      s.outputs.insert(s.outputs.end(), out.begin(), out.end());
+    }
+    s.loaded_at = std::max(s.loaded_at, drivers[c].loaded_at());
+    s.counters += chip.counters();
+    for (const auto& core : chip.cores)
+      for (std::size_t m = 0; m < core->mxus.size(); ++m) {
+        ordered_json j;
+        if (n > 1) j["chip"] = c;
+        j["core"] = core->id();
+        j["mxu"] = m;
+        j["cycles"] = buckets_json(core->mxus[m]->buckets());
+        s.mxus.push_back(std::move(j));
+      }
   }
-  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c)
-    s.cycles = std::max(s.cycles, chip.halted_at(c));
-  chip.finish(s.cycles);
-  if (!options.timing_only) s.outputs = drv.outputs();
-  s.loaded_at = drv.loaded_at();
-  s.counters = chip.counters();
-  for (const auto& core : chip.cores)
-    for (std::size_t m = 0; m < core->mxus.size(); ++m)
-      s.mxus.push_back(
-          {{"core", core->id()}, {"mxu", m}, {"cycles", buckets_json(core->mxus[m]->buckets())}});
   return s;
 }
 
 }  // namespace
 
 RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
+  return run_session(system_of_chip(cfg), opt);
+}
+
+RunResult run_session(const SystemConfig& sys, const RunOptions& opt) {
+  const ChipConfig& cfg = sys.chip;
+  const std::uint32_t chips = sys.chips();
   if (opt.images == 0) throw InputError("--images must be >= 1");
+  // Every chip runs the same program on an equal share, as TPUStrategy's replicas do.
+  for (const auto& [flag, value] :
+       {std::pair<const char*, std::uint64_t>{"--images", opt.images}, {"--batch", opt.batch}})
+    if (value % chips != 0)
+      throw InputError(fmt::format(
+          "{} {} does not split evenly over the {} chips of {} ({}): every chip runs the same "
+          "program on an equal share, so give a multiple of {}",
+          flag, value, chips, sys.name, sys.file, chips));
+  const std::uint64_t images = opt.images / chips;
   const double t0 = now_s();
   const std::string& model_file = opt.topology.empty() ? opt.model : opt.topology;
   // Dropout and its kin are the identity at inference (docs/models.md).
@@ -86,7 +141,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
       opt.topology.empty() ? importers::import_model(opt.model)
                            : importers::Imported{importers::load_topology(opt.topology), {}};
   const ir::Graph model = compiler::remove_identities(std::move(imported.graph));
-  check_host_memory(cfg, model, opt.images);
+  check_host_memory(cfg, model, opt.images, chips);
   std::string weights_source;
   const nn::Weights weights = load_weights(model, opt, weights_source, imported.parameters);
   const Inputs in = load_inputs(model, opt);
@@ -94,7 +149,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   const nn::QuantizedModel q = compiler::prepare(model, weights, cfg.mxu.input_type, cfg.mxu.rows,
                                                  in.calibration.data(), n_cal);
   const compiler::Program prog =
-      compiler::compile(q, model, cfg, compiler::Options{opt.images, opt.batch});
+      compiler::compile(q, model, cfg, compiler::Options{images, opt.batch / chips});
   const auto encoded = nn::encode_input(q, in.images.data(), opt.images);
   // Timing only: no outputs to check.
   const bool check = opt.check && !opt.timing_only;
@@ -131,13 +186,15 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   SimOptions sim_options;
   sim_options.timing_only = opt.timing_only;
   const Simulated sim =
-      simulate(cfg, prog, encoded, opt.trace.empty() ? nullptr : &trace, sim_options);
+      simulate(sys, prog, encoded, opt.trace.empty() ? nullptr : &trace, sim_options);
+  // The system as one chip for the rates and energy (every chip's MXUs and idle power).
+  const ChipConfig all = system_as_one_chip(sys);
   const double sim_wall = now_s() - t_sim;
   RunResult result;
   if (!opt.trace.empty()) {
     std::vector<std::string> names;
     for (const auto& l : prog.layers) names.push_back(l.name);
-    result.trace_json = report::chrome_trace_json(trace, cfg, names);
+    result.trace_json = report::chrome_trace_json(trace, all, names);
   }
 
   const Counters tot = sim.counters.total();
@@ -147,16 +204,20 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   if (opt.timing_only) r["outputs_computed"] = false;
   r["chip"] = chip_summary_json(cfg);
   r["chip"]["file"] = cfg.file;
-  r["workload"] = {{"model", model.name},
-                   {"model_file", model_file},
-                   {"weights", weights_source},
-                   {"inputs", in.source},
-                   {"images", opt.images},
-                   {"batch", opt.batch},
-                   {"micro_batch_per_core", prog.micro_batch},
-                   {"instructions", prog.instruction_count()},
-                   {"weights_in_unified_buffer", prog.weights_in_ub},
-                   {"unified_buffer_bytes_used", prog.ub_bytes_used}};
+  if (chips > 1) {
+    r["system"] = system_summary_json(sys);
+    r["system"]["file"] = sys.file;
+  }
+  r["workload"] = {{"model", model.name}, {"model_file", model_file}, {"weights", weights_source},
+                   {"inputs", in.source}, {"images", opt.images},     {"batch", opt.batch}};
+  if (chips > 1) {
+    r["workload"]["images_per_chip"] = images;
+    r["workload"]["batch_per_chip"] = opt.batch / chips;
+  }
+  r["workload"].update(ordered_json{{"micro_batch_per_core", prog.micro_batch},
+                                    {"instructions", prog.instruction_count()},
+                                    {"weights_in_unified_buffer", prog.weights_in_ub},
+                                    {"unified_buffer_bytes_used", prog.ub_bytes_used}});
 
   // Reference and accuracy.
   double ref_wall = 0;
@@ -184,7 +245,7 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   t["cycles"] = sim.cycles;
   std::uint64_t network_macs = 0;
   for (const auto& l : prog.layers) network_macs += l.macs_per_image * opt.images;
-  t.update(activity_json(cfg, tot, sim_cycles, sim_cycles, opt.images, network_macs));
+  t.update(activity_json(all, tot, sim_cycles, sim_cycles, opt.images, network_macs));
   t["memory_image_loaded_cycle"] = sim.loaded_at;
   r["energy"] = t["energy"];
   t.erase("energy");
@@ -198,12 +259,12 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
   for (std::size_t id = 0; id < prog.layers.size(); ++id) {
     const auto it = by_layer.find(static_cast<std::uint32_t>(id));
     const Counters c = it == by_layer.end() ? Counters{} : it->second;
-    const double cyc = static_cast<double>(c.cycles) / cfg.tensor_cores;
+    const double cyc = static_cast<double>(c.cycles) / all.tensor_cores;
     ordered_json l;
     l["name"] = prog.layers[id].name;
     l["type"] = prog.layers[id].type;
     l["cycles"] = cyc;
-    l.update(activity_json(cfg, c, cyc, static_cast<double>(c.span()), opt.images,
+    l.update(activity_json(all, c, cyc, static_cast<double>(c.span()), opt.images,
                            prog.layers[id].macs_per_image * opt.images));
     layers.push_back(l);
   }
@@ -218,7 +279,11 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
 }
 
 ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt) {
-  RunResult r = run_session(cfg, opt);
+  return run_workload(system_of_chip(cfg), opt);
+}
+
+ordered_json run_workload(const SystemConfig& sys, const RunOptions& opt) {
+  RunResult r = run_session(sys, opt);
   if (!opt.trace.empty()) io::write_file(opt.trace, r.trace_json, "--trace output");
   return std::move(r.report);
 }
@@ -229,6 +294,11 @@ std::string summary(const ordered_json& r) {
   std::string s;
   s += fmt::format("chip        {} ({})\n", c["name"].get<std::string>(),
                    c["file"].get<std::string>());
+  if (r.contains("system"))
+    s += fmt::format("system      {} ({}): {} chips, each on {} of the images\n",
+                     r["system"]["name"].get<std::string>(), r["system"]["file"].get<std::string>(),
+                     r["system"]["chips"].get<std::uint64_t>(),
+                     r["workload"]["images_per_chip"].get<std::uint64_t>());
   s += fmt::format(
       "workload    {} on {} images, batch {}; weights: {}; inputs: {}\n",
       r["workload"]["model"].get<std::string>(), r["workload"]["images"].get<std::uint64_t>(),

@@ -1,7 +1,7 @@
-// One workload on one chip, end to end: load the model, its weights and inputs; quantize for the
-// chip; compile; elaborate the chip and the driver; simulate; decode the outputs; run the
-// quantized reference and compare bit for bit; build the report ("Report JSON" in DESIGN.md,
-// docs/report.md). One simulation per process: the SystemC kernel cannot be reset.
+// One workload on one chip or every chip of a system, end to end: load the model, its weights and
+// inputs; quantize for the chip; compile; elaborate the chip and the driver; simulate; decode the
+// outputs; run the quantized reference and compare bit for bit; build the report ("Report JSON" in
+// DESIGN.md, docs/report.md). One simulation per process: the SystemC kernel cannot be reset.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "hw/config/chip_config.h"
+#include "hw/config/system_config.h"
 
 namespace tpu::sim {
 
@@ -38,9 +39,13 @@ struct RunResult {
 // instruction; the caller prints one line. Writes nothing: the caller writes the report and the
 // trace (sw/io/output.h), all or nothing.
 RunResult run_session(const ChipConfig& cfg, const RunOptions& opt);
+// On every chip of `sys`, each running the same program on an equal share of the images and of
+// the batch (docs/systems.md, "Inference on a system"); a one-chip system is its chip.
+RunResult run_session(const SystemConfig& sys, const RunOptions& opt);
 
 // run_session, then the trace written to RunOptions::trace; returns the report (tests, tools).
 nlohmann::ordered_json run_workload(const ChipConfig& cfg, const RunOptions& opt);
+nlohmann::ordered_json run_workload(const SystemConfig& sys, const RunOptions& opt);
 
 // The short human summary `tpusim run` prints.
 std::string summary(const nlohmann::ordered_json& report);
