@@ -7,6 +7,7 @@
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
+#include "hw/config/system_config.h"
 #include "sw/cli/process_pool.h"
 #include "sw/io/output.h"
 #include "sw/io/signals.h"
@@ -16,10 +17,20 @@ namespace tpu::cli {
 using nlohmann::ordered_json;
 
 int run_compare(CompareCommand& cmd) {
-  if (cmd.chips.size() < 2) throw InputError("compare: give at least two --chip configs");
+  // What runs, in order: each config and the flag that names it.
+  std::vector<std::pair<std::string, std::string>> configs;
+  for (const auto& c : cmd.chips) configs.emplace_back("--chip", c);
+  for (const auto& c : cmd.systems) configs.emplace_back("--system", c);
+  if (configs.size() < 2)
+    throw InputError("compare: give at least two configs (--chip or --system, each repeatable)");
   // Every config is checked before anything runs: a typo in the fifth chip should not cost the
   // first four simulations.
-  for (const auto& c : cmd.chips) (void)load_chip_config(c);
+  for (const auto& [flag, file] : configs) {
+    if (flag == "--chip")
+      (void)load_chip_config(file);
+    else
+      (void)load_system_config(file);
+  }
   resolve_workload(cmd.workload);
   const unsigned jobs = cmd.jobs > 0 ? cmd.jobs : default_parallelism();
 
@@ -34,14 +45,14 @@ int run_compare(CompareCommand& cmd) {
   // written to disk until the comparison is.
   std::vector<ProcessJob> runs;
   const auto w = workload_args(cmd.workload);
-  for (const auto& chip : cmd.chips) {
+  for (const auto& [flag, file] : configs) {
     ProcessJob job;
-    job.argv = {"tpusim", "run", "--chip", chip, "--json", "-"};
+    job.argv = {"tpusim", "run", flag, file, "--json", "-"};
     job.argv.insert(job.argv.end(), w.begin(), w.end());
     runs.push_back(std::move(job));
   }
-  std::vector<ordered_json> reports(cmd.chips.size());
-  std::vector<std::string> errors(cmd.chips.size());
+  std::vector<ordered_json> reports(configs.size());
+  std::vector<std::string> errors(configs.size());
   std::size_t failed = 0;
   {
     io::InterruptScope interrupt;
@@ -49,7 +60,7 @@ int run_compare(CompareCommand& cmd) {
         runs, jobs,
         [&](std::size_t i, ProcessResult& r) {
           if (r.stopped) return;
-          const std::string& chip = cmd.chips[i];
+          const std::string& chip = configs[i].second;
           if (r.ok()) {
             try {
               reports[i] = ordered_json::parse(r.out);
@@ -79,23 +90,26 @@ int run_compare(CompareCommand& cmd) {
   cmp["schema"] = "tpusim.compare/1";
   cmp["workload"] = nullptr;
   cmp["runs"] = ordered_json::array();
-  for (std::size_t i = 0; i < cmd.chips.size(); ++i) {
+  for (std::size_t i = 0; i < configs.size(); ++i) {
     if (!errors[i].empty()) {
-      cmp["failed"].push_back({{"chip_file", cmd.chips[i]}, {"error", errors[i]}});
+      cmp["failed"].push_back(
+          {{configs[i].first == "--chip" ? "chip_file" : "system_file", configs[i].second},
+           {"error", errors[i]}});
       continue;
     }
     if (cmp["workload"].is_null()) {
       cmp["workload"] = reports[i]["workload"];
       // Per-chip figures of the compiled program differ by chip; the workload is what ran.
-      for (const char* k : {"micro_batch_per_core", "instructions", "weights_in_unified_buffer",
-                            "unified_buffer_bytes_used"})
+      for (const char* k :
+           {"images_per_chip", "batch_per_chip", "micro_batch_per_core", "instructions",
+            "weights_in_unified_buffer", "unified_buffer_bytes_used"})
         cmp["workload"].erase(k);
     }
     cmp["runs"].push_back(reports[i]);
   }
   if (cmp["runs"].empty())
     throw InputError(
-        fmt::format("compare: every chip failed; the first: {}: {}", cmd.chips[0], errors[0]));
+        fmt::format("compare: every run failed; the first: {}: {}", configs[0].second, errors[0]));
 
   const std::string md = report::compare_markdown(cmp);
   if (json) out.set(*json, cmp.dump(2) + "\n");
@@ -104,7 +118,7 @@ int run_compare(CompareCommand& cmd) {
   out.commit();
   (out.uses_stdout() ? std::cerr : std::cout) << md.substr(0, md.find("\n## "));
   if (failed > 0) {
-    std::cerr << fmt::format("tpusim: compare: {} of {} chips failed\n", failed, cmd.chips.size());
+    std::cerr << fmt::format("tpusim: compare: {} of {} runs failed\n", failed, configs.size());
     return 1;
   }
   return 0;

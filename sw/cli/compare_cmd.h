@@ -1,4 +1,5 @@
-// `tpusim compare`: the same workload on several chips, each simulated in its own `tpusim run`
+// `tpusim compare`: the same workload on several chips or systems (first the --chip configs, then
+// the --system ones), each simulated in its own `tpusim run`
 // process (the SystemC kernel cannot be reset), up to `jobs` at a time; the reports are put side
 // by side as a tpusim.compare/1 JSON, a Markdown table and a CSV.
 #pragma once
@@ -11,7 +12,7 @@
 namespace tpu::cli {
 
 struct CompareCommand {
-  std::vector<std::string> chips;
+  std::vector<std::string> chips, systems;
   RunCommand workload;
   unsigned jobs = 0;  // 0: one per core
   std::string json, markdown, csv;

@@ -42,6 +42,31 @@ TEST(CompareCli, RunsEachChipAndPutsThemSideBySide) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
 }
 
+// A system beside a chip (docs/systems.md, "Inference on a system"): its row is named by the
+// system and counts every chip's peak; the chip's share of the workload is not the comparison's.
+TEST(CompareCli, ASystemRunsBesideAChipAfterTheChips) {
+  test::TempDir tmp("tpusim-cli");
+  const auto r = test::run_tpusim(
+      "compare --system " + std::string(TPUSIM_SOURCE_DIR) + "/configs/systems/v2-8.json" +
+      " --chip " + chip("v2") + " --images 16 --batch 8 -j 2 --json " + (tmp / "cmp.json") +
+      " --markdown " + (tmp / "cmp.md") + " --csv " + (tmp / "cmp.csv"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto cmp = nlohmann::json::parse(test::read_file(tmp / "cmp.json"));
+  ASSERT_EQ(cmp["runs"].size(), 2u);
+  EXPECT_EQ(cmp["runs"][0]["chip"]["name"], "tpu-v2");
+  EXPECT_FALSE(cmp["runs"][0].contains("system"));
+  EXPECT_EQ(cmp["runs"][1]["system"]["name"], "v2-8");
+  EXPECT_EQ(cmp["runs"][1]["workload"]["images_per_chip"], 4);
+  EXPECT_FALSE(cmp["workload"].contains("images_per_chip"));
+  for (const auto& run : cmp["runs"]) EXPECT_TRUE(run["accuracy"]["bit_exact"].get<bool>());
+  EXPECT_DOUBLE_EQ(cmp["runs"][1]["totals"]["peak_ops_per_s"].get<double>(),
+                   4 * cmp["runs"][0]["totals"]["peak_ops_per_s"].get<double>());
+  const std::string md = test::read_file(tmp / "cmp.md");
+  EXPECT_NE(md.find("| v2-8 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("## v2-8"), std::string::npos) << md;
+  EXPECT_NE(test::read_file(tmp / "cmp.csv").find("v2-8,"), std::string::npos);
+}
+
 TEST(CompareCli, ABadChipConfigStopsBeforeAnythingRuns) {
   test::TempDir tmp("tpusim-cli");
   const std::string bad = tmp / "bad.json";
