@@ -7,7 +7,9 @@
 // correctly rounded (IEEE 754), so unlike exp these results do not depend on the C library.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace tpu::numerics {
@@ -36,6 +38,51 @@ inline void adam_step(float& w, float& m, float& v, float g, float alpha, float 
   m = m + (g - m) * (1.0f - beta1);
   v = v + (g * g - v) * (1.0f - beta2);
   w = w - (m * alpha) / (std::sqrt(v) + epsilon);
+}
+
+// LARS, layer-wise adaptive rate scaling (You, Gitman, Ginsburg, "Large Batch Training of
+// Convolutional Networks", 2017), as TensorFlow's tf.contrib.opt.LARSOptimizer computes it
+// (tensorflow/contrib/opt/python/training/lars_optimizer.py, epsilon 0, nesterov off) -- the
+// optimizer of Google's MLPerf ResNet-50 submissions on TPU pods (training-and-systems.md §3-4).
+// Per weight tensor, from the sums of squares of its weights and its gradient:
+//   w_norm = sqrt(w_sumsq), g_norm = sqrt(g_sumsq)
+//   trust = (eta * w_norm) / (g_norm + weight_decay * w_norm)   if w_norm > 0 and g_norm > 0
+//         = 1                                                   otherwise (also for NaN norms)
+//   scaled_lr = lr * trust
+// then per element the weight decay joins the gradient and TF's ApplyMomentum runs with
+// learning rate 1 on the scaled gradient: g' = g + weight_decay * w;
+// accum = accum * momentum + g' * scaled_lr; w = w - accum. So the momentum slot carries updates
+// already scaled by each step's trust ratio (not m = momentum * m + g'; w -= scaled_lr * m).
+// tpusim's slot holds m = -accum, the sign Keras's momentum slot has: m = momentum * m -
+// scaled_lr * g'; w = w + m. Negation is exact and IEEE rounding is symmetric, so w is bit for
+// bit TF's; and lars_step is momentum_step on g' with scaled_lr.
+// The tensors MLPerf's skip list names (biases, BatchNormalization's gamma and beta) take
+// momentum_step with lr itself: no trust ratio, no weight decay (TF's `skip_list`).
+inline float lars_scaled_lr(float lr, float eta, float weight_decay, float w_sumsq, float g_sumsq) {
+  const float w_norm = std::sqrt(w_sumsq), g_norm = std::sqrt(g_sumsq);
+  const float trust =
+      w_norm > 0.0f && g_norm > 0.0f ? (eta * w_norm) / (g_norm + weight_decay * w_norm) : 1.0f;
+  return lr * trust;
+}
+inline void lars_step(float& w, float& m, float g, float scaled_lr, float momentum,
+                      float weight_decay) {
+  momentum_step(w, m, g + weight_decay * w, scaled_lr, momentum);
+}
+
+// A LARS norm's sum of squares of x[0 .. n), in the order the chip's reduce sum_squares runs
+// it: the elements dealt round-robin to kLarsNormLanes lane sums, each from +0 adding x*x (the
+// product rounded, then the add) in increasing index; then the lanes that got an element added
+// from +0 in lane order. TF leaves the order of tf.norm's sum unspecified; this one is tpusim's.
+inline constexpr std::size_t kLarsNormLanes = 128;
+inline float lars_sum_squares(const float* x, std::size_t n) {
+  float lanes[kLarsNormLanes] = {};
+  for (std::size_t j = 0; j < n; ++j) {
+    const float sq = x[j] * x[j];
+    lanes[j % kLarsNormLanes] = lanes[j % kLarsNormLanes] + sq;
+  }
+  float s = 0.0f;
+  for (std::size_t c = 0; c < std::min(n, kLarsNormLanes); ++c) s = s + lanes[c];
+  return s;
 }
 
 // The host's part of an Adam step: beta^t for step t = iterations + 1 >= 1, each computed in

@@ -383,11 +383,11 @@ bool enums_valid(const Instruction& inst) {
   if (auto* m = std::get_if<Map>(&inst))
     return static_cast<std::uint8_t>(m->func) <= 8 && element_type(m->in_type) &&
            element_type(m->out_type);
-  if (auto* u = std::get_if<Update>(&inst)) return static_cast<std::uint8_t>(u->kind) <= 2;
+  if (auto* u = std::get_if<Update>(&inst)) return static_cast<std::uint8_t>(u->kind) <= 3;
   // Every data type decodes (the vector unit refuses all but fp32, naming the instruction), so
   // that a later type needs no new decoding rule.
   if (auto* r = std::get_if<Reduce>(&inst))
-    return static_cast<std::uint8_t>(r->op) <= 1 && dtype_ok(r->type);
+    return static_cast<std::uint8_t>(r->op) <= 2 && dtype_ok(r->type);
   if (auto* g = std::get_if<PoolGrad>(&inst))
     return static_cast<std::uint8_t>(g->kind) <= 1 && dtype_ok(g->type);
   return true;
@@ -559,11 +559,19 @@ std::string_view name_of(UpdateKind v) {
     case UpdateKind::Sgd: return "sgd";
     case UpdateKind::Momentum: return "momentum";
     case UpdateKind::Adam: return "adam";
+    case UpdateKind::Lars: return "lars";
   }
   return "?";
 }
 
-std::string_view name_of(ReduceOp v) { return v == ReduceOp::Sum ? "sum" : "max"; }
+std::string_view name_of(ReduceOp v) {
+  switch (v) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::SumSquares: return "sum_squares";
+  }
+  return "?";
+}
 
 std::string to_string(const Instruction& inst) {
   std::string s = mnemonic(opcode_of(inst));

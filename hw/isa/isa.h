@@ -70,7 +70,7 @@ enum class EltOp : std::uint8_t {
   TanhGrad = 8,
   Div = 9
 };
-enum class ReduceOp : std::uint8_t { Sum = 0, Max = 1 };
+enum class ReduceOp : std::uint8_t { Sum = 0, Max = 1, SumSquares = 2 };
 // Map's functions; leaky_relu, elu and prelu take the channel record's alpha (prelu is leaky_relu
 // by another name: the compiler writes one alpha per channel for PReLU, the same alpha in every
 // record for LeakyReLU). rsqrt (numerics::rsqrt, fp32 in and out only) is BatchNormalization's
@@ -90,7 +90,8 @@ enum class MapFunc : std::uint8_t {
 enum class UpdateKind : std::uint8_t {
   Sgd = 0,       // {lr}
   Momentum = 1,  // {lr, momentum}
-  Adam = 2       // {lr, beta1, beta2, epsilon, beta1_power, beta2_power}
+  Adam = 2,      // {lr, beta1, beta2, epsilon, beta1_power, beta2_power}
+  Lars = 3       // {lr, momentum, weight_decay, eta, w_sumsq, g_sumsq}
 };
 // The fp32 values of update's record for `kind` (0 for a code that is no kind).
 constexpr std::uint32_t update_params(UpdateKind kind) {
@@ -98,6 +99,7 @@ constexpr std::uint32_t update_params(UpdateKind kind) {
     case UpdateKind::Sgd: return 1;
     case UpdateKind::Momentum: return 2;
     case UpdateKind::Adam: return 6;
+    case UpdateKind::Lars: return 6;
   }
   return 0;
 }
@@ -317,8 +319,9 @@ struct Xent {
   float scale = 0.0f;
 };
 // One optimizer step over `count` fp32 elements, in place (numerics/optimizer.h): w from g, and
-// the slots m (momentum, adam) and v (adam); the fp32 record at `params` by `kind`. The fields a
-// kind does not use must be 0.
+// the slots m (momentum, adam, lars) and v (adam); the fp32 record at `params` by `kind` (lars's
+// w_sumsq and g_sumsq are the whole tensor's, which reduce sum_squares wrote there before). The
+// fields a kind does not use must be 0.
 struct Update {
   UbAddr w;
   UbAddr g;
@@ -329,9 +332,10 @@ struct Update {
   UpdateKind kind = UpdateKind::Sgd;
 };
 
-// For c < cols: s = acc ? dst[c] : (sum: +0, max: -inf); then for r = 0 .. rows-1 in order
-// s = s + src[r*stride + 4c] (sum, one fp32 add) or max(s, that) (NaN propagates); dst[c] = s.
-// fp32 values. Bias gradients, BatchNormalization's batch statistics, a loss's sum.
+// For c < cols: s = acc ? dst[c] : (sum, sum_squares: +0, max: -inf); then for r = 0 .. rows-1
+// in order, with x = src[r*stride + 4c]: s = s + x (sum, one fp32 add), s = s + x * x
+// (sum_squares: the product rounded, then the add) or max(s, x) (NaN propagates); dst[c] = s.
+// fp32 values. Bias gradients, BatchNormalization's batch statistics, a loss's sum, LARS's norms.
 struct Reduce {
   UbAddr src;
   UbAddr dst;

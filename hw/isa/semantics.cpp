@@ -144,7 +144,8 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
           write(Space::UnifiedBuffer, "dst", i.dst.value(), logits);
           write(Space::UnifiedBuffer, "out", i.out.value(), 8ull * i.rows);
         } else if constexpr (std::is_same_v<T, Update>) {
-          // Only the arrays the kind uses: sgd's m and v, momentum's v are 0 and name nothing.
+          // Only the arrays the kind uses: sgd's m and v, momentum's and lars's v are 0 and name
+          // nothing.
           const std::uint64_t n = 4ull * i.count;
           const bool slot_m = i.kind != UpdateKind::Sgd, slot_v = i.kind == UpdateKind::Adam;
           read(Space::UnifiedBuffer, "w", i.w.value(), n);

@@ -185,7 +185,7 @@ void store_i8(std::uint8_t* p, std::int8_t v) { *p = static_cast<std::uint8_t>(v
 bool known(isa::ActFunc f) { return f <= isa::ActFunc::Softmax; }
 bool known(isa::PoolKind k) { return k <= isa::PoolKind::Avg; }
 bool known(isa::EltOp o) { return o <= isa::EltOp::Div; }
-bool known(isa::ReduceOp o) { return o <= isa::ReduceOp::Max; }
+bool known(isa::ReduceOp o) { return o <= isa::ReduceOp::SumSquares; }
 // The eltwise ops that compute on fp32 only: the gradient ops and div.
 bool fp32_only(isa::EltOp o) { return o >= isa::EltOp::ReluGrad && o <= isa::EltOp::Div; }
 bool known(isa::MapFunc f) { return f <= isa::MapFunc::Rsqrt; }
@@ -936,11 +936,12 @@ struct EltF32Kernel {
   }
 };
 
-// reduce: each column from its start value (s, cols values), the rows in order: one fp32 add, or
-// max_float, per value; the columns side by side in lanes, row after row.
+// reduce: each column from its start value (s, cols values), the rows in order: one fp32 add (of
+// the value, or of its square rounded first), or max_float, per value; the columns side by side
+// in lanes, row after row.
 struct ReduceKernel {
   template <std::size_t B>
-  static TPUSIM_LANES_INLINE void run(bool sum, const std::uint8_t* in, std::uint64_t rows,
+  static TPUSIM_LANES_INLINE void run(isa::ReduceOp op, const std::uint8_t* in, std::uint64_t rows,
                                       std::uint64_t stride, std::uint64_t cols, float* s) {
     using V = L<B>;
     auto* out = reinterpret_cast<std::uint8_t*>(s);
@@ -948,7 +949,11 @@ struct ReduceKernel {
       V::for_each(
           cols, [&](std::uint64_t c, auto k) __attribute__((always_inline)) {
             const typename V::F acc = V::load(out + 4 * c, k), v = V::load(in + 4 * c, k);
-            V::store(out + 4 * c, sum ? acc + v : V::max_float(acc, v), k);
+            V::store(out + 4 * c,
+                     op == isa::ReduceOp::Sum   ? acc + v
+                     : op == isa::ReduceOp::Max ? V::max_float(acc, v)
+                                                : acc + v * v,
+                     k);
           });
   }
 };
@@ -1617,7 +1622,7 @@ void VectorOps::update(const isa::Update& u, UbView ub) const {
   const std::uint32_t n_params = isa::update_params(u.kind);
   if (n_params == 0)
     throw ProgramError(
-        fmt::format("{}: kind = {} is not an optimizer (allowed: sgd, momentum, adam)", op,
+        fmt::format("{}: kind = {} is not an optimizer (allowed: sgd, momentum, adam, lars)", op,
                     static_cast<unsigned>(u.kind)));
   check_at_least_1(op, "count", u.count);
   const bool slot_m = u.kind != isa::UpdateKind::Sgd, slot_v = u.kind == isa::UpdateKind::Adam;
@@ -1653,8 +1658,14 @@ void VectorOps::update(const isa::Update& u, UbView ub) const {
     p[k] = bits_to_float(load_u32(ub.data + params + 4 * k));
   const float lr = p[0];
   check_update_param("lr", lr, lr >= 0.0f, "finite and >= 0");
-  if (u.kind == isa::UpdateKind::Momentum)
+  if (u.kind == isa::UpdateKind::Momentum || u.kind == isa::UpdateKind::Lars)
     check_update_param("momentum", p[1], p[1] >= 0.0f && p[1] <= 1.0f, "in [0, 1], as Keras's SGD");
+  if (u.kind == isa::UpdateKind::Lars) {
+    // The sums of squares are the chip's own (reduce sum_squares), not checked: a diverged
+    // tensor's inf or NaN gives the trust ratio TF's formula gives it.
+    check_update_param("weight_decay", p[2], p[2] >= 0.0f, "finite and >= 0");
+    check_update_param("eta", p[3], p[3] > 0.0f, "finite and > 0");
+  }
   if (u.kind == isa::UpdateKind::Adam) {
     const char* names[] = {"beta1", "beta2", "epsilon", "beta1_power", "beta2_power"};
     for (int k = 1; k < 6; ++k) {
@@ -1672,6 +1683,8 @@ void VectorOps::update(const isa::Update& u, UbView ub) const {
   std::uint8_t* const m = ub.data + u.m.value();
   std::uint8_t* const v = ub.data + u.v.value();
   const float alpha = u.kind == isa::UpdateKind::Adam ? numerics::adam_alpha(lr, p[4], p[5]) : 0.0f;
+  const float scaled_lr =
+      u.kind == isa::UpdateKind::Lars ? numerics::lars_scaled_lr(lr, p[3], p[2], p[4], p[5]) : 0.0f;
   for (std::uint64_t i = 0; i < 4ull * u.count; i += 4) {
     float wi = bits_to_float(load_u32(w + i));
     const float gi = bits_to_float(load_u32(g + i));
@@ -1688,6 +1701,12 @@ void VectorOps::update(const isa::Update& u, UbView ub) const {
         numerics::adam_step(wi, mi, vi, gi, alpha, p[1], p[2], p[3]);
         store_u32(m + i, float_to_bits(mi));
         store_u32(v + i, float_to_bits(vi));
+        break;
+      }
+      case isa::UpdateKind::Lars: {
+        float mi = bits_to_float(load_u32(m + i));
+        numerics::lars_step(wi, mi, gi, scaled_lr, p[1], p[2]);
+        store_u32(m + i, float_to_bits(mi));
         break;
       }
     }
@@ -1717,14 +1736,14 @@ void VectorOps::reduce(const isa::Reduce& r, UbView ub) const {
 
   if (timing_only_) return;  // the instruction checked; no value read
 
-  // Each column from its start value, the rows in order: one fp32 add, or max_float (NaN
-  // propagates), per value.
-  const bool sum = r.op == isa::ReduceOp::Sum;
+  // Each column from its start value, the rows in order: one fp32 add (of the value or its
+  // square), or max_float (NaN propagates), per value.
+  const bool max = r.op == isa::ReduceOp::Max;
   std::vector<float> s(r.cols);
   for (std::uint32_t c = 0; c < r.cols; ++c)
     s[c] = r.accumulate ? bits_to_float(load_u32(ub.data + dst + 4 * c))
-                        : (sum ? 0.0f : -std::numeric_limits<float>::infinity());
-  run_lanes<ReduceKernel>(sum, static_cast<const std::uint8_t*>(ub.data + src),
+                        : (max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  run_lanes<ReduceKernel>(r.op, static_cast<const std::uint8_t*>(ub.data + src),
                           std::uint64_t{r.rows}, std::uint64_t{r.stride}, std::uint64_t{r.cols},
                           s.data());
   for (std::uint32_t c = 0; c < r.cols; ++c) store_u32(ub.data + dst + 4 * c, float_to_bits(s[c]));
@@ -1861,7 +1880,8 @@ VectorCost VectorOps::cost(const isa::Copy& c) const {
   return v;
 }
 
-// One add or compare per input value; dst's running values read too with acc.
+// One add or compare per input value (sum_squares's multiply and add counting once, the
+// multiply-add vector_op_pj is taken to be); dst's running values read too with acc.
 VectorCost VectorOps::cost(const isa::Reduce& r) const {
   VectorCost c;
   const std::uint64_t elems = std::uint64_t{r.rows} * r.cols;
@@ -1922,16 +1942,19 @@ VectorCost VectorOps::cost(const isa::Xent& x) const {
 //   momentum  lr*g; momentum*m - that; w + m                              3
 //   adam      g - m; m + d*(1-beta1); g*g - v; v + e*(1-beta2); sqrt;
 //             + epsilon; m*alpha; the division; w - q                     9
-// (1 - beta1), (1 - beta2) and alpha are computed once per instruction. Each array the kind uses
-// is read once and each it changes written once; the record is read once.
+//   lars      g + weight_decay*w; then momentum's three                   4
+// (1 - beta1), (1 - beta2), alpha and lars's scaled_lr are computed once per instruction (the
+// tensor's norms come from reduce sum_squares before). Each array the kind uses is read once and
+// each it changes written once; the record is read once.
 VectorCost VectorOps::cost(const isa::Update& u) const {
   VectorCost c;
-  const std::uint64_t slots = u.kind == isa::UpdateKind::Adam       ? 2
-                              : u.kind == isa::UpdateKind::Momentum ? 1
-                                                                    : 0;
+  const bool lars = u.kind == isa::UpdateKind::Lars;
+  const std::uint64_t slots = u.kind == isa::UpdateKind::Adam               ? 2
+                              : u.kind == isa::UpdateKind::Momentum || lars ? 1
+                                                                            : 0;
   const std::uint64_t ops_per_element[] = {1, 3, 9};
   const std::uint64_t n = u.count;
-  c.element_ops = n * ops_per_element[slots];
+  c.element_ops = n * (ops_per_element[slots] + (lars ? 1 : 0));
   c.ub_bytes_read = 4 * n * (2 + slots) + 4ull * isa::update_params(u.kind);
   c.ub_bytes_written = 4 * n * (1 + slots);
   finish(c, cfg_);

@@ -6,8 +6,10 @@
 #include <malloc.h>
 #endif
 
+#include <cmath>
 #include <iostream>
 #include <optional>
+#include <tuple>
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
@@ -60,9 +62,15 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
       ->check(CLI::IsMember({"auto", "unified-buffer", "off-chip"}));
   app->add_option("--learning-rate", o.optimizer.learning_rate, "Learning rate")
       ->capture_default_str();
-  app->add_option("--optimizer", cmd.optimizer, "adam, sgd or momentum (SGD with momentum 0.9)")
+  app->add_option("--optimizer", cmd.optimizer,
+                  "adam, sgd, momentum (SGD with momentum 0.9) or lars (momentum 0.9, the "
+                  "layer-wise trust ratio; docs/training.md)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"adam", "sgd", "momentum"}));
+      ->check(CLI::IsMember({"adam", "sgd", "momentum", "lars"}));
+  app->add_option("--weight-decay", cmd.weight_decay,
+                  "LARS's weight decay (default 1e-4, MLPerf ResNet-50's; lars only)");
+  app->add_option("--lars-eta", cmd.lars_eta,
+                  "LARS's trust coefficient eta (default 0.001, TF's LARSOptimizer's; lars only)");
   app->add_option("--seed", o.seed, "Seed of the initial weights and the shuffle")
       ->capture_default_str();
   app->add_option("--validation-freq", o.validation_freq,
@@ -104,7 +112,20 @@ void run_fit(FitCommand& cmd) {
                                                       : A::kAuto;
   o.optimizer.kind = cmd.optimizer == "sgd"        ? nn::OptimizerKind::Sgd
                      : cmd.optimizer == "momentum" ? nn::OptimizerKind::Momentum
+                     : cmd.optimizer == "lars"     ? nn::OptimizerKind::Lars
                                                    : nn::OptimizerKind::Adam;
+  for (const auto& [flag, value, positive, into] :
+       {std::tuple{"--weight-decay", cmd.weight_decay, false, &o.optimizer.weight_decay},
+        std::tuple{"--lars-eta", cmd.lars_eta, true, &o.optimizer.lars_eta}}) {
+    if (!value) continue;
+    if (o.optimizer.kind != nn::OptimizerKind::Lars)
+      throw InputError(
+          fmt::format("{} is LARS's: it needs --optimizer lars (not {})", flag, cmd.optimizer));
+    if (!std::isfinite(*value) || *value < 0.0f || (positive && *value == 0.0f))
+      throw InputError(
+          fmt::format("{} {} (must be finite and {})", flag, *value, positive ? "> 0" : ">= 0"));
+    *into = *value;
+  }
   io::OutputSet out;
   std::optional<std::size_t> json, markdown, trace;
   if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");

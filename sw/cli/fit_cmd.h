@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "sw/sim/fit.h"
@@ -14,6 +15,7 @@ struct FitCommand {
   std::string system;
   sim::FitOptions options;
   std::string optimizer = "adam";
+  std::optional<float> weight_decay, lars_eta;  // lars only (nn::Optimizer's defaults)
   std::string activations = "auto";
   std::uint32_t steps = 0;  // --steps: one epoch of this many steps
   bool random_weights = false;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "hw/common/error.h"
+#include "numerics/optimizer.h"
 #include "sw/compiler/collectives.h"
 #include "sw/compiler/emit.h"
 #include "sw/compiler/memory.h"
@@ -35,6 +36,9 @@ constexpr std::uint64_t kF = 4;             // bytes per fp32 value
 // Elements of one staging buffer of the exchange and the update (four of them: the gradient,
 // the weights and the two optimizer slots).
 constexpr std::uint64_t kStageElements = 48 * 1024;
+// A LARS norm's lane sums continue from one staging piece to the next only if every piece but
+// the last is whole rows of lanes (numerics::lars_sum_squares's order).
+static_assert(kStageElements % numerics::kLarsNormLanes == 0);
 
 using Code = std::vector<isa::Instruction>;
 
@@ -366,6 +370,8 @@ class TrainingCompiler {
     // Per channel temporaries of the BatchNormalization running (the sums, the backward's).
     for (auto& t : bn_temp_) t = widest_bn ? alloc(std::uint64_t{widest_bn} * kF) : 0;
     optimizer_ub_ = alloc(L_.optimizer_bytes);
+    // LARS's lane sums of squares, the weights' then the gradient's.
+    if (opt_.kind == nn::OptimizerKind::Lars) lars_lanes_ub_ = alloc(2 * kLanes * kF);
     std::uint64_t largest = 0;
     for (const TensorId& p : t_.parameters) largest = std::max(largest, elements(p));
     stage_elems_ = std::min(largest, kStageElements);
@@ -638,6 +644,7 @@ class TrainingCompiler {
       case nn::OptimizerKind::Sgd: return "SGD";
       case nn::OptimizerKind::Momentum: return "SGD (momentum)";
       case nn::OptimizerKind::Adam: return "Adam";
+      case nn::OptimizerKind::Lars: return "LARS";
     }
     return "?";
   }
@@ -1450,10 +1457,11 @@ class TrainingCompiler {
     out.push_back(m);
   }
   static isa::Reduce column_sum(std::uint64_t src, std::uint64_t dst, std::uint64_t rows,
-                                std::uint32_t cols, bool accumulate) {
+                                std::uint32_t cols, bool accumulate,
+                                isa::ReduceOp op = isa::ReduceOp::Sum) {
     isa::Reduce r;
     r.accumulate = accumulate;
-    r.op = isa::ReduceOp::Sum;
+    r.op = op;
     r.src = ub(src);
     r.dst = ub(dst);
     r.rows = static_cast<std::uint32_t>(rows);
@@ -1830,36 +1838,63 @@ class TrainingCompiler {
     }
     if (chips) emit_all_reduce(out);  // ends with every core's part in the all-reduce area
     const std::uint64_t g = stage_ub_[0], w = stage_ub_[1], m = stage_ub_[2], v = stage_ub_[3];
+    // The step's gradient of a piece: the chips' total, the replicas' sum, or the replica's own;
+    // where it lies in the unified buffer.
+    const auto gradient = [&](std::size_t k, std::uint64_t e0, std::uint64_t n) {
+      const std::uint64_t bytes = n * kF, at = slot_offset_[k] + e0 * kF;
+      tag(out, exchange_tag());
+      if (chips) {
+        read_mem(out, L_.all_reduce + at, g, bytes);
+      } else if (cores) {
+        read_mem(out, L_.exchange[0] + at, g, bytes);
+        for (std::uint32_t r = 1; r < L_.cores; ++r) {
+          read_mem(out, L_.exchange[r] + at, w, bytes);
+          eltwise(out, isa::EltOp::Add, g, w, g, n);
+        }
+      } else if (grad_ub_[k] != kNone) {
+        return grad_ub_[k] + e0 * kF;
+      } else {
+        read_mem(out, L_.exchange[0] + at, g, bytes);
+      }
+      return g;
+    };
     for (std::size_t k = 0; k < t_.parameters.size(); ++k) {
       const TrainingLayout::Home& h = L_.params[core_][k];
+      const bool lars = opt_.kind == nn::OptimizerKind::Lars;
+      const bool scaled = lars && nn::lars_scales(t_.parameters[k].param);
+      // LARS's norms need the whole tensor before its first piece's step: a tensor of several
+      // pieces is read once more for them (its gradient summed again), one of one piece is
+      // reduced as it lies staged for the step.
+      const bool one_piece = h.elements <= stage_elems_;
+      if (scaled && !one_piece) {
+        for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
+          const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
+          const std::uint64_t grad = gradient(k, e0, n);
+          tag(out, update_tag());
+          read_mem(out, h.w + e0 * kF, w, n * kF);
+          lars_lane_sums(out, w, grad, n, e0 > 0);
+        }
+        lars_norms(out, h.elements);
+      }
       for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
         const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
-        const std::uint64_t bytes = n * kF, at = slot_offset_[k] + e0 * kF;
-        // The step's gradient of these elements: the chips' total, the replicas' sum, or the
-        // replica's own.
-        std::uint64_t grad = g;
-        tag(out, exchange_tag());
-        if (chips) {
-          read_mem(out, L_.all_reduce + at, g, bytes);
-        } else if (cores) {
-          read_mem(out, L_.exchange[0] + at, g, bytes);
-          for (std::uint32_t r = 1; r < L_.cores; ++r) {
-            read_mem(out, L_.exchange[r] + at, w, bytes);
-            eltwise(out, isa::EltOp::Add, g, w, g, n);
-          }
-        } else if (grad_ub_[k] == kNone) {
-          read_mem(out, L_.exchange[0] + at, g, bytes);
-        } else {
-          grad = grad_ub_[k] + e0 * kF;
-        }
+        const std::uint64_t bytes = n * kF;
+        const std::uint64_t grad = gradient(k, e0, n);
         tag(out, update_tag());
         read_mem(out, h.w + e0 * kF, w, bytes);
         if (h.m) read_mem(out, h.m + e0 * kF, m, bytes);
         if (h.v) read_mem(out, h.v + e0 * kF, v, bytes);
+        if (scaled && one_piece) {
+          lars_lane_sums(out, w, grad, n, false);
+          lars_norms(out, h.elements);
+        }
         isa::Update u;
-        u.kind = opt_.kind == nn::OptimizerKind::Sgd        ? isa::UpdateKind::Sgd
-                 : opt_.kind == nn::OptimizerKind::Momentum ? isa::UpdateKind::Momentum
-                                                            : isa::UpdateKind::Adam;
+        // LARS's unscaled tensors take momentum's step with the same record's lr and momentum.
+        u.kind = opt_.kind == nn::OptimizerKind::Sgd ? isa::UpdateKind::Sgd
+                 : opt_.kind == nn::OptimizerKind::Momentum || (lars && !scaled)
+                     ? isa::UpdateKind::Momentum
+                 : lars ? isa::UpdateKind::Lars
+                        : isa::UpdateKind::Adam;
         u.w = ub(w);
         u.g = ub(grad);
         u.m = ub(h.m ? m : 0);
@@ -1879,6 +1914,36 @@ class TrainingCompiler {
       out.push_back(isa::Sync{true});
     }
   }
+
+  // LARS's sums of squares of one piece of a tensor's weights (at w) and gradient (at grad), n
+  // values, into the lane sums (numerics::lars_sum_squares): its whole rows of lanes, then the
+  // last, short row; the lanes start from +0 with the tensor's first piece.
+  void lars_lane_sums(Code& out, std::uint64_t w, std::uint64_t grad, std::uint64_t n,
+                      bool continued) const {
+    const std::uint64_t rows = n / kLanes, rest = n % kLanes;
+    for (std::uint64_t t = 0; t < 2; ++t) {
+      const std::uint64_t src = t == 0 ? w : grad, lanes = lars_lanes_ub_ + t * kLanes * kF;
+      if (rows > 0)
+        out.push_back(column_sum(src, lanes, rows, static_cast<std::uint32_t>(kLanes), continued,
+                                 isa::ReduceOp::SumSquares));
+      if (rest > 0)
+        out.push_back(column_sum(src + rows * kLanes * kF, lanes, 1,
+                                 static_cast<std::uint32_t>(rest), continued || rows > 0,
+                                 isa::ReduceOp::SumSquares));
+    }
+  }
+  // The lanes that hold a tensor of `elements` values' sums added in lane order, into the
+  // optimizer record's w_sumsq and g_sumsq (update lars reads them there).
+  void lars_norms(Code& out, std::uint64_t elements) const {
+    const std::uint64_t used = std::min<std::uint64_t>(elements, kLanes);
+    for (std::uint64_t t = 0; t < 2; ++t) {
+      isa::Reduce r = column_sum(lars_lanes_ub_ + t * kLanes * kF, optimizer_ub_ + (4 + t) * kF,
+                                 used, 1, false);
+      r.stride = static_cast<std::uint32_t>(kF);
+      out.push_back(r);
+    }
+  }
+  static constexpr std::uint64_t kLanes = numerics::kLarsNormLanes;
 
   // The all-reduce over the chips (sw/compiler/collectives.h): every core's slot in, the
   // chips' total in the all-reduce area out.
@@ -1926,6 +1991,7 @@ class TrainingCompiler {
   std::uint64_t units_ub_ = 0, records_mem_ = 0;
   std::uint32_t widest_ = 0;
   std::uint64_t zero_records_ = 0, optimizer_ub_ = 0, grad_bytes_ = 0, stage_elems_ = 0;
+  std::uint64_t lars_lanes_ub_ = 0;
   std::uint64_t stage_ub_[4] = {0, 0, 0, 0};
   std::uint64_t images_ub_ = 0, labels_ub_ = 0, out_records_ub_ = 0, scratch_ub_ = 0, temp_ub_ = 0;
   std::map<std::size_t, std::uint64_t> kernel_ub_, records_ub_, moving_mem_;

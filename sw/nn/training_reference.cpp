@@ -714,15 +714,27 @@ std::size_t micro_batch_of(const TrainPlan& plan, std::size_t share) {
   return plan.micro_batch == 0 ? share : std::min<std::size_t>(plan.micro_batch, share);
 }
 
-// The optimizer's step on every element (numerics/optimizer.h, the update instruction's
-// definitions); Adam's powers for step t as the host computes them.
-void update(const Optimizer& opt, std::uint64_t t, Tensor& w, const Tensor& g, Tensor& m,
-            Tensor& v) {
+// The optimizer's step on every element of parameter `param` (numerics/optimizer.h, the update
+// instruction's definitions); Adam's powers for step t as the host computes them; LARS's norms
+// from the whole tensor, in the documented order of sums, or plain momentum on the tensors it
+// does not scale.
+void update(const Optimizer& opt, ir::Param param, std::uint64_t t, Tensor& w, const Tensor& g,
+            Tensor& m, Tensor& v) {
   const float lr = opt.learning_rate;
   switch (opt.kind) {
     case OptimizerKind::Sgd:
       for (std::size_t e = 0; e < w.size(); ++e) w[e] = numerics::sgd_step(w[e], g[e], lr);
       return;
+    case OptimizerKind::Lars:
+      if (lars_scales(param)) {
+        const float scaled_lr = numerics::lars_scaled_lr(
+            lr, opt.lars_eta, opt.weight_decay, numerics::lars_sum_squares(w.data(), w.size()),
+            numerics::lars_sum_squares(g.data(), g.size()));
+        for (std::size_t e = 0; e < w.size(); ++e)
+          numerics::lars_step(w[e], m[e], g[e], scaled_lr, opt.momentum, opt.weight_decay);
+        return;
+      }
+      [[fallthrough]];
     case OptimizerKind::Momentum:
       for (std::size_t e = 0; e < w.size(); ++e)
         numerics::momentum_step(w[e], m[e], g[e], lr, opt.momentum);
@@ -816,7 +828,7 @@ StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const Tra
     Tensor& w = tensor_of(s.weights.layers[id.op], id.param);
     Tensor sum(total.begin() + std::ptrdiff_t(at), total.begin() + std::ptrdiff_t(at + w.size()));
     at += w.size();
-    update(opt, s.iterations, w, sum, s.m[k], s.v[k]);
+    update(opt, id.param, s.iterations, w, sum, s.m[k], s.v[k]);
     if (gradients) gradients->push_back(std::move(sum));
   }
   return rec;

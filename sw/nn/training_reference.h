@@ -31,14 +31,24 @@ struct TrainPlan {
   std::vector<std::uint32_t> chip_dims{};
 };
 
-enum class OptimizerKind { Sgd, Momentum, Adam };
+enum class OptimizerKind { Sgd, Momentum, Adam, Lars };
 struct Optimizer {
   OptimizerKind kind = OptimizerKind::Adam;
   // Keras's defaults (keras.optimizers.Adam; SGD's momentum 0.9 when asked for).
   float learning_rate = 1e-3f;
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;
   float momentum = 0.9f;
+  // LARS (numerics/optimizer.h): MLPerf ResNet-50's weight decay 1e-4 (training-and-systems.md
+  // §4) and tf.contrib.opt.LARSOptimizer's default eeta 0.001.
+  float weight_decay = 1e-4f, lars_eta = 1e-3f;
 };
+
+// Whether LARS scales a parameter's step by its trust ratio and decays it: every parameter but
+// those MLPerf's skip list {"batch_normalization", "bias"} names (biases, BatchNormalization's
+// gamma and beta), which take plain momentum.
+constexpr bool lars_scales(ir::Param p) {
+  return p != ir::Param::Bias && p != ir::Param::Gamma && p != ir::Param::Beta;
+}
 
 // A BatchNormalization's moving statistics (Keras's moving_mean and moving_variance).
 struct MovingStats {

@@ -258,15 +258,18 @@ class Fit {
     const auto first = order_.begin() + std::ptrdiff_t{step_in_epoch_} * stride_;
     batch_index_.assign(first, first + std::ptrdiff_t{fed_});
     if (!timing_only_) fill(m, train_, batch_index_);  // timing only: nothing reads them
-    // The optimizer's record for t = iterations + 1.
+    // The optimizer's record for t = iterations + 1 (docs/isa.md, update); LARS's sums of
+    // squares are the chip's to write, per tensor.
     const nn::Optimizer& o = opt_.optimizer;
     const auto t = static_cast<double>(iterations_ + 1);
-    const float rec[6] = {o.learning_rate,
-                          o.kind == nn::OptimizerKind::Momentum ? o.momentum : o.beta1,
-                          o.beta2,
-                          o.epsilon,
-                          static_cast<float>(std::pow(static_cast<double>(o.beta1), t)),
-                          static_cast<float>(std::pow(static_cast<double>(o.beta2), t))};
+    const bool lars = o.kind == nn::OptimizerKind::Lars;
+    const float rec[6] = {
+        o.learning_rate,
+        o.kind == nn::OptimizerKind::Momentum || lars ? o.momentum : o.beta1,
+        lars ? o.weight_decay : o.beta2,
+        lars ? o.lars_eta : o.epsilon,
+        lars ? 0.0f : static_cast<float>(std::pow(static_cast<double>(o.beta1), t)),
+        lars ? 0.0f : static_cast<float>(std::pow(static_cast<double>(o.beta2), t))};
     for (int k = 0; k < 6; ++k) put_f32(&m[prog_.layout.optimizer_addr + 4 * k], rec[k]);
     if (!opt_.trace.empty() && traced_step(iterations_ + 1)) {
       for (std::size_t c = 0; c < system_->size(); ++c)

@@ -292,6 +292,16 @@ std::vector<Case> cases() {
       on(kOnV1, "update_sgd_with_a_slot",
          {updated([](Update& u) { u.kind = UpdateKind::Sgd, u.v = UbAddr(0); })}, 0,
          {"m = 0x3000", "must be 0"}),
+      // LARS's record read from the zeroed unified buffer: eta = 0 has no trust ratio.
+      on(kOnV1, "update_lars_with_an_empty_record",
+         {updated([](Update& u) { u.kind = UpdateKind::Lars, u.v = UbAddr(0); })}, 0,
+         {"update: eta = 0 (must be finite and > 0)"}),
+      on(kOnV1, "update_lars_with_a_second_slot",
+         {updated([](Update& u) { u.kind = UpdateKind::Lars; })}, 0,
+         {"v = 0x4000", "with kind lars", "must be 0"}),
+      on(kOnV1, "reduce_sum_squares_onto_its_rows",
+         {reduced([](Reduce& r) { r.op = ReduceOp::SumSquares, r.dst = UbAddr(4); })}, 0,
+         {"reduce: dst = 0x4", "overlaps src"}),
       on(kOnV3, "matmul_on_a_third_mxu", {matmul([&](MatMul& m) { m.mxu = v3_mxus; })}, 0,
          {fmt::format("mxu {}", v3_mxus)}),
       // Gather: its indices and rows in the unified buffer, each index in the table, each row in

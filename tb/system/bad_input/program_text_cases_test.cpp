@@ -81,7 +81,7 @@ std::vector<Case> binary_cases() {
   std::string bad_map = words({isa::Map{}});
   bad_map[2] = 9;  // 0..8 are functions (rsqrt 8)
   std::string bad_update = words({isa::Update{}});
-  bad_update[2] = 3;
+  bad_update[2] = 4;  // 0..3 are optimizers (lars 3)
   return {
       binary("empty_file", "", "no instructions"),
       binary("one_byte", "\x0f", "not a whole number"),
@@ -95,7 +95,7 @@ std::vector<Case> binary_cases() {
       binary("pool_of_int32", pool_int32, "out of range"),
       binary("eltwise_op_10", bad_op, "instruction 2"),
       binary("map_function_9", bad_map, "out of range"),
-      binary("update_kind_3", bad_update, "out of range"),
+      binary("update_kind_4", bad_update, "out of range"),
       binary("binary_garbage", garbage(32 * 64, 7), "instruction 0"),
       // 32 bytes of text: one word whose opcode is 'r' (0x72).
       binary("assembly_text_instead", "read_host src=0 dst=0 bytes=64\n\n",

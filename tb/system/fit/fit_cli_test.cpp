@@ -343,6 +343,55 @@ TEST(FitCli, SgdAndMomentumStepsAreBitExactToo) {
   }
 }
 
+// LARS (docs/training.md): ResNet in miniature has kernels the trust ratio scales and decays, and
+// biases and BatchNormalization's gamma and beta it leaves to plain momentum; every step is
+// checked bit for bit against the reference. The same three steps with learning rate 0 leave
+// the weights as they were, so a different loss shows the steps moved them.
+TEST(FitLars, StepsBitExactWithTheReferenceAndMovesTheWeights) {
+  const std::string args = "--model " + source("configs/models/resnet_mini.json") +
+                           " --steps 3 --batch 16 --optimizer lars --learning-rate ";
+  const auto moved = v3_report("lars", args + "2");
+  const auto still = v3_report("lars-still", args + "0");
+  ASSERT_FALSE(moved.is_null());
+  ASSERT_FALSE(still.is_null());
+  EXPECT_EQ(moved["optimizer"], "LARS");
+  EXPECT_EQ(moved["checked"], true);
+  EXPECT_EQ(moved["steps"], 3);
+  EXPECT_NE(moved["epochs"][0]["loss"], still["epochs"][0]["loss"]);
+}
+
+// The tutorial's network has kernels of more than one staging piece (its first Dense kernel's
+// 802,816 values): their norms are summed over every piece before the first piece steps.
+TEST(FitLars, ATensorOfSeveralPiecesStepsWithTheWholeTensorsNorms) {
+  const auto r = test::run_tpusim("fit --chip " + source("configs/chips/v3.json") +
+                                  " --steps 2 --batch 8 --optimizer lars --learning-rate 0.1 "
+                                  "--weight-decay 5e-4 --lars-eta 0.002");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2/2 - "));
+}
+
+// --weight-decay and --lars-eta are LARS's: with another optimizer, or out of their range, one
+// line and status 2.
+TEST(FitLars, ItsFlagsNeedLarsAndAValueInRange) {
+  const std::string fit = "fit --chip " + source("configs/chips/v3.json") + " --steps 1 ";
+  for (const auto& [args, words] :
+       {std::pair{"--weight-decay 1e-4",
+                  "--weight-decay is LARS's: it needs --optimizer lars "
+                  "(not adam)"},
+        std::pair{"--optimizer momentum --lars-eta 0.01",
+                  "--lars-eta is LARS's: it needs --optimizer lars (not momentum)"},
+        std::pair{"--optimizer lars --weight-decay -1",
+                  "--weight-decay -1 (must be finite and >= 0)"},
+        std::pair{"--optimizer lars --lars-eta 0", "--lars-eta 0 (must be finite and > 0)"},
+        std::pair{"--optimizer lars --lars-eta inf", "--lars-eta inf (must be finite and > 0)"},
+        std::pair{"--optimizer lars --weight-decay x", "--weight-decay"}}) {
+    const auto r = test::run_tpusim(fit + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(words)) << args;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+  }
+}
+
 TEST(FitCli, InferenceChipsAreRefusedInOneLine) {
   for (const std::string chip : {"v1", "edge"}) {
     const auto r = test::run_tpusim("fit --chip " + source("configs/chips/" + chip + ".json"));

@@ -28,6 +28,7 @@ struct Case {
   const char* system;
   const char* model;
   int batch;
+  const char* optimizer = "adam";
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.system << " " << c.model; }
@@ -43,7 +44,8 @@ nlohmann::json fit(const Case& c, const std::string& mode, test::CliResult* out 
   const auto r = test::run_tpusim(
       "fit --system " + source(std::string("configs/systems/") + c.system + ".json") + " --model " +
       source(std::string("configs/models/") + c.model + ".json") + " --steps 2 --batch " +
-      std::to_string(c.batch) + " --no-check " + mode + " --json " + file.string());
+      std::to_string(c.batch) + " --optimizer " + c.optimizer + " --no-check " + mode + " --json " +
+      file.string());
   if (out) *out = r;
   if (r.status != 0) {
     ADD_FAILURE() << r.out;
@@ -92,9 +94,12 @@ INSTANTIATE_TEST_SUITE_P(Slices, FitScaleOut,
                                            Case{"v3-8", "fashion_mnist_cnn", 1000},
                                            Case{"v4-8", "fashion_mnist_cnn", 1000},
                                            Case{"v3-32", "fashion_mnist_cnn", 1024},
-                                           Case{"v3-8", "resnet_mini", 64}),
+                                           Case{"v3-8", "resnet_mini", 64},
+                                           Case{"v3-8", "resnet_mini", 64, "lars"}),
                          [](const auto& p) {
                            std::string n = std::string(p.param.system) + "_" + p.param.model;
+                           if (std::string(p.param.optimizer) != "adam")
+                             n += std::string("_") + p.param.optimizer;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });

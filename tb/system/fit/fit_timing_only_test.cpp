@@ -86,6 +86,14 @@ TEST(FitTimingOnly, ASystemsStepsTakeTheSameCyclesSplitBytesAndEnergyAsAFullRun)
                      "--system " + source("configs/systems/v3-8.json") + " --steps 2 --batch 64");
 }
 
+// LARS's norms (reduce sum_squares over every kernel) and its update cost the same cycles with
+// nothing computed; on a system, the replicas' summed gradients are what the norms read.
+TEST(FitTimingOnly, LarsStepsTakeTheSameCyclesAsAFullRun) {
+  expect_same_timing("lars", "--system " + source("configs/systems/v3-8.json") + " --model " +
+                                 source("configs/models/resnet_mini.json") +
+                                 " --steps 2 --batch 32 --optimizer lars --learning-rate 0.5");
+}
+
 // Tensors off-chip: the kernels' tiles are fetched from off-chip memory row by row (strided),
 // activations stream through the unified buffer; none of it is stored, and the timing is the same.
 TEST(FitTimingOnly, OffChipTensorsTakeTheSameCyclesWithNothingStored) {

@@ -37,11 +37,11 @@ const std::vector<std::string> kKindNames = {"max", "avg"};
 const std::vector<std::string> kOpNames = {"add",       "mul",       "max",        "min",
                                            "sub",       "relu_grad", "relu6_grad", "sigmoid_grad",
                                            "tanh_grad", "div"};
-const std::vector<std::string> kReduceOpNames = {"sum", "max"};
+const std::vector<std::string> kReduceOpNames = {"sum", "max", "sum_squares"};
 const std::vector<std::string> kMapFuncNames = {"identity", "relu", "relu6", "leaky_relu", "elu",
                                                 "sigmoid",  "tanh", "prelu", "rsqrt"};
 const std::vector<std::string> kSourceNames = {"mem", "ub"};
-const std::vector<std::string> kUpdateKindNames = {"sgd", "momentum", "adam"};
+const std::vector<std::string> kUpdateKindNames = {"sgd", "momentum", "adam", "lars"};
 
 // The names a field accepts and, by position, their codes; empty for non-enum fields.
 std::vector<std::string> enum_names(std::string_view op_name, std::string_view field) {
@@ -272,6 +272,11 @@ TEST(Assembler, ReadsTheDocumentedXentAndUpdateLines) {
   EXPECT_EQ(to_string(u), update_line);
   // Left out, kind is sgd.
   EXPECT_EQ(std::get<Update>(assemble("update count=4", "sgd.s").front()).kind, UpdateKind::Sgd);
+  u.v = UbAddr(0x0), u.kind = UpdateKind::Lars;
+  const std::string lars_line =
+      "update w=0x0 g=0x10000 m=0x20000 v=0x0 params=0x40000 count=16384 kind=lars";
+  EXPECT_EQ(to_binary(assemble(lars_line, "lars.s")), to_binary({u}));
+  EXPECT_EQ(to_string(u), lars_line);
 }
 
 // docs/isa.md §4.17 and §4.18's example lines, which print back as written; left out, their
@@ -288,6 +293,11 @@ TEST(Assembler, ReadsTheDocumentedReduceAndPoolGradLines) {
       "reduce src=0x0 dst=0x8000 rows=784 cols=32 stride=128 op=sum type=fp32 acc";
   EXPECT_EQ(to_binary(assemble(reduce_line, "reduce.s")), to_binary({r}));
   EXPECT_EQ(to_string(r), reduce_line);
+  r.op = ReduceOp::SumSquares, r.accumulate = false;
+  const std::string sum_squares_line =
+      "reduce src=0x0 dst=0x8000 rows=784 cols=32 stride=128 op=sum_squares type=fp32";
+  EXPECT_EQ(to_binary(assemble(sum_squares_line, "sum_squares.s")), to_binary({r}));
+  EXPECT_EQ(to_string(r), sum_squares_line);
   PoolGrad g;
   g.x = UbAddr(0x0);
   g.dy = UbAddr(0x40000);

@@ -256,7 +256,7 @@ TEST(Semantics, XentReadsLogitsAndLabelsAndWritesGradientsAndRecords) {
 }
 
 // Each array the kind uses is read, the ones it steps written too; the record is 4 bytes per
-// value: sgd 1, momentum 2, adam 6.
+// value: sgd 1, momentum 2, adam 6, lars 6 (its sums of squares included).
 TEST(Semantics, UpdateReadsAndWritesTheArraysItsKindUsesAndReadsItsRecord) {
   Update u;
   u.w = UbAddr(0x1000), u.g = UbAddr(0x2000), u.m = UbAddr(0x3000), u.v = UbAddr(0x4000);
@@ -270,7 +270,12 @@ TEST(Semantics, UpdateReadsAndWritesTheArraysItsKindUsesAndReadsItsRecord) {
                                 ub(0x2000, 400, false, "g"), ub(0x3000, 400, false, "m"),
                                 ub(0x3000, 400, true, "m"), ub(0x4000, 400, false, "v"),
                                 ub(0x4000, 400, true, "v"), ub(0x5000, 24, false, "params")}));
-  u.kind = UpdateKind::Momentum, u.v = UbAddr(0);
+  u.kind = UpdateKind::Lars, u.v = UbAddr(0);
+  EXPECT_EQ(ranges(u),
+            (std::vector<Range>{ub(0x1000, 400, false, "w"), ub(0x1000, 400, true, "w"),
+                                ub(0x2000, 400, false, "g"), ub(0x3000, 400, false, "m"),
+                                ub(0x3000, 400, true, "m"), ub(0x5000, 24, false, "params")}));
+  u.kind = UpdateKind::Momentum;
   EXPECT_EQ(ranges(u),
             (std::vector<Range>{ub(0x1000, 400, false, "w"), ub(0x1000, 400, true, "w"),
                                 ub(0x2000, 400, false, "g"), ub(0x3000, 400, false, "m"),

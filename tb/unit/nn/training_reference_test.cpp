@@ -216,50 +216,83 @@ TEST(TrainingReference, TheSamePlanAndInputsGiveTheSameWeightsBitForBit) {
   }
 }
 
-TEST(TrainingReference, SgdMovesEachWeightByTheLearningRateTimesItsGradient) {
+// One step of `opt` on small_cnn's batch of 4 from seeded weights: per parameter (the training
+// graph's order) its kind, its values before and after the step, and its summed gradient.
+struct FirstStep {
+  std::vector<ir::Param> param;
+  std::vector<std::vector<float>> before, after, grads;
+  std::uint64_t iterations = 0;
+};
+FirstStep first_step(const Optimizer& opt) {
   const Graph g = small_cnn();
   const ir::TrainingGraph t = ir::differentiate(g);
   const Batch b = batch_of(g, 4, 9);
+  const Weights w0 = random_weights(g, 2);
+  TrainState s = initial_state(g, t, w0, opt);
+  FirstStep f;
+  (void)reference_step(g, t, TrainPlan{}, opt, s, b.images.data(), b.labels.data(), 4, &f.grads);
+  for (const TensorId& p : t.parameters) {
+    f.param.push_back(p.param);
+    f.before.push_back(tensor_of(w0.layers[p.op], p.param));
+    f.after.push_back(tensor_of(s.weights.layers[p.op], p.param));
+  }
+  f.iterations = s.iterations;
+  return f;
+}
+
+TEST(TrainingReference, SgdMovesEachWeightByTheLearningRateTimesItsGradient) {
   Optimizer sgd;
   sgd.kind = OptimizerKind::Sgd;
   sgd.learning_rate = 0.5f;
-  const Weights w0 = random_weights(g, 2);
-  TrainState s = initial_state(g, t, w0, sgd);
-  std::vector<std::vector<float>> grads;
-  (void)reference_step(g, t, TrainPlan{}, sgd, s, b.images.data(), b.labels.data(), 4, &grads);
-  for (std::size_t k = 0; k < t.parameters.size(); ++k) {
-    const TensorId& p = t.parameters[k];
-    const std::vector<float>& before = tensor_of(w0.layers[p.op], p.param);
-    const std::vector<float>& after = tensor_of(s.weights.layers[p.op], p.param);
+  const FirstStep f = first_step(sgd);
+  for (std::size_t k = 0; k < f.param.size(); ++k)
+    for (std::size_t e = 0; e < f.before[k].size(); ++e)
+      EXPECT_EQ(f.after[k][e], f.before[k][e] - 0.5f * f.grads[k][e]);
+  EXPECT_EQ(f.iterations, 1u);
+}
+
+// LARS's first step (m = 0): a kernel moves by lr * trust * (g + wd * w) with its own tensor's
+// trust = eta * |w| / (|g| + wd * |w|), here evaluated in float64; a bias by lr * g alone (MLPerf's
+// skip list: no trust ratio, no decay).
+TEST(TrainingReference, LarsScalesEachKernelByItsTrustRatioAndStepsBiasesByTheLearningRate) {
+  Optimizer lars;
+  lars.kind = OptimizerKind::Lars;
+  lars.learning_rate = 2.0f, lars.weight_decay = 1e-3f, lars.lars_eta = 0.01f;
+  const FirstStep f = first_step(lars);
+  std::size_t kernels = 0, biases = 0;
+  for (std::size_t k = 0; k < f.param.size(); ++k) {
+    const std::vector<float>&before = f.before[k], &g = f.grads[k];
+    double ww = 0.0, gg = 0.0;
     for (std::size_t e = 0; e < before.size(); ++e)
-      EXPECT_EQ(after[e], before[e] - 0.5f * grads[k][e]);
+      ww += double{before[e]} * before[e], gg += double{g[e]} * g[e];
+    const bool scaled = f.param[k] == ir::Param::Kernel;
+    EXPECT_EQ(lars_scales(f.param[k]), scaled);
+    const double wd = scaled ? 1e-3 : 0.0;
+    const double trust = scaled ? 0.01 * std::sqrt(ww) / (std::sqrt(gg) + wd * std::sqrt(ww)) : 1.0;
+    for (std::size_t e = 0; e < before.size(); ++e) {
+      const double step = 2.0 * trust * (g[e] + wd * before[e]);
+      EXPECT_NEAR(f.after[k][e], before[e] - step, 1e-5 * (std::abs(before[e]) + std::abs(step)))
+          << "parameter " << k << " element " << e;
+    }
+    ++(scaled ? kernels : biases);
   }
-  EXPECT_EQ(s.iterations, 1u);
+  EXPECT_GT(kernels, 0u);
+  EXPECT_GT(biases, 0u);
 }
 
 TEST(TrainingReference, AdamsFirstStepMovesEveryWeightWithAGradientByAboutTheLearningRate) {
   // t = 1: m = 0.1 g, v = 0.001 g², alpha = lr sqrt(0.001) / 0.1, so the step is
   // lr * |g| / (|g| + eps / sqrt(0.001)): the learning rate for gradients much larger than eps.
-  const Graph g = small_cnn();
-  const ir::TrainingGraph t = ir::differentiate(g);
-  const Batch b = batch_of(g, 4, 9);
   Optimizer adam;
   adam.learning_rate = 0.01f;
-  const Weights w0 = random_weights(g, 2);
-  TrainState s = initial_state(g, t, w0, adam);
-  std::vector<std::vector<float>> grads;
-  (void)reference_step(g, t, TrainPlan{}, adam, s, b.images.data(), b.labels.data(), 4, &grads);
+  const FirstStep f = first_step(adam);
   std::size_t checked = 0;
-  for (std::size_t k = 0; k < t.parameters.size(); ++k) {
-    const TensorId& p = t.parameters[k];
-    const std::vector<float>& before = tensor_of(w0.layers[p.op], p.param);
-    const std::vector<float>& after = tensor_of(s.weights.layers[p.op], p.param);
-    for (std::size_t e = 0; e < before.size(); ++e) {
-      if (std::abs(grads[k][e]) < 1e-4f) continue;
-      EXPECT_NEAR(before[e] - after[e], grads[k][e] > 0 ? 0.01f : -0.01f, 1e-4f);
+  for (std::size_t k = 0; k < f.param.size(); ++k)
+    for (std::size_t e = 0; e < f.before[k].size(); ++e) {
+      if (std::abs(f.grads[k][e]) < 1e-4f) continue;
+      EXPECT_NEAR(f.before[k][e] - f.after[k][e], f.grads[k][e] > 0 ? 0.01f : -0.01f, 1e-4f);
       ++checked;
     }
-  }
   EXPECT_GT(checked, 100u);
 }
 

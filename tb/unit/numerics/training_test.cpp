@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -99,6 +100,56 @@ TEST(Momentum, RoundsEachProductBeforeTheSubtraction) {
   EXPECT_EQ(m, std::ldexp(1.0f, -11));
   EXPECT_EQ(w, m);
   EXPECT_EQ(sgd_step(1.0f, x, x), 1.0f - (1.0f + std::ldexp(1.0f, -11)));
+}
+
+// ---- LARS ----
+
+// Each tensor's sums of squares in the documented lane order, the trust-scaled learning rate and
+// every element's step give numpy's float32 bits of TF's LARSOptimizer step (its accumulator the
+// negation of tpusim's slot), including an all-zero weight tensor and an all-zero gradient,
+// whose trust ratio is 1.
+TEST(LarsVectors, NormsTrustRatioAndStepGiveTfsLarsOptimizerBitsInNumpyFloat32) {
+  for (const vectors::LarsCase& c : vectors::kLarsCases) {
+    const auto n = static_cast<std::size_t>(c.n);
+    std::vector<float> w(n), g(n), m(n);
+    for (std::size_t i = 0; i < n; ++i)
+      w[i] = float_of(c.w[i]), g[i] = float_of(c.g[i]), m[i] = float_of(c.m[i]);
+    const float w_sumsq = lars_sum_squares(w.data(), n), g_sumsq = lars_sum_squares(g.data(), n);
+    EXPECT_EQ(bits_of(w_sumsq), c.w_sumsq) << "n " << n;
+    EXPECT_EQ(bits_of(g_sumsq), c.g_sumsq) << "n " << n;
+    const float lr = float_of(c.lr), momentum = float_of(c.momentum);
+    const float weight_decay = float_of(c.weight_decay), eta = float_of(c.eta);
+    const float scaled_lr = lars_scaled_lr(lr, eta, weight_decay, w_sumsq, g_sumsq);
+    EXPECT_EQ(bits_of(scaled_lr), c.scaled_lr) << "n " << n;
+    for (std::size_t i = 0; i < n; ++i) {
+      float wi = w[i], mi = m[i];
+      lars_step(wi, mi, g[i], scaled_lr, momentum, weight_decay);
+      EXPECT_EQ(bits_of(wi), c.w_after[i]) << "n " << n << " i " << i;
+      EXPECT_EQ(bits_of(mi), c.m_after[i]) << "n " << n << " i " << i;
+    }
+  }
+}
+
+// Without an FMA the square rounds before the add: (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 becomes
+// 1 + 2^-11; and a lane's values add in index order, 128 apart.
+TEST(LarsNorm, RoundsEachSquareAndAddsEveryLaneInIndexOrder) {
+  const float x = 1.0f + std::ldexp(1.0f, -12);
+  EXPECT_EQ(lars_sum_squares(&x, 1), 1.0f + std::ldexp(1.0f, -11));
+  // Lane 0 holds 1 then 2^24 (1 + 2^24 ties to 2^24), lane 1 holds 1: 2^24 + 1 ties to 2^24
+  // again. In index order, 1 + 1 = 2 would survive: 2^24 + 2.
+  std::vector<float> v(kLarsNormLanes + 1, 0.0f);
+  v[0] = 1.0f, v[1] = 1.0f, v[kLarsNormLanes] = 4096.0f;
+  EXPECT_EQ(lars_sum_squares(v.data(), v.size()), 16777216.0f);
+  EXPECT_EQ(lars_sum_squares(v.data(), 0), 0.0f);
+}
+
+TEST(LarsTrustRatio, IsOneWhenEitherNormIsZeroOrNotANumber) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(lars_scaled_lr(0.5f, 1e-3f, 1e-4f, 0.0f, 4.0f), 0.5f);
+  EXPECT_EQ(lars_scaled_lr(0.5f, 1e-3f, 1e-4f, 4.0f, 0.0f), 0.5f);
+  EXPECT_EQ(lars_scaled_lr(0.5f, 1e-3f, 1e-4f, nan, 4.0f), 0.5f);
+  // w_norm 2, g_norm 3, no decay: trust = 0.5 * 2 / 3.
+  EXPECT_EQ(lars_scaled_lr(1.0f, 0.5f, 0.0f, 4.0f, 9.0f), (0.5f * 2.0f) / 3.0f);
 }
 
 // ---- softmax cross-entropy ----

@@ -2377,7 +2377,7 @@ isa::Update update_case(isa::UpdateKind kind, std::uint32_t count) {
   u.kind = kind, u.count = count;
   const std::uint32_t n = 4 * count + 32;
   u.w = UbAddr(0x100), u.g = UbAddr(0x100 + n);
-  u.m = UbAddr(kind == isa::UpdateKind::Sgd ? 0 : 0x100 + 2 * n);
+  u.m = UbAddr(kind == isa::UpdateKind::Sgd ? 0 : 0x100 + 2 * n);  // momentum, adam, lars
   u.v = UbAddr(kind == isa::UpdateKind::Adam ? 0x100 + 3 * n : 0);
   u.params = UbAddr(0x100 + 4 * n);
   return u;
@@ -2394,14 +2394,15 @@ std::vector<float> get_floats(const Core& core, std::uint64_t at, std::size_t n)
 
 // Each kind against docs/isa.md's formulas written out as plain fp32 loops, every operation
 // rounded on its own in the order written.
-TEST(VectorUpdate, SgdMomentumAndAdamStepEveryElementAsDocumented) {
+TEST(VectorUpdate, SgdMomentumAdamAndLarsStepEveryElementAsDocumented) {
   std::mt19937 rng(41);
   std::uniform_real_distribution<float> v(-1.0f, 1.0f);
   constexpr std::uint32_t kCount = 301;
   const float lr = 1e-3f, mom = 0.9f, b1 = 0.9f, b2 = 0.999f, eps = 1e-7f;
-  const float b1p = 0.729f, b2p = 0.997002999f;  // t = 3
-  for (const isa::UpdateKind kind :
-       {isa::UpdateKind::Sgd, isa::UpdateKind::Momentum, isa::UpdateKind::Adam}) {
+  const float b1p = 0.729f, b2p = 0.997002999f;                        // t = 3
+  const float wd = 1e-4f, eta = 1e-3f, w_ss = 90.25f, g_ss = 0.0625f;  // LARS: norms 9.5, 0.25
+  for (const isa::UpdateKind kind : {isa::UpdateKind::Sgd, isa::UpdateKind::Momentum,
+                                     isa::UpdateKind::Adam, isa::UpdateKind::Lars}) {
     Core core;
     const isa::Update u = update_case(kind, kCount);
     std::vector<float> w(kCount), g(kCount), m(kCount), s(kCount);
@@ -2415,13 +2416,23 @@ TEST(VectorUpdate, SgdMomentumAndAdamStepEveryElementAsDocumented) {
     if (kind == isa::UpdateKind::Momentum) put_floats(core, u.params.value(), {lr, mom});
     if (kind == isa::UpdateKind::Adam)
       put_floats(core, u.params.value(), {lr, b1, b2, eps, b1p, b2p});
+    if (kind == isa::UpdateKind::Lars)
+      put_floats(core, u.params.value(), {lr, mom, wd, eta, w_ss, g_ss});
     const std::vector<std::uint8_t> before = core.ub;
     VectorOps(core.cfg).update(u, core.ub_view());
 
     const float one = 1.0f, sq = std::sqrt(one - b2p);
     const float alpha = (lr * sq) / (one - b1p);
+    // LARS: trust = (eta * 9.5) / (0.25 + wd * 9.5), scaled_lr = lr * trust, once.
+    const float ew = eta * 9.5f, dw = wd * 9.5f;
+    const float den_l = 0.25f + dw, trust = ew / den_l, scaled_lr = lr * trust;
     for (std::uint32_t i = 0; i < kCount; ++i) {
-      if (kind == isa::UpdateKind::Sgd) {
+      if (kind == isa::UpdateKind::Lars) {
+        const float decay = wd * w[i], gd = g[i] + decay;
+        const float a = mom * m[i], lg = scaled_lr * gd;
+        m[i] = a - lg;
+        w[i] = w[i] + m[i];
+      } else if (kind == isa::UpdateKind::Sgd) {
         const float lg = lr * g[i];
         w[i] = w[i] - lg;
       } else if (kind == isa::UpdateKind::Momentum) {
@@ -2475,8 +2486,8 @@ TEST(VectorUpdate, RejectsBadFieldsRecordsAndOverlapsNamingThemBeforeWritingAnyt
       core, ok, run,
       {
           {[](isa::Update& u) { u.count = 0; }, {"update: count = 0"}},
-          {[](isa::Update& u) { u.kind = static_cast<isa::UpdateKind>(3); },
-           {"update: kind = 3", "sgd, momentum, adam"}},
+          {[](isa::Update& u) { u.kind = static_cast<isa::UpdateKind>(4); },
+           {"update: kind = 4", "sgd, momentum, adam, lars"}},
           {[](isa::Update& u) { u.kind = isa::UpdateKind::Sgd; },
            {"update: m = 0x", "with kind sgd", "must be 0"}},
           {[](isa::Update& u) { u.kind = isa::UpdateKind::Momentum; },
@@ -2514,6 +2525,21 @@ TEST(VectorUpdate, RejectsBadFieldsRecordsAndOverlapsNamingThemBeforeWritingAnyt
   const isa::Update mom = update_case(isa::UpdateKind::Momentum, 8);
   put_floats(core, mom.params.value(), {0.01f, 1.5f});
   expect_program_error([&] { run(mom); }, {"update: momentum = 1.5 (must be in [0, 1]"});
+  // LARS's hyperparameters; its sums of squares are data (a diverged tensor's inf is stepped).
+  const isa::Update lars = update_case(isa::UpdateKind::Lars, 8);
+  for (const auto& [record, words] :
+       {std::pair{std::vector<float>{0.1f, 1.5f, 1e-4f, 1e-3f, 1.0f, 1.0f},
+                  "update: momentum = 1.5 (must be in [0, 1]"},
+        std::pair{std::vector<float>{0.1f, 0.9f, -1e-4f, 1e-3f, 1.0f, 1.0f},
+                  "update: weight_decay = -0.0001 (must be finite and >= 0)"},
+        std::pair{std::vector<float>{0.1f, 0.9f, 1e-4f, 0.0f, 1.0f, 1.0f},
+                  "update: eta = 0 (must be finite and > 0)"}}) {
+    put_floats(core, lars.params.value(), record);
+    expect_program_error([&] { run(lars); }, {words});
+  }
+  put_floats(core, lars.params.value(),
+             {0.1f, 0.9f, 1e-4f, 1e-3f, std::numeric_limits<float>::infinity(), 1.0f});
+  run(lars);
 }
 
 // ---- reduce ----
@@ -2531,18 +2557,22 @@ isa::Reduce reduce_case(isa::ReduceOp op, std::uint32_t rows, std::uint16_t cols
   return r;
 }
 
-// docs/isa.md §4.17 as a naive loop: each column from +0 (sum), -inf (max) or dst (acc), the rows
-// in order, one fp32 add (float64 of two fp32 values rounded once) or numerics::max_float.
+// docs/isa.md §4.17 as a naive loop: each column from +0 (sum, sum_squares), -inf (max) or dst
+// (acc), the rows in order, one fp32 add (float64 of two fp32 values rounded once; of the square
+// so rounded first for sum_squares) or numerics::max_float.
 std::vector<float> reduce_expected(const isa::Reduce& r, const Core& core) {
   std::vector<float> out(r.cols);
   for (std::uint32_t c = 0; c < r.cols; ++c) {
     float s = r.accumulate
                   ? float_of(core.get32(r.dst.value() + 4 * c))
-                  : (r.op == isa::ReduceOp::Sum ? 0.0f : -std::numeric_limits<float>::infinity());
+                  : (r.op == isa::ReduceOp::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
     for (std::uint32_t row = 0; row < r.rows; ++row) {
       const float v = float_of(core.get32(r.src.value() + std::uint64_t{row} * r.stride + 4 * c));
-      s = r.op == isa::ReduceOp::Sum ? static_cast<float>(double{s} + v)
-                                     : numerics::max_float(s, v);
+      // sum_squares: the square rounded to fp32 first, then the add.
+      const float sq = static_cast<float>(double{v} * v);
+      s = r.op == isa::ReduceOp::Sum          ? static_cast<float>(double{s} + v)
+          : r.op == isa::ReduceOp::SumSquares ? static_cast<float>(double{s} + sq)
+                                              : numerics::max_float(s, v);
     }
     out[c] = s;
   }
@@ -2551,8 +2581,8 @@ std::vector<float> reduce_expected(const isa::Reduce& r, const Core& core) {
 
 // Sums and maxima of every column, fresh and accumulated, with the bytes between rows and around
 // dst untouched; the sum's order shows (large values cancel only after the small ones are lost).
-TEST(VectorReduce, SumAndMaxRunDownEachColumnInRowOrder) {
-  for (isa::ReduceOp op : {isa::ReduceOp::Sum, isa::ReduceOp::Max})
+TEST(VectorReduce, SumSumSquaresAndMaxRunDownEachColumnInRowOrder) {
+  for (isa::ReduceOp op : {isa::ReduceOp::Sum, isa::ReduceOp::Max, isa::ReduceOp::SumSquares})
     for (const bool acc : {false, true}) {
       Core core;
       VectorOps ops(core.cfg);
@@ -2606,7 +2636,7 @@ TEST(VectorReduce, MaxStartsFromMinusInfinityAndPropagatesNan) {
 // order, bit for bit.
 TEST(VectorReduce, LaneBuildsRunDownEachColumnAsTheScalarLoop) {
   for (const std::string& path : simd_paths())
-    for (isa::ReduceOp op : {isa::ReduceOp::Sum, isa::ReduceOp::Max})
+    for (isa::ReduceOp op : {isa::ReduceOp::Sum, isa::ReduceOp::Max, isa::ReduceOp::SumSquares})
       for (const bool acc : {false, true}) {
         Core core;
         isa::Reduce r = reduce_case(op, 9, 75, 75 * 4 + 8);
@@ -3036,8 +3066,8 @@ TEST(VectorCost, XentCountsFourOpsPerValueAndOnePerRow) {
   EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
 }
 
-// sgd 1, momentum 3, adam 9 ops per element; each array the kind uses read once, each it steps
-// written once, and the record (1, 2 or 6 fp32 values) read once.
+// sgd 1, momentum 3, adam 9, lars 4 ops per element; each array the kind uses read once, each it
+// steps written once, and the record (1, 2 or 6 fp32 values) read once.
 TEST(VectorCost, UpdateCountsItsKindsOpsAndArrays) {
   const ChipConfig cfg = test_config();
   const struct {
@@ -3045,7 +3075,8 @@ TEST(VectorCost, UpdateCountsItsKindsOpsAndArrays) {
     std::uint64_t ops, arrays_read, arrays_written, record;
   } kinds[] = {{isa::UpdateKind::Sgd, 1, 2, 1, 1},
                {isa::UpdateKind::Momentum, 3, 3, 2, 2},
-               {isa::UpdateKind::Adam, 9, 4, 3, 6}};
+               {isa::UpdateKind::Adam, 9, 4, 3, 6},
+               {isa::UpdateKind::Lars, 4, 3, 2, 6}};
   for (const auto& k : kinds) {
     const isa::Update u = update_case(k.kind, 5000);
     const VectorCost c = VectorOps(cfg).cost(u);
@@ -3109,17 +3140,19 @@ TEST(VectorCost, ReduceCountsOneOpPerValueAndWritesOneRow) {
   for (std::uint32_t port : {cfg.vector_unit.bytes_per_cycle, 1u << 20}) {
     cfg.vector_unit.bytes_per_cycle = port;
     VectorOps ops(cfg);
-    for (const bool acc : {false, true}) {
-      isa::Reduce r = reduce_case(isa::ReduceOp::Sum, 300, 40, 400);
-      r.accumulate = acc;
-      const VectorCost c = ops.cost(r);
-      const std::uint64_t elems = std::uint64_t{r.rows} * r.cols;
-      EXPECT_EQ(c.element_ops, elems);
-      EXPECT_EQ(c.ub_bytes_read, 4 * elems + (acc ? 4u * r.cols : 0u));
-      EXPECT_EQ(c.ub_bytes_written, 4u * r.cols);
-      EXPECT_EQ(c.acc_bytes_read, 0u);
-      EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
-    }
+    for (const bool acc : {false, true})
+      for (const isa::ReduceOp op : {isa::ReduceOp::Sum, isa::ReduceOp::SumSquares}) {
+        // sum_squares's multiply and add count once, as a multiply-add.
+        isa::Reduce r = reduce_case(op, 300, 40, 400);
+        r.accumulate = acc;
+        const VectorCost c = ops.cost(r);
+        const std::uint64_t elems = std::uint64_t{r.rows} * r.cols;
+        EXPECT_EQ(c.element_ops, elems);
+        EXPECT_EQ(c.ub_bytes_read, 4 * elems + (acc ? 4u * r.cols : 0u));
+        EXPECT_EQ(c.ub_bytes_written, 4u * r.cols);
+        EXPECT_EQ(c.acc_bytes_read, 0u);
+        EXPECT_EQ(c.cycles, formula(cfg, c.element_ops, c.ub_bytes_read + c.ub_bytes_written));
+      }
   }
 }
 

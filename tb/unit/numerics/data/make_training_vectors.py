@@ -1,6 +1,10 @@
 #!/usr/bin/python3
 """Test vectors for numerics/loss.h and numerics/optimizer.h, computed outside C++.
 
+LARS follows tf.contrib.opt.LARSOptimizer's own form (lars_optimizer.py: ApplyMomentum with
+learning rate 1 on the scaled gradient, its accumulator accum = -m of tpusim's slot), so the
+vectors also check that tpusim's Keras-signed slot gives TF's weights bit for bit.
+
 numpy float32 scalar arithmetic, one operation at a time in the order docs/isa.md's xent and
 update sections write (every +, -, *, / and sqrt is one IEEE-754 fp32 operation rounded to
 nearest even, so the optimizer vectors are bit-exact), and the xent vectors with numpy's float32 exp and log
@@ -99,6 +103,74 @@ for lr, b1, b2, eps in hyper:
                 aw, am, av = adam(w, m, v, g, lr, b1, b2, eps, b1p, b2p)
                 out.append("    {%s}," % ", ".join(bits(x) for x in (
                     w, g, m, v, lr, b1, b2, eps, b1p, b2p, sw, mw, mm, aw, am, av)))
+out.append("};")
+out.append("")
+
+# ---- LARS ----
+LANES = 128  # numerics::kLarsNormLanes
+
+
+def sum_squares(x):
+    lanes = [f32(0)] * LANES
+    for j, v in enumerate(x):
+        lanes[j % LANES] = f32(lanes[j % LANES] + f32(v * v))
+    s = f32(0)
+    for c in range(min(len(x), LANES)):
+        s = f32(s + lanes[c])
+    return s
+
+
+def lars(w, g, m, lr, mom, wd, eta):
+    """tf.contrib.opt.LARSOptimizer.compute_lr and _apply_dense, epsilon 0, on fp32 scalars."""
+    w_ss, g_ss = sum_squares(w), sum_squares(g)
+    w_norm, g_norm = f32(np.sqrt(w_ss)), f32(np.sqrt(g_ss))
+    if w_norm > 0 and g_norm > 0:
+        trust = f32(f32(eta * w_norm) / f32(f32(g_norm + f32(wd * w_norm)) + f32(0)))
+    else:
+        trust = f32(1)
+    scaled_lr = f32(lr * trust)
+    ws, ms = [], []
+    for wi, gi, mi in zip(w, g, m):
+        grad = f32(gi + f32(wd * wi))
+        accum = f32(f32(-mi * mom) + f32(grad * scaled_lr))  # the slot's TF sign
+        ws.append(f32(wi - f32(f32(1) * accum)))
+        ms.append(f32(-accum))
+    return w_ss, g_ss, scaled_lr, ws, ms
+
+
+LARS_MAX = 300
+lars_rng = np.random.default_rng(20261127)  # its own, so the other vectors keep their values
+
+
+def lars_values(n, lo, hi):
+    return [f32(x) for x in lars_rng.uniform(lo, hi, n)]
+
+
+out.append("// LARS on one tensor of n values: tf.contrib.opt.LARSOptimizer's step (numpy float32, the")
+out.append("// sums of squares in numerics::lars_sum_squares's order), m as tpusim's slot (-TF's accum).")
+out.append("struct LarsCase {")
+out.append("  int n;")
+out.append("  std::uint32_t lr, momentum, weight_decay, eta;")
+out.append("  std::uint32_t w[%d], g[%d], m[%d];  // before the step" % (LARS_MAX, LARS_MAX, LARS_MAX))
+out.append("  std::uint32_t w_sumsq, g_sumsq, scaled_lr;")
+out.append("  std::uint32_t w_after[%d], m_after[%d];" % (LARS_MAX, LARS_MAX))
+out.append("};")
+out.append("inline constexpr LarsCase kLarsCases[] = {")
+lars_cases = []
+for n, scale in ((1, 1.0), (5, 0.05), (128, 0.1), (129, 1e-3), (300, 10.0), (300, 0.02)):
+    lars_cases.append((lars_values(n, -scale, scale), lars_values(n, -scale * 0.01, scale * 0.01),
+                       [f32(x * f32(0.001)) for x in lars_values(n, -scale, scale)]))
+lars_cases.append(([f32(0)] * 7, lars_values(7, -1, 1), [f32(0)] * 7))  # zero weights: trust 1
+lars_cases.append((lars_values(9, -1, 1), [f32(0)] * 9, lars_values(9, -0.01, 0.01)))  # zero g
+hyper_lars = [(f32(0.1), f32(0.9), f32(1e-4), f32(1e-3)), (f32(31.2), f32(0.9), f32(1e-4), f32(1e-3)),
+              (f32(0.5), f32(0.0), f32(0.0), f32(0.02))]
+for i, (w, g, m) in enumerate(lars_cases):
+    lr, mom, wd, eta = hyper_lars[i % len(hyper_lars)]
+    w_ss, g_ss, slr, ws, ms = lars(w, g, m, lr, mom, wd, eta)
+    pad = lambda xs: ", ".join(bits(x) for x in xs) if xs else "0"
+    out.append("    {%d, %s, {%s}, {%s}, {%s}, %s, {%s}, {%s}}," % (
+        len(w), ", ".join(bits(x) for x in (lr, mom, wd, eta)), pad(w), pad(g), pad(m),
+        ", ".join(bits(x) for x in (w_ss, g_ss, slr)), pad(ws), pad(ms)))
 out.append("};")
 out.append("")
 
