@@ -614,6 +614,11 @@ class Fit {
         opt_.weights.empty() ? fmt::format("random (seed {})", opt_.seed) : opt_.weights;
     j["optimizer"] = prog_.step.layers.back().type;
     j["learning_rate"] = opt_.optimizer.learning_rate;
+    if (opt_.optimizer.kind == nn::OptimizerKind::Lars) {
+      j["weight_decay"] = opt_.optimizer.weight_decay;
+      j["lars_eta"] = opt_.optimizer.lars_eta;
+      j["momentum"] = opt_.optimizer.momentum;
+    }
     j["epochs_run"] = epochs_.size();
     j["steps"] = iterations_;
     j["checked"] = check_;

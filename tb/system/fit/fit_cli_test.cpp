@@ -355,6 +355,10 @@ TEST(FitLars, StepsBitExactWithTheReferenceAndMovesTheWeights) {
   ASSERT_FALSE(moved.is_null());
   ASSERT_FALSE(still.is_null());
   EXPECT_EQ(moved["optimizer"], "LARS");
+  // Its hyper-parameters as fp32 (the defaults: MLPerf's weight decay, TF's eta).
+  EXPECT_EQ(moved["weight_decay"].get<float>(), 1e-4f);
+  EXPECT_EQ(moved["lars_eta"].get<float>(), 1e-3f);
+  EXPECT_EQ(moved["momentum"].get<float>(), 0.9f);
   EXPECT_EQ(moved["checked"], true);
   EXPECT_EQ(moved["steps"], 3);
   EXPECT_NE(moved["epochs"][0]["loss"], still["epochs"][0]["loss"]);
