@@ -7,6 +7,7 @@
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
+#include "sw/cli/shipped.h"
 #include "sw/io/output.h"
 #include "sw/report/formats.h"
 
@@ -14,6 +15,7 @@ namespace tpu::cli {
 
 void add_workload_options(CLI::App* app, RunCommand& cmd) {
   auto& ro = cmd.options;
+  ro.model = shipped_file(ro.model);
   app->add_option("--model", ro.model,
                   "Model: tpusim or Keras JSON, ONNX (docs/onnx.md) or a SCALE-Sim CSV")
       ->capture_default_str();
