@@ -105,9 +105,6 @@ int run_cli(int argc, char** argv) {
                   "batch (docs/systems.md)")
       ->excludes(run_chip);
   tpu::cli::add_workload_options(run, rc);
-  run->add_option("--topology", rc.options.topology,
-                  "SCALE-Sim topology CSV (convolution or M,N,K GEMM rows) to run instead of "
-                  "--model, with random weights (docs/models.md)");
   run->add_option("--json", rc.json, "Write the JSON report here (docs/report.md)");
   run->add_option("--csv", rc.csv_dir,
                   "Write COMPUTE_REPORT.csv, BANDWIDTH_REPORT.csv (SCALE-Sim's columns) and "
