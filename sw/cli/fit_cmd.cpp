@@ -14,6 +14,7 @@
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
 #include "sw/cli/run_cmd.h"
+#include "sw/cli/shipped.h"
 #include "sw/io/output.h"
 #include "sw/report/formats.h"
 
@@ -21,6 +22,7 @@ namespace tpu::cli {
 
 void add_fit_options(CLI::App* app, FitCommand& cmd) {
   auto& o = cmd.options;
+  o.model = shipped_file(o.model);
   CLI::Option* chip = app->add_option("--chip", cmd.chip, "Chip config (JSON)");
   CLI::Option* system =
       app->add_option("--system", cmd.system,

@@ -1,11 +1,14 @@
 // tpusim: the command line. Each subcommand runs at most one simulation per process: the
 // SystemC kernel cannot be reset.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <systemc>
 
 #include "hw/common/error.h"
@@ -13,11 +16,13 @@
 #include "hw/config/chip_config.h"
 #include "hw/config/system_config.h"
 #include "hw/isa/assembler.h"
+#include "sw/cli/build_info.h"
 #include "sw/cli/compare_cmd.h"
 #include "sw/cli/fit_cmd.h"
 #include "sw/cli/graph_cmd.h"
 #include "sw/cli/info.h"
 #include "sw/cli/run_cmd.h"
+#include "sw/cli/shipped.h"
 #include "sw/cli/sweep_cmd.h"
 #include "sw/cli/train_cmd.h"
 #include "sw/io/output.h"
@@ -26,13 +31,55 @@
 
 namespace {
 
+// A command-line mistake as the one line after "tpusim: " (docs/cli.md, "Usage errors"): what
+// was wrong, naming the argument, and what is allowed or where the list is.
+std::string usage_error(const CLI::App& app, const CLI::ParseError& e) {
+  const CLI::App* cmd = &app;
+  while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().front();
+  const bool top = cmd == &app;
+  const std::string name = top ? "tpusim" : cmd->get_name();
+  const std::string help = top ? "tpusim --help" : "tpusim " + name + " --help";
+  std::string commands;
+  for (const CLI::App* sub : app.get_subcommands({}))
+    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+  // An argument nobody took says more than what is missing because of it: `run --bogus` is
+  // about --bogus, not about the --chip CLI11 checks first.
+  for (const CLI::App* a = cmd; a != nullptr; a = a->get_parent()) {
+    const std::vector<std::string> left = a->remaining();
+    if (left.empty()) continue;
+    const std::string& arg = left.front();
+    const std::string where = a == &app ? "tpusim" : a->get_name();
+    if (!arg.empty() && arg[0] == '-')
+      return fmt::format("{}: not an option of {} ({} lists them)", arg, where,
+                         a == &app ? "tpusim --help" : "tpusim " + where + " --help");
+    if (a == &app) return fmt::format("{}: no such command (commands: {})", arg, commands);
+    std::vector<std::string> positionals;
+    for (const CLI::Option* o : a->get_options())
+      if (!o->nonpositional()) positionals.push_back(o->get_name());
+    return fmt::format("{}: unexpected argument; {} takes {}", arg, where,
+                       positionals.empty()
+                           ? std::string("no positional argument")
+                           : fmt::format("one {}", fmt::join(positionals, " and one ")));
+  }
+  if (top && dynamic_cast<const CLI::RequiredError*>(&e) != nullptr)
+    return fmt::format("a command is required (commands: {}; tpusim --help describes them)",
+                       commands);
+  // CLI11's own message names the option and the rule (a range, a choice, "excludes");
+  // some span lines, and a usage error is one.
+  std::string what = e.what();
+  for (char& c : what)
+    if (c == '\n') c = ' ';
+  return fmt::format("{}{} ({} lists the options)", top ? "" : name + ": ", what, help);
+}
+
 int run_cli(int argc, char** argv) {
   CLI::App app{"tpusim: a SystemC TLM-2.0 model of Google's TPU chips"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("tpusim ") + TPUSIM_VERSION);
+  // The release is the linked library's, not its headers': the one that runs.
+  app.set_version_flag("--version", fmt::format("tpusim {} (git {}, SystemC {})", TPUSIM_VERSION,
+                                                tpu::cli::kGitCommit, sc_core::sc_release()));
 
-  std::string chip_file, system_file;
-  bool as_json = false;
+  std::string chip_file, system_file, info_json;
   CLI::App* info = app.add_subcommand(
       "info", "Print a chip's or a system's resolved configuration and derived figures");
   // Exactly one of --chip and --system (docs/systems.md).
@@ -41,7 +88,13 @@ int run_cli(int argc, char** argv) {
   CLI::Option* info_system =
       info_config->add_option("--system", system_file, "System config (JSON, docs/systems.md)");
   info_config->require_option(1);
-  info->add_flag("--json", as_json, "Print JSON instead of text");
+  // A path, as --json is everywhere; bare, it is `-`, as when it was a switch.
+  CLI::Option* info_json_opt =
+      info->add_option("--json", info_json,
+                       "Write the configuration as JSON to FILE (bare or -: standard output, "
+                       "instead of the text)")
+          ->expected(0, 1)
+          ->type_name("[FILE]");
 
   tpu::cli::RunCommand rc;
   CLI::App* run =
@@ -52,9 +105,6 @@ int run_cli(int argc, char** argv) {
                   "batch (docs/systems.md)")
       ->excludes(run_chip);
   tpu::cli::add_workload_options(run, rc);
-  run->add_option("--topology", rc.options.topology,
-                  "SCALE-Sim topology CSV (convolution or M,N,K GEMM rows) to run instead of "
-                  "--model, with random weights (docs/models.md)");
   run->add_option("--json", rc.json, "Write the JSON report here (docs/report.md)");
   run->add_option("--csv", rc.csv_dir,
                   "Write COMPUTE_REPORT.csv, BANDWIDTH_REPORT.csv (SCALE-Sim's columns) and "
@@ -103,6 +153,7 @@ int run_cli(int argc, char** argv) {
   disasm_cmd->add_option("file", disasm_in, "Binary program")->required();
 
   tpu::cli::GraphCommand gc;
+  gc.workload.options.model = tpu::cli::shipped_file(gc.workload.options.model);
   CLI::App* graph = app.add_subcommand(
       "graph", "Print a model's graph after each compiler pass (docs/compiler.md)");
   graph->add_option("--chip", gc.workload.chip,
@@ -127,6 +178,8 @@ int run_cli(int argc, char** argv) {
   tpu::cli::add_fit_options(fit, fc);
 
   tpu::cli::TrainCommand tc;
+  tc.model = tpu::cli::shipped_file(tc.model);
+  tc.out = tpu::cli::shipped_file(tc.out);
   CLI::App* train =
       app.add_subcommand("train", "Train a model on Fashion-MNIST and write its weights");
   train->add_option("--model", tc.model, "Model (Keras-style JSON)")->capture_default_str();
@@ -163,17 +216,21 @@ int run_cli(int argc, char** argv) {
     std::cout << e.what() << "\n";
     return 0;
   } catch (const CLI::ParseError& e) {
-    // The failing subcommand's help is one `--help` away; the message names the option.
-    std::cerr << "tpusim: " << e.what() << " (tpusim --help lists the commands and options)\n";
+    std::cerr << "tpusim: " << usage_error(app, e) << "\n";
     return 2;
   }
 
   if (info->parsed()) {
-    auto print = [as_json](const auto& cfg) {
-      if (as_json)
-        std::cout << tpu::to_json(cfg).dump(2) << "\n";
-      else
-        std::cout << tpu::cli::describe(cfg);
+    tpu::io::OutputSet out;
+    std::optional<std::size_t> json;
+    if (info_json_opt->count() > 0)
+      json = out.add(info_json.empty() ? "-" : info_json, "--json output");
+    out.check({{info_system->count() > 0 ? system_file : chip_file, "config"}});
+    auto print = [&](const auto& cfg) {
+      if (json) out.set(*json, tpu::to_json(cfg).dump(2) + "\n");
+      out.commit();
+      // The text is the same content: it makes way for the JSON on standard output.
+      if (!out.uses_stdout()) std::cout << tpu::cli::describe(cfg);
     };
     if (info_system->count() > 0)
       print(tpu::load_system_config(system_file));

@@ -7,6 +7,7 @@
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
+#include "sw/cli/shipped.h"
 #include "sw/io/output.h"
 #include "sw/report/formats.h"
 
@@ -14,9 +15,14 @@ namespace tpu::cli {
 
 void add_workload_options(CLI::App* app, RunCommand& cmd) {
   auto& ro = cmd.options;
+  ro.model = shipped_file(ro.model);
   app->add_option("--model", ro.model,
                   "Model: tpusim or Keras JSON, ONNX (docs/onnx.md) or a SCALE-Sim CSV")
       ->capture_default_str();
+  // run and compare take the same workload options: compare hands them to each chip's run.
+  app->add_option("--topology", ro.topology,
+                  "SCALE-Sim topology CSV (convolution or M,N,K GEMM rows) to run instead of "
+                  "--model, with random weights (docs/models.md)");
   app->add_option("--weights", cmd.weights,
                   "Weights file (default: configs/weights/<model>.bin beside the model's folder, "
                   "if present)");
@@ -41,6 +47,7 @@ std::vector<std::string> workload_args(const RunCommand& cmd) {
                                 "--seed",   std::to_string(ro.seed),
                                 "--images", std::to_string(ro.images),
                                 "--batch",  std::to_string(ro.batch)};
+  if (!ro.topology.empty()) a.insert(a.end(), {"--topology", ro.topology});
   if (!cmd.weights.empty()) a.insert(a.end(), {"--weights", cmd.weights});
   if (ro.random_weights) a.emplace_back("--random-weights");
   if (!ro.data_dir.empty()) a.insert(a.end(), {"--data-dir", ro.data_dir});

@@ -688,6 +688,7 @@ int run_task(const SweepCommand& cmd) {
 }  // namespace
 
 int run_sweep(SweepCommand& cmd) {
+  io::refuse_stdout_for_directory(cmd.out, "--out output");
   if (cmd.task) return run_task(cmd);
   if (cmd.spec.empty()) throw InputError("sweep: give a sweep spec (docs/sweeps.md)");
   if (cmd.executor != "local" && cmd.executor != "slurm")

@@ -130,9 +130,7 @@ void OutputSet::check(const std::vector<NamedInput>& inputs) {
 
   // 1. Directories the outputs go into, made now (and removed again if nothing is committed).
   for (auto& d : dirs_) {
-    if (d->path == "-")
-      throw InputError(fmt::format("-: the {} is a directory of several files, not one stream",
-                                   label(d->option)));
+    refuse_stdout_for_directory(d->path, d->option);
     std::vector<std::string> parts;
     std::string p = d->path;
     while (!p.empty() && p != "/" && p != ".") {
@@ -390,6 +388,12 @@ void write_file(const std::string& path, const std::string& content, const std::
   out.check();
   out.set(i, content);
   out.commit();
+}
+
+void refuse_stdout_for_directory(const std::string& dir, const std::string& option) {
+  if (dir == "-")
+    throw InputError(
+        fmt::format("-: the {} is a directory of several files, not one stream", label(option)));
 }
 
 void make_directory(const std::string& dir) {

@@ -85,6 +85,11 @@ class OutputSet {
 void write_file(const std::string& path, const std::string& content,
                 const std::string& option = "");
 
+// `-` is standard output for a file, never for a directory: throws InputError for `-` naming
+// `option` ("--csv output"), before anything is made. add_directory's check() calls it; so does
+// a command whose directory is its own (sweep --out).
+void refuse_stdout_for_directory(const std::string& dir, const std::string& option);
+
 // Creates `dir` and its parents if needed; throws InputError naming it otherwise. (Directories a
 // command keeps, such as a sweep's; an OutputSet's own directories go through add_directory.)
 void make_directory(const std::string& dir);

@@ -17,6 +17,19 @@ std::string chip(const std::string& name) {
   return std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/" + name + ".json";
 }
 
+// compare takes run's workload options, --topology among them, and hands them to each chip's run.
+TEST(CompareCli, RunsATopologyOnEachChipAsRunDoes) {
+  test::TempDir tmp("tpusim-cli-topology");
+  const std::string csv = std::string(TPUSIM_SOURCE_DIR) + "/tb/system/run/data/scalesim_conv.csv";
+  const auto r =
+      test::run_tpusim("compare --chip " + chip("v1") + " --chip " + chip("v3") + " --topology " +
+                       csv + " --images 1 --batch 1 -j 2 --json " + (tmp / "cmp.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto cmp = nlohmann::json::parse(test::read_file(tmp / "cmp.json"));
+  ASSERT_EQ(cmp["runs"].size(), 2u);
+  for (const auto& run : cmp["runs"]) EXPECT_EQ(run["workload"]["model_file"], csv);
+}
+
 TEST(CompareCli, RunsEachChipAndPutsThemSideBySide) {
   test::TempDir tmp("tpusim-cli");
   const auto r = test::run_tpusim(
