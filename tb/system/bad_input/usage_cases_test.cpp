@@ -57,7 +57,11 @@ std::vector<Case> cases() {
        "frobnicate",
        {"no such command", "info, run, compare, sweep"}},
       {"usage_no_command", {}, "a command is required", {"info, run, compare, sweep"}},
-      {"usage_missing_required_option", {"run", "--json", "@out"}, "--chip", {"required"}},
+      // run's --chip or --system: one of the two is required.
+      {"usage_missing_required_option",
+       {"run", "--json", "@out"},
+       "--chip",
+       {"needs a chip config", "--system"}},
       {"usage_option_without_its_value", {"run", "--chip"}, "--chip", {}},
       {"usage_option_given_twice", {"run", "--chip", kV1, "--chip", kV1}, "--chip", {}},
       {"usage_value_out_of_range", {"run", "--chip", kV1, "--images", "0"}, "--images", {"1 to"}},
