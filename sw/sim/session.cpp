@@ -79,14 +79,17 @@ Simulated simulate(const SystemConfig& sys, const compiler::Program& prog,
   sc_core::sc_start();
   Simulated s;
   std::string where;
-  for (std::uint32_t c = 0; c < n; ++c)
-    if (!drivers[c].done())
-      for (std::uint32_t k = 0; k < cfg.tensor_cores; ++k)
-        if (chips[c]->halts(k) == 0)
-          where += fmt::format(" {}core {} stopped after issuing {} of {} instructions;",
-                               n == 1 ? std::string() : fmt::format("chip {} ", c), k,
-                               chips[c]->cores[k]->sequencer->issued(), prog.cores[k].size());
-  if (!where.empty())
+  bool done = true;
+  for (std::uint32_t c = 0; c < n; ++c) {
+    if (drivers[c].done()) continue;
+    done = false;
+    for (std::uint32_t k = 0; k < cfg.tensor_cores; ++k)
+      if (chips[c]->halts(k) == 0)
+        where += fmt::format(" {}core {} stopped after issuing {} of {} instructions;",
+                             n == 1 ? std::string() : fmt::format("chip {} ", c), k,
+                             chips[c]->cores[k]->sequencer->issued(), prog.cores[k].size());
+  }
+  if (!done)
     throw ProgramError(fmt::format("the {} deadlocked (no event left before every core halted):",
                                    n == 1 ? "chip" : "system") +
                        where);
