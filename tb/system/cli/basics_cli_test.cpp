@@ -3,8 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
-#include <regex>
 #include <string>
 #include <systemc>
 
@@ -37,19 +37,29 @@ std::string first_line(const std::string& command) {
 TEST(CliBasics, VersionNamesTheProjectVersionTheCommitAndTheLinkedSystemC) {
   const auto r = test::run_tpusim("--version");
   EXPECT_EQ(r.status, 0);
-  std::smatch m;
-  ASSERT_TRUE(std::regex_match(r.out, m,
-                               std::regex(R"(tpusim (\S+) \(git ([0-9a-f]{12}(-dirty)?|unknown), )"
-                                          R"(SystemC (\S+)\)\n)")))
-      << r.out;
-  EXPECT_EQ(m[1], TPUSIM_PROJECT_VERSION);
-  EXPECT_EQ(m[4], sc_core::sc_release());
+  // "tpusim VERSION (git COMMIT, SystemC VERSION)": read by hand, not with std::regex, whose
+  // GCC 12 headers fail the sanitizer build's -Werror (a maybe-uninitialized false positive).
+  const std::string prefix = std::string("tpusim ") + TPUSIM_PROJECT_VERSION + " (git ";
+  const std::string suffix = std::string(", SystemC ") + sc_core::sc_release() + ")\n";
+  ASSERT_EQ(r.out.rfind(prefix, 0), 0u) << r.out;
+  ASSERT_GT(r.out.size(), prefix.size() + suffix.size()) << r.out;
+  ASSERT_EQ(r.out.substr(r.out.size() - suffix.size()), suffix) << r.out;
+  const std::string commit =
+      r.out.substr(prefix.size(), r.out.size() - prefix.size() - suffix.size());
+  // Twelve hex digits, "-dirty" when tracked files differ from them, or "unknown".
+  const std::string hash = commit.substr(0, 12);
+  const bool hex = hash.size() == 12 && std::all_of(hash.begin(), hash.end(), [](char c) {
+                     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                   });
+  EXPECT_TRUE(commit == "unknown" ||
+              (hex && (commit.size() == 12 || commit.substr(12) == "-dirty")))
+      << commit;
   // Built from this checkout just now (the commit is written at every build, not at
   // configure time): the commit is HEAD's.
   const std::string head =
       first_line("git -C " + test::source("") + " rev-parse --short=12 HEAD 2>/dev/null");
   if (!head.empty()) {
-    EXPECT_EQ(m[2].str().substr(0, 12), head);
+    EXPECT_EQ(hash, head);
   }
 }
 
