@@ -13,7 +13,7 @@
 namespace tpu::driver {
 
 Driver::Driver(sc_core::sc_module_name name, const compiler::Program& program,
-               const std::vector<std::uint8_t>& inputs, Clock clock, bool timing_only)
+               const std::uint8_t* inputs, std::size_t input_bytes, Clock clock, bool timing_only)
     : sc_core::sc_module(name),
       host2chip("host2chip"),
       host_memory("host_memory"),
@@ -23,10 +23,10 @@ Driver::Driver(sc_core::sc_module_name name, const compiler::Program& program,
       program_(program),
       halts_(program.cores.size()),
       memory_(program.host_bytes) {
-  if (inputs.size() != program.images * program.input_bytes_per_image)
-    throw InputError(fmt::format("driver: {} input bytes for {} images of {} bytes", inputs.size(),
+  if (input_bytes != program.images * program.input_bytes_per_image)
+    throw InputError(fmt::format("driver: {} input bytes for {} images of {} bytes", input_bytes,
                                  program.images, program.input_bytes_per_image));
-  std::memcpy(memory_.data() + program.input_addr, inputs.data(), inputs.size());
+  std::memcpy(memory_.data() + program.input_addr, inputs, input_bytes);
   host_memory.register_b_transport(this, &Driver::b_transport);
   interrupts.register_b_transport(this, &Driver::interrupt);
   SC_HAS_PROCESS(Driver);

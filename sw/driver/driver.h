@@ -26,11 +26,12 @@ class Driver : public sc_core::sc_module {
   tlm_utils::simple_target_socket<Driver> host_memory;
   tlm_utils::simple_target_socket<Driver> interrupts;  // the chip's irq2host
 
-  // `inputs`: the encoded input images, program.images x input_bytes_per_image bytes. `clock`:
+  // `inputs`: the encoded input images, `input_bytes` = program.images x input_bytes_per_image
+  // bytes, copied into the host memory. `clock`:
   // the chip's, to tell the cycle the model was loaded at; `timing_only`: the chip's SimOptions
   // (no bytes move).
-  Driver(sc_core::sc_module_name name, const compiler::Program& program,
-         const std::vector<std::uint8_t>& inputs, Clock clock, bool timing_only);
+  Driver(sc_core::sc_module_name name, const compiler::Program& program, const std::uint8_t* inputs,
+         std::size_t input_bytes, Clock clock, bool timing_only);
 
   [[nodiscard]] const std::vector<std::uint8_t>& memory() const { return memory_; }
   [[nodiscard]] Cycle loaded_at() const { return loaded_at_; }

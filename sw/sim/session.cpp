@@ -68,11 +68,9 @@ Simulated simulate(const SystemConfig& sys, const compiler::Program& prog,
   const std::size_t share = encoded.size() / n;
   std::deque<driver::Driver> drivers;
   for (std::uint32_t c = 0; c < n; ++c) {
-    const std::vector<std::uint8_t> inputs(
-        encoded.begin() + static_cast<std::ptrdiff_t>(c * share),
-        encoded.begin() + static_cast<std::ptrdiff_t>((c + 1) * share));
     const std::string name = n == 1 ? std::string("driver") : fmt::format("driver_{}", c);
-    drivers.emplace_back(name.c_str(), prog, inputs, chips[c]->clock(), options.timing_only);
+    drivers.emplace_back(name.c_str(), prog, encoded.data() + c * share, share, chips[c]->clock(),
+                         options.timing_only);
     driver::attach(drivers.back(), *chips[c]);
     if (trace) chips[c]->enable_trace(*trace, c * cfg.tensor_cores);
   }

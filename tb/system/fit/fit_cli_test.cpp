@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/cli.h"
+#include "sw/nn/training_reference.h"
 
 namespace tpu {
 namespace {
@@ -355,10 +356,11 @@ TEST(FitLars, StepsBitExactWithTheReferenceAndMovesTheWeights) {
   ASSERT_FALSE(moved.is_null());
   ASSERT_FALSE(still.is_null());
   EXPECT_EQ(moved["optimizer"], "LARS");
-  // Its hyper-parameters as fp32 (the defaults: MLPerf's weight decay, TF's eta).
-  EXPECT_EQ(moved["weight_decay"].get<float>(), 1e-4f);
-  EXPECT_EQ(moved["lars_eta"].get<float>(), 1e-3f);
-  EXPECT_EQ(moved["momentum"].get<float>(), 0.9f);
+  // Its hyper-parameters as fp32: the reference's defaults (MLPerf's weight decay, TF's eta).
+  const nn::Optimizer defaults;
+  EXPECT_EQ(moved["weight_decay"].get<float>(), defaults.weight_decay);
+  EXPECT_EQ(moved["lars_eta"].get<float>(), defaults.lars_eta);
+  EXPECT_EQ(moved["momentum"].get<float>(), defaults.momentum);
   EXPECT_EQ(moved["checked"], true);
   EXPECT_EQ(moved["steps"], 3);
   EXPECT_NE(moved["epochs"][0]["loss"], still["epochs"][0]["loss"]);

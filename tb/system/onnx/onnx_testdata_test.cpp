@@ -381,7 +381,7 @@ Worst check(const std::vector<float>& got, const std::vector<float>& want,
 std::vector<float> simulate(const ChipConfig& cfg, const compiler::Program& prog,
                             const std::vector<std::uint8_t>& encoded) {
   Chip chip("chip", cfg);
-  driver::Driver drv("driver", prog, encoded, chip.clock(), false);
+  driver::Driver drv("driver", prog, encoded.data(), encoded.size(), chip.clock(), false);
   driver::attach(drv, chip);
   sc_core::sc_start();
   EXPECT_TRUE(drv.done()) << "the chip did not halt";
