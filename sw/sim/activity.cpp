@@ -109,10 +109,11 @@ ordered_json load_json(const ChipConfig& cfg, const Counters& load, std::uint64_
   return j;
 }
 
-ordered_json steady_state_json(const ChipConfig& cfg, const Counters& c, double cycles,
+ordered_json steady_state_json(const ChipConfig& cfg, const Counters& c, std::uint64_t cycles,
                                std::uint64_t batches, std::uint64_t images,
                                std::uint64_t network_macs) {
-  const double seconds = cycles / cfg.clock_hz();
+  const auto cyc = static_cast<double>(cycles);
+  const double seconds = cyc / cfg.clock_hz();
   const double macs = static_cast<double>(network_macs);
   const double peak_macs = static_cast<double>(cfg.peak_macs_per_cycle());
   const EnergyBreakdown e = energy_of(cfg.energy, c, seconds);
@@ -123,13 +124,13 @@ ordered_json steady_state_json(const ChipConfig& cfg, const Counters& c, double 
   j["seconds"] = seconds;
   j["batches"] = batches;
   j["images"] = images;
-  j["cycles_per_batch"] = per(cycles, n_batches);
+  j["cycles_per_batch"] = per(cyc, n_batches);
   j["seconds_per_batch"] = per(seconds, n_batches);
   j["images_per_s"] = per(static_cast<double>(images), seconds);
   j["macs"] = network_macs;
   j["ops"] = 2.0 * macs;
   j["ops_per_s"] = per(2.0 * macs, seconds);
-  j["utilization"] = per(macs, peak_macs * cycles);
+  j["utilization"] = per(macs, peak_macs * cyc);
   j["energy_j"] = e.total_j();
   j["energy_per_image_j"] = per(e.total_j(), static_cast<double>(images));
   j["avg_power_w"] = per(e.total_j(), seconds);

@@ -46,8 +46,8 @@ nlohmann::ordered_json load_json(const ChipConfig& cfg, const Counters& load,
 // The run report's `steady_state` block: `cycles` after the load, serving `batches` batches of
 // `images` images in all, doing `network_macs` of the network's MACs; `c` is what was counted
 // over them (counts_since the load). Rates use `cycles`: every batch ran inside them.
-nlohmann::ordered_json steady_state_json(const ChipConfig& cfg, const Counters& c, double cycles,
-                                         std::uint64_t batches, std::uint64_t images,
-                                         std::uint64_t network_macs);
+nlohmann::ordered_json steady_state_json(const ChipConfig& cfg, const Counters& c,
+                                         std::uint64_t cycles, std::uint64_t batches,
+                                         std::uint64_t images, std::uint64_t network_macs);
 
 }  // namespace tpu::sim

@@ -256,9 +256,9 @@ RunResult run_session(const SystemConfig& sys, const RunOptions& opt) {
   const std::uint32_t batch = opt.batch / chips;
   const std::uint64_t batches = (images + batch - 1) / batch;
   r["load"] = load_json(all, sim.load, sim.loaded_at);
-  r["steady_state"] = steady_state_json(all, counts_since(tot, sim.load),
-                                        static_cast<double>(sim.cycles - sim.loaded_at), batches,
-                                        opt.images, network_macs);
+  r["steady_state"] =
+      steady_state_json(all, counts_since(tot, sim.load), sim.cycles - sim.loaded_at, batches,
+                        opt.images, network_macs);
   r["mxus"] = sim.mxus;
 
   // Layers: tag 0 (setup, host I/O) and one row per model layer. A layer's cycles are the time
