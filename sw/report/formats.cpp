@@ -326,6 +326,16 @@ std::string fit_markdown(const ordered_json& fit) {
                  fmt::format("{:.4f}", num(e, "energy_j"))});
   }
   if (!fit.contains("step")) return s;
+  // The steps after the first (docs/report.md, "Training").
+  if (fit.contains("steady_state")) {
+    const auto& st = fit.at("steady_state");
+    s += fmt::format(
+        "\nSteady state (steps 2..{}): {} cycles = {:.6f} s per step, {} images/s, {:.3f} TFLOPS, "
+        "MXU utilization {:.2f}%, {:.3f} mJ per image\n",
+        st.at("steps").get<std::uint64_t>() + 1, thousands(num(st, "cycles_per_step")),
+        num(st, "seconds_per_step"), thousands(num(st, "images_per_s")), num(st, "tflops"),
+        100 * num(st, "utilization"), 1e3 * num(st, "energy_per_image_j"));
+  }
   const auto& last = fit.at("step").at("last");
   const double cycles = num(last, "cycles");
   s += fmt::format(
