@@ -36,6 +36,7 @@ Driver::Driver(sc_core::sc_module_name name, const compiler::Program& program,
 void Driver::load() {
   write_memory_image(host2chip, program_.memory_image);
   loaded_at_ = clock_.now();
+  if (on_loaded_) on_loaded_();
   for (std::uint32_t c = 0; c < program_.cores.size(); ++c)
     sc_core::sc_spawn([this, c] { stream(c); });
 }

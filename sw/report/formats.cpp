@@ -140,6 +140,12 @@ const Column kCompareColumns[] = {
        return fmt::format("{:.3f}", 1e3 * num(r["totals"], "seconds"));
      }},
     {"images/s", [](const ordered_json& r) { return thousands(num(r["totals"], "images_per_s")); }},
+    // After the one-time model load (docs/report.md, "Load and steady state").
+    {"steady images/s",
+     [](const ordered_json& r) {
+       return r.contains("steady_state") ? thousands(num(r.at("steady_state"), "images_per_s"))
+                                         : std::string("-");
+     }},
     {"T ops/s",
      [](const ordered_json& r) {
        return fmt::format("{:.3f}", num(r["totals"], "ops_per_s") / 1e12);
@@ -253,6 +259,15 @@ std::string layers_csv(const ordered_json& run) {
     s += line(
         row(l.at("name").get<std::string>(), l.at("type").get<std::string>(), l, l.at("energy")));
   s += line(row("total", "", run.at("totals"), parts));
+  // After the model load (docs/report.md, "Load and steady state"): the figures the block has,
+  // the per-bucket, per-level and per-part columns left empty.
+  if (run.contains("steady_state")) {
+    const auto& st = run.at("steady_state");
+    std::vector<std::string> r = {"steady_state", ""};
+    for (std::size_t i = 2; i < head.size(); ++i)
+      r.push_back(st.contains(head[i]) ? cell(num(st, head[i].c_str())) : std::string());
+    s += line(r);
+  }
   return s;
 }
 
@@ -311,6 +326,16 @@ std::string fit_markdown(const ordered_json& fit) {
                  fmt::format("{:.4f}", num(e, "energy_j"))});
   }
   if (!fit.contains("step")) return s;
+  // The steps after the first (docs/report.md, "Training").
+  if (fit.contains("steady_state")) {
+    const auto& st = fit.at("steady_state");
+    s += fmt::format(
+        "\nSteady state (steps 2..{}): {} cycles = {:.6f} s per step, {} images/s, {:.3f} TFLOPS, "
+        "MXU utilization {:.2f}%, {:.3f} mJ per image\n",
+        st.at("steps").get<std::uint64_t>() + 1, thousands(num(st, "cycles_per_step")),
+        num(st, "seconds_per_step"), thousands(num(st, "images_per_s")), num(st, "tflops"),
+        100 * num(st, "utilization"), 1e3 * num(st, "energy_per_image_j"));
+  }
   const auto& last = fit.at("step").at("last");
   const double cycles = num(last, "cycles");
   s += fmt::format(
@@ -351,12 +376,12 @@ std::string compare_csv(const ordered_json& cmp) {
   std::string s =
       "chip,chip_file,cycles,seconds,images_per_s,macs,ops_per_s,peak_ops_per_s,utilization,"
       "bytes_off_chip,bytes_host_link,macs_per_off_chip_byte,energy_j,energy_per_image_j,"
-      "avg_power_w,ops_per_j,top1,bit_exact\n";
+      "avg_power_w,ops_per_j,top1,bit_exact,steady_state_images_per_s\n";
   for (const auto& r : cmp.at("runs")) {
     const auto& t = r.at("totals");
     const bool checked = r.contains("accuracy");
     s += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
         machine(r).at("name").get<std::string>(), machine(r).at("file").get<std::string>(),
         cell(num(t, "cycles")), cell(num(t, "seconds")), cell(num(t, "images_per_s")),
         cell(num(t, "macs")), cell(num(t, "ops_per_s")), cell(num(t, "peak_ops_per_s")),
@@ -365,7 +390,8 @@ std::string compare_csv(const ordered_json& cmp) {
         cell(num(t, "energy_j")), cell(num(t, "energy_per_image_j")), cell(num(t, "avg_power_w")),
         cell(num(t, "ops_per_j")),
         checked && r["accuracy"].contains("top1") ? cell(r["accuracy"]["top1"].get<double>()) : "",
-        checked ? (r["accuracy"]["bit_exact"].get<bool>() ? "yes" : "no") : "");
+        checked ? (r["accuracy"]["bit_exact"].get<bool>() ? "yes" : "no") : "",
+        r.contains("steady_state") ? cell(num(r.at("steady_state"), "images_per_s")) : "");
   }
   return s;
 }

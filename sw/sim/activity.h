@@ -32,4 +32,22 @@ nlohmann::ordered_json activity_json(const ChipConfig& cfg, const Counters& c, d
                                      double span_cycles, std::uint64_t images,
                                      std::uint64_t network_macs);
 
+// What the counters counted after a snapshot `before` of them: `total` less `before`, action
+// count by action count (what the energy model and the byte figures use). Spans, cycles and MXU
+// buckets are not split by a snapshot (an MXU charges an idle stretch when it ends): they are
+// left zero, and the figures below do not read them.
+Counters counts_since(const Counters& total, const Counters& before);
+
+// The run report's `load` block (docs/report.md, "Load and steady state"): the one-time model load,
+// cycles [0, `loaded_at`), and `load`, the counters at its end.
+nlohmann::ordered_json load_json(const ChipConfig& cfg, const Counters& load,
+                                 std::uint64_t loaded_at);
+
+// The run report's `steady_state` block: `cycles` after the load, serving `batches` batches of
+// `images` images in all, doing `network_macs` of the network's MACs; `c` is what was counted
+// over them (counts_since the load). Rates use `cycles`: every batch ran inside them.
+nlohmann::ordered_json steady_state_json(const ChipConfig& cfg, const Counters& c,
+                                         std::uint64_t cycles, std::uint64_t batches,
+                                         std::uint64_t images, std::uint64_t network_macs);
+
 }  // namespace tpu::sim

@@ -671,10 +671,34 @@ class Fit {
                        {"ici_bytes", steps_[i].ici_bytes}});
       }
       j["per_step"] = per;
+      if (steps_.size() > 1) j["steady_state"] = steady_state_json(flops);
     }
     j["host"] = {{"wall_seconds", wall}};
     if (!opt_.trace.empty()) j["host"]["trace_file"] = opt_.trace;
     return j;
+  }
+
+  // Steps 2..N, after the first (docs/report.md, "Training"): their mean cycles, seconds and
+  // energy per step, and the rates of their sums.
+  ordered_json steady_state_json(double flops) const {
+    const auto n = static_cast<double>(steps_.size() - 1);
+    double cycles = 0, energy = 0;
+    for (std::size_t i = 1; i < steps_.size(); ++i) {
+      cycles += static_cast<double>(steps_[i].cycles);
+      energy += steps_[i].energy_j;
+    }
+    const double step_s = seconds(cycles / n);
+    const auto images = static_cast<double>(batch_);
+    return {
+        {"steps", steps_.size() - 1},
+        {"first_step", 2},
+        {"cycles_per_step", cycles / n},
+        {"seconds_per_step", step_s},
+        {"images_per_s", images / step_s},
+        {"tflops", flops / step_s / 1e12},
+        {"utilization", flops / 2 / (static_cast<double>(all_.peak_macs_per_cycle()) * cycles / n)},
+        {"energy_per_step_j", energy / n},
+        {"energy_per_image_j", energy / n / images}};
   }
 
   // Epochs of the dataset at the median step: Keras's steps per epoch, ⌈images / batch⌉.

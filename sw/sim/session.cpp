@@ -46,6 +46,7 @@ struct Simulated {
   Cycle cycles = 0;
   Cycle loaded_at = 0;
   LayerCounters counters;
+  Counters load;  // every chip's counters when its driver had written the memory image
   std::vector<ordered_json> mxus;
 };
 
@@ -66,16 +67,17 @@ Simulated simulate(const SystemConfig& sys, const compiler::Program& prog,
     for (std::uint32_t c = 0; c < n; ++c) chips.push_back(&system->chip(c));
   }
   const std::size_t share = encoded.size() / n;
+  Simulated s;
   std::deque<driver::Driver> drivers;
   for (std::uint32_t c = 0; c < n; ++c) {
     const std::string name = n == 1 ? std::string("driver") : fmt::format("driver_{}", c);
     drivers.emplace_back(name.c_str(), prog, encoded.data() + c * share, share, chips[c]->clock(),
                          options.timing_only);
     driver::attach(drivers.back(), *chips[c]);
+    drivers.back().on_loaded([&s, chip = chips[c]] { s.load += chip->counters().total(); });
     if (trace) chips[c]->enable_trace(*trace, c * cfg.tensor_cores);
   }
   sc_core::sc_start();
-  Simulated s;
   std::string where;
   bool done = true;
   for (std::uint32_t c = 0; c < n; ++c) {
@@ -251,6 +253,13 @@ RunResult run_session(const SystemConfig& sys, const RunOptions& opt) {
   r["energy"] = t["energy"];
   t.erase("energy");
   r["totals"] = t;
+  // The one-time model load, then every batch (docs/report.md, "Load and steady state").
+  const std::uint32_t batch = opt.batch / chips;
+  const std::uint64_t batches = (images + batch - 1) / batch;
+  r["load"] = load_json(all, sim.load, sim.loaded_at);
+  r["steady_state"] =
+      steady_state_json(all, counts_since(tot, sim.load), sim.cycles - sim.loaded_at, batches,
+                        opt.images, network_macs);
   r["mxus"] = sim.mxus;
 
   // Layers: tag 0 (setup, host I/O) and one row per model layer. A layer's cycles are the time
@@ -326,6 +335,14 @@ std::string summary(const ordered_json& r) {
   s += fmt::format("energy      {:.3f} mJ per image, {:.2f} W average, {:.3g} ops/J\n",
                    1e3 * t["energy_per_image_j"].get<double>(), t["avg_power_w"].get<double>(),
                    t["ops_per_j"].get<double>());
+  const auto& st = r["steady_state"];
+  s += fmt::format(
+      "steady      after the {}-cycle model load: {:.0f} cycles per batch ({} batches), {:.0f} "
+      "images/s, {:.3f} T ops/s, utilization {:.2f}%, {:.3f} mJ per image\n",
+      r["load"]["cycles"].get<std::uint64_t>(), st["cycles_per_batch"].get<double>(),
+      st["batches"].get<std::uint64_t>(), st["images_per_s"].get<double>(),
+      st["ops_per_s"].get<double>() / 1e12, 100 * st["utilization"].get<double>(),
+      1e3 * st["energy_per_image_j"].get<double>());
   s += fmt::format("host        {:.2f} s wall ({:.2f} s simulating, {:.2f} s reference)\n",
                    r["host"]["wall_seconds"].get<double>(),
                    r["host"]["simulation_wall_seconds"].get<double>(),

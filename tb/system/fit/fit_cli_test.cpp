@@ -509,6 +509,7 @@ TEST(FitReport, MarkdownHasTheEpochsTheSplitAndThePerTagTable) {
   EXPECT_THAT(md, HasSubstr("# fashion_mnist_cnn trained on tpu-v3\n"));
   EXPECT_THAT(md, HasSubstr("| epoch | loss | accuracy |"));
   EXPECT_THAT(md, HasSubstr("## Step 2 (the last)"));
+  EXPECT_THAT(md, HasSubstr("\nSteady state (steps 2..2): "));
   EXPECT_THAT(md, HasSubstr("| communication | "));
   EXPECT_THAT(md, HasSubstr("| conv2d (backward) | Conv2D | "));
 }

@@ -4,6 +4,7 @@
 // instruction (docs/trace.md).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -137,10 +138,10 @@ TEST(RunReport, ScaleSimBandwidthReportIsWordsPerCycle) {
               (*first)["bytes"]["off_chip_weights"].get<double>() / 2 / cycles, 1e-6);
 }
 
-TEST(RunReport, LayersCsvHasUnitsInEveryColumnAndATotalRow) {
+TEST(RunReport, LayersCsvHasUnitsInEveryColumnATotalAndASteadyStateRow) {
   const ordered_json r = run_cnn(shipped("edge"), 100);
   const auto rows = parse_csv(report::layers_csv(r));
-  ASSERT_EQ(rows.size(), r["layers"].size() + 2);
+  ASSERT_EQ(rows.size(), r["layers"].size() + 3);
   for (const auto& h : rows[0]) {
     if (h == "layer" || h == "type") continue;
     const bool has_unit =
@@ -150,7 +151,20 @@ TEST(RunReport, LayersCsvHasUnitsInEveryColumnAndATotalRow) {
         h == "ops" || h == "utilization";
     EXPECT_TRUE(has_unit) << h;
   }
-  EXPECT_EQ(rows.back()[0], "total");
+  EXPECT_EQ(rows[rows.size() - 2][0], "total");
+  // After the model load (docs/report.md, "Load and steady state"): the block's figures under
+  // the columns of the same names, the others empty.
+  const auto& steady = rows.back();
+  EXPECT_EQ(steady[0], "steady_state");
+  for (std::size_t i = 2; i < rows[0].size(); ++i) {
+    const std::string& h = rows[0][i];
+    if (r["steady_state"].contains(h))
+      EXPECT_NEAR(std::stod(steady[i]), r["steady_state"][h].get<double>(),
+                  1e-8 * std::fabs(r["steady_state"][h].get<double>()))
+          << h;  // nine significant digits
+    else
+      EXPECT_EQ(steady[i], "") << h;
+  }
   for (const auto& row : rows) EXPECT_EQ(row.size(), rows[0].size());
 }
 
@@ -159,6 +173,12 @@ TEST(RunReport, MarkdownHasOneRowPerLayer) {
   const std::string md = report::run_markdown(r);
   for (const auto& l : r["layers"])
     EXPECT_NE(md.find("| " + l["name"].get<std::string>() + " |"), std::string::npos) << l["name"];
+}
+
+TEST(RunReport, MarkdownShowsTheSteadyStateImagesPerSecondBesideTheTotals) {
+  const ordered_json r = run_cnn(shipped("v1"), 100);
+  const std::string md = report::run_markdown(r);
+  EXPECT_NE(md.find("| images/s | steady images/s |"), std::string::npos) << md;
 }
 
 TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
