@@ -214,6 +214,14 @@ class Run:
         self.totals = {k: t.need(k, NUMBER) for k in (
             "cycles", "seconds", "ops", "ops_per_s", "images_per_s", "utilization", "energy_j",
             "energy_per_image_j", "avg_power_w", "ops_per_j", "bytes_off_chip")}
+        # After the one-time model load (docs/report.md, "Load and steady state"); absent from
+        # reports written before it existed.
+        st = c.want("steady_state", OBJECT)
+        self.steady = None
+        if st is not None:
+            sc = Checked(st, where, prefix + "steady_state.")
+            self.steady = {k: sc.need(k, NUMBER, "a steady_state block has it") for k in (
+                "cycles_per_batch", "images_per_s", "ops_per_s", "utilization", "energy_per_image_j")}
         self.buckets = _buckets(t)
         self.bytes = _bytes(t)
         self.energy = _energy_parts(c)
@@ -344,6 +352,13 @@ class Fit:
         self.last_tflops = step.want("last.tflops", NUMBER)
         self.last_energy_j = step.want("last.energy_j", NUMBER)
         self.wall_seconds = c.want("host.wall_seconds", NUMBER)
+        # The steps after the first (docs/report.md, the fit report's steady_state); absent after one step.
+        st = c.want("steady_state", OBJECT)
+        self.steady = None
+        if st is not None:
+            sc = Checked(st, where, "steady_state.")
+            self.steady = {k: sc.need(k, NUMBER, "a fit report's steady_state has it") for k in (
+                "steps", "seconds_per_step", "images_per_s", "tflops", "energy_per_image_j")}
 
 
 def _read_fit(data, where):
@@ -740,6 +755,20 @@ def comparison_table(runs):
     return _table(head, rows, [False] + [True] * 9 + [False])
 
 
+def steady_table(runs):
+    """Serving after the one-time model load beside the totals, which include it (docs/report.md,
+    "Load and steady state")."""
+    head = ["chip", "steady cycles per batch", "steady throughput (images/s)", "totals throughput (images/s)",
+            "steady achieved (T ops/s)", "steady utilization (%)", "steady energy per image (µJ)"]
+    rows = []
+    for r in runs:
+        st = r.steady
+        rows.append([r.label, count(round(st["cycles_per_batch"])), sig(st["images_per_s"], 4),
+                     sig(r.totals["images_per_s"], 4), sig(st["ops_per_s"] / 1e12), sig(100 * st["utilization"]),
+                     sig(1e6 * st["energy_per_image_j"])])
+    return _table(head, rows, [False] + [True] * 6)
+
+
 def energy_table(runs):
     parts = _all_parts(runs)
     head = ["chip"] + [f"{p.replace('_', ' ')} (µJ/image)" for p in parts] + ["total (µJ/image)"]
@@ -843,6 +872,12 @@ def training_section(fit, Figure, ticker):
     if fit.wall_seconds is not None:
         desc.append(f"host time {sig(fit.wall_seconds)} s")
     out.append(f"<p>{esc('; '.join(desc))}.</p>")
+    if fit.steady is not None:
+        st = fit.steady
+        steps = "the step" if st["steps"] == 1 else f"the {count(st['steps'])} steps"
+        out.append(f"<p>Steady state over {steps} after the first: "
+                   f"{sig(1e3 * st['seconds_per_step'], 4)} ms per step, {sig(st['images_per_s'], 4)} images/s, "
+                   f"{sig(st['tflops'])} TFLOPS, {sig(1e6 * st['energy_per_image_j'])} µJ per image.</p>")
     out.append(training_plot(fit, Figure, ticker).html())
     if fit.split:
         extra = []
@@ -911,6 +946,12 @@ def comparison_page(docs, sources):
                     + esc("; ".join(f"{f.chip_file}: {f.error}" for f in failed)) + "</p>")
     body.append(comparison_table(runs))
     body.append(comparison_plot(runs, Figure, ticker).html())
+    steady = [r for r in runs if r.steady is not None]
+    if steady:
+        body.append("<h2>Steady state</h2>")
+        body.append("<p>Serving after the one-time model load (the weights' upload over the host link); "
+                    "the totals above include the load.</p>")
+        body.append(steady_table(steady))
 
     body.append("<h2>Energy</h2>")
     body.append(energy_plot(runs, Figure, ticker).html())

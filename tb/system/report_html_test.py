@@ -264,6 +264,24 @@ class ReportHtmlContent(ReportFixture):
                          + re.escape(old["chip"]["name"]) + r"[^<]*totals\.bytes")
 
 
+    def test_steady_state_table_shows_each_chips_serving_rate_beside_its_totals(self):
+        with open(PAGE_FILE) as f:
+            text = f.read()
+        self.assertIn("<h2>Steady state</h2>", text)
+        table = text.split("<h2>Steady state</h2>", 1)[1].split("</table>", 1)[0]
+        for r in self.reports:
+            st = r["steady_state"]
+            with self.subTest(chip=r["chip"]["name"]):
+                self.assertIn(f'<td class="name">{r["chip"]["name"]}</td>'
+                              f'<td class="num">{round(st["cycles_per_batch"]):,}</td>', table)
+
+    def test_report_without_steady_state_renders_without_its_section(self):
+        old = copy.deepcopy(self.reports[0])
+        old.pop("steady_state")
+        old.pop("load", None)
+        with open(self.render("no_steady.html", self.write_json("no_steady.json", old))) as f:
+            self.assertNotIn("Steady state", f.read())
+
     def test_a_fit_report_joins_the_page_as_a_training_section(self):
         out = self.render("with_fit.html", *self.report_files, FIT_FILE)
         page = parse_page(out)
@@ -277,6 +295,8 @@ class ReportHtmlContent(ReportFixture):
         # One row per epoch, the validated one with its val_accuracy.
         last = FIT_REPORT["epochs"][-1]
         self.assertIn(f"{100 * last['val_accuracy']:.2f}", text)
+        # Two steps: the second is the steady state.
+        self.assertIn("Steady state over the step after the first: ", text)
 
     def test_a_fit_report_alone_makes_a_training_page(self):
         page = parse_page(self.render("fit_only.html", FIT_FILE))
