@@ -268,6 +268,38 @@ class Sweep {
     }
     csv += "\n";
 
+    // Every task's cell, each report read once: a point's scaling efficiency needs its one-chip
+    // point's figures, which may come later in the table.
+    const std::size_t runs = tasks();
+    std::vector<ordered_json> cells(runs);
+    std::vector<std::string> errors(runs);
+    for (std::size_t t = 0; t < runs; ++t) {
+      const TaskFiles f = files(t);
+      ordered_json& cell = cells[t];
+      if (exists(f.report)) {
+        cell["status"] = "ok";
+        read_record(f.report, [&](const ordered_json& rep) {
+          if (spec_.system) {
+            fit_metrics(rep, cell);
+          } else {
+            for (const auto& m : kMetrics) cell[m] = rep.at("totals").at(m);
+            if (spec_.check) cell["bit_exact"] = rep.at("accuracy").at("bit_exact");
+          }
+        });
+        ++n.done;
+      } else if (exists(f.failed)) {
+        cell["status"] = "failed";
+        read_record(f.failed, [&](const ordered_json& fail) {
+          errors[t] = fail.at("error").get<std::string>();
+        });
+        cell["error"] = errors[t];
+        ++n.failed;
+      } else {
+        cell["status"] = "pending";
+        ++n.pending;
+      }
+    }
+
     ordered_json points = ordered_json::array();
     for (std::size_t p = 0; p < spec_.points.size(); ++p) {
       const auto& pt = spec_.points[p];
@@ -285,41 +317,15 @@ class Sweep {
       }
       for (std::size_t w = 0; w < spec_.workloads.size(); ++w) {
         const std::size_t t = p * spec_.workloads.size() + w;
-        const TaskFiles f = files(t);
-        ordered_json cell;
-        std::string error;
-        if (exists(f.report)) {
-          cell["status"] = "ok";
-          read_record(f.report, [&](const ordered_json& rep) {
-            if (spec_.system) {
-              fit_metrics(rep, cell);
-            } else {
-              for (const auto& m : kMetrics) cell[m] = rep.at("totals").at(m);
-              if (spec_.check) cell["bit_exact"] = rep.at("accuracy").at("bit_exact");
-            }
-          });
-          if (reference[p]) {
-            const std::size_t rt = *reference[p] * spec_.workloads.size() + w;
-            if (exists(files(rt).report))
-              read_record(files(rt).report, [&](const ordered_json& one) {
-                ordered_json ref;
-                fit_metrics(one, ref);
-                cell["scaling_efficiency"] = cell["images_per_s"].get<double>() /
-                                             (pt.chips * ref["images_per_s"].get<double>());
-                cell["scaling_reference"] = spec_.points[*reference[p]].id;
-              });
+        ordered_json& cell = cells[t];
+        const std::string& error = errors[t];
+        if (cell["status"] == "ok" && reference[p]) {
+          const ordered_json& ref = cells[*reference[p] * spec_.workloads.size() + w];
+          if (ref["status"] == "ok") {
+            cell["scaling_efficiency"] =
+                cell["images_per_s"].get<double>() / (pt.chips * ref["images_per_s"].get<double>());
+            cell["scaling_reference"] = spec_.points[*reference[p]].id;
           }
-          ++n.done;
-        } else if (exists(f.failed)) {
-          cell["status"] = "failed";
-          read_record(f.failed, [&](const ordered_json& fail) {
-            error = fail.at("error").get<std::string>();
-          });
-          cell["error"] = error;
-          ++n.failed;
-        } else {
-          cell["status"] = "pending";
-          ++n.pending;
         }
         csv += "," + cell["status"].get<std::string>();
         for (const auto& m : metrics) csv += "," + (cell.contains(m) ? cell[m].dump() : "");
