@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <limits>
@@ -65,6 +66,10 @@ struct Resolver {
   std::string_view what;
   Origins& origins;
   std::vector<fs::path> stack;
+  // When each pointer was last written, in resolution order: an included file's keys are
+  // resolved before the including file's, so a later write overrides an earlier one.
+  std::map<std::string, std::size_t> written;
+  std::size_t clock = 0;
 
   json parse_file(const fs::path& file) const {
     std::string text;
@@ -98,6 +103,7 @@ struct Resolver {
     origins[ptr] = file.string();
     if (!node.is_object()) {
       erase_below(origins, ptr);
+      written[ptr] = ++clock;
       return node;
     }
     json out = json::object();
@@ -135,9 +141,41 @@ struct Resolver {
 
 }  // namespace
 
+// A citation describes the value its file wrote: when a file that includes it overrides the
+// field, the included file's citation no longer applies and is dropped (the including file may
+// cite its own value). A citation a file adds for a field it inherits is kept.
+void drop_overridden_sources(json& doc, const Origins& origins,
+                             const std::map<std::string, std::size_t>& written) {
+  auto it = doc.find("sources");
+  if (it == doc.end() || !it->is_object()) return;
+  const auto last_write = [&](const std::string& ptr) {
+    std::size_t t = 0;
+    for (auto w = written.lower_bound(ptr); w != written.end(); ++w) {
+      if (w->first != ptr && w->first.rfind(ptr + "/", 0) != 0) break;
+      t = std::max(t, w->second);
+    }
+    return t;
+  };
+  const auto origin = [&](const std::string& ptr) {
+    const auto o = origins.find(ptr);
+    return o == origins.end() ? std::string() : o->second;
+  };
+  std::vector<std::string> stale;
+  for (auto c = it->begin(); c != it->end(); ++c) {
+    const std::string cite = "/sources/" + escape_key(c.key());
+    const std::string field = c.key();
+    if (field.empty() || field[0] != '/') continue;  // validated later, with its message
+    if (origin(field).empty() || origin(field) == origin(cite)) continue;
+    if (last_write(field) > last_write(cite)) stale.push_back(c.key());
+  }
+  for (const auto& k : stale) it->erase(k);
+}
+
 json load_with_includes(const std::string& path, std::string_view what, Origins& origins) {
-  Resolver r{what, origins, {}};
-  return r.load(path, "");
+  Resolver r{what, origins, {}, {}, 0};
+  json doc = r.load(path, "");
+  if (doc.is_object()) drop_overridden_sources(doc, origins, r.written);
+  return doc;
 }
 
 fs::path referenced_file(const fs::path& file, const std::string& ptr, const json& value) {

@@ -181,6 +181,26 @@ TEST(ChipConfigInclude, IncludingFileKeysOverrideAndNestedObjectsMerge) {
                    2.0 * cfg.mxu.rows * base.mxu.cols * raw.at("clock_mhz").get<double>() * 1e6);
 }
 
+TEST(ChipConfigInclude, AFieldTheIncludingFileOverridesLosesTheIncludedFilesCitation) {
+  // v1's citation of its 256 rows does not describe the variant's 128; the variant cites its
+  // clock, and the fields it leaves alone keep v1's citations.
+  const ChipConfig base = load_chip_config(chip_path("v1"));
+  ASSERT_TRUE(base.sources.count("/mxu/rows"));
+  const ChipConfig cfg = load_chip_config(data_path("include_override.json"));
+  EXPECT_EQ(cfg.sources.count("/mxu/rows"), 0u);
+  EXPECT_EQ(cfg.sources.at("/clock_mhz"), "test: 1.5 times the clock");
+  EXPECT_EQ(cfg.sources.at("/mxu/cols"), base.sources.at("/mxu/cols"));
+  EXPECT_EQ(cfg.sources.at("/unified_buffer/bytes"), base.sources.at("/unified_buffer/bytes"));
+}
+
+TEST(ChipConfigInclude, ACitationTheIncludingFileGivesForAnInheritedFieldIsKept) {
+  const ChipConfig base = load_chip_config(chip_path("v1"));
+  const ChipConfig cfg = load_chip_config(data_path("include_recite.json"));
+  EXPECT_EQ(cfg.mxu.cols, base.mxu.cols);
+  EXPECT_EQ(cfg.sources.at("/mxu/cols"), "test: cited again by the including file");
+  EXPECT_EQ(cfg.sources.at("/mxu/rows"), base.sources.at("/mxu/rows"));
+}
+
 TEST(ChipConfigInclude, V3AndV4ShareTheHbmSubFile) {
   namespace fs = std::filesystem;
   const json raw3 = read_raw(chip_path("v3"));
