@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 #include <vector>
 
 namespace tpu::report {
@@ -352,14 +353,32 @@ std::string fit_markdown(const ordered_json& fit) {
   return s;
 }
 
+// Each run's name in a comparison; two configs with the same name (a variant that kept its
+// parent's) are told apart by their files.
+std::vector<std::string> compare_labels(const ordered_json& runs) {
+  std::map<std::string, int> seen;
+  for (const auto& r : runs) ++seen[machine(r).at("name").get<std::string>()];
+  std::vector<std::string> labels;
+  for (const auto& r : runs) {
+    const std::string name = machine(r).at("name").get<std::string>();
+    labels.push_back(seen[name] > 1
+                         ? fmt::format("{} ({})", name, machine(r).at("file").get<std::string>())
+                         : name);
+  }
+  return labels;
+}
+
 std::string compare_markdown(const ordered_json& cmp) {
   std::string s = "# Chip comparison\n\n" + workload_line(cmp.at("workload")) + "\n";
   std::vector<std::string> head;
   for (const auto& c : kCompareColumns) head.emplace_back(c.name);
   s += md_header(head);
+  const std::vector<std::string> labels = compare_labels(cmp.at("runs"));
+  std::size_t i = 0;
   for (const auto& r : cmp.at("runs")) {
     std::vector<std::string> cells;
     for (const auto& c : kCompareColumns) cells.push_back(c.value(r));
+    cells[0] = labels[i++];
     s += md_row(cells);
   }
   if (cmp.contains("failed"))
@@ -367,8 +386,9 @@ std::string compare_markdown(const ordered_json& cmp) {
       s += fmt::format("\nFAILED: {} — {}\n",
                        f.value("chip_file", f.value("system_file", std::string())),
                        f.at("error").get<std::string>());
+  i = 0;
   for (const auto& r : cmp.at("runs"))
-    s += fmt::format("\n## {}\n\n", machine(r).at("name").get<std::string>()) + layers_markdown(r);
+    s += fmt::format("\n## {}\n\n", labels[i++]) + layers_markdown(r);
   return s;
 }
 

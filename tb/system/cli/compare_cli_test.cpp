@@ -110,6 +110,23 @@ TEST(CompareCli, AChipThatCannotRunTheWorkloadIsReportedAndTheOthersStillRun) {
   EXPECT_NE(cmp["failed"][0]["error"].get<std::string>().find("exit status 2"), std::string::npos);
 }
 
+TEST(CompareCli, TwoChipsWithTheSameNameAreToldApartByTheirFiles) {
+  test::TempDir tmp("tpusim-cli");
+  // A variant that keeps its parent's name: the table and the sections name each file.
+  const std::string fast = tmp / "fast.json";
+  test::write_file(fast, "{\"include\": \"" + chip("v1") + "\", \"clock_mhz\": 1000}");
+  const auto r = test::run_tpusim("compare --chip " + chip("v1") + " --chip " + fast +
+                                  " --images 16 --batch 16 --markdown " + (tmp / "cmp.md"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string md = test::read_file(tmp / "cmp.md");
+  for (const std::string& file : {chip("v1"), fast}) {
+    const std::string label = "tpu-v1 (" + file + ")";
+    EXPECT_NE(md.find("| " + label + " |"), std::string::npos) << md;
+    EXPECT_NE(md.find("## " + label + "\n"), std::string::npos) << md;
+    EXPECT_NE(r.out.find("| " + label + " |"), std::string::npos) << r.out;
+  }
+}
+
 TEST(RunCli, WritesCsvMarkdownAndTraceBesideTheJson) {
   test::TempDir tmp("tpusim-cli");
   const auto r =
