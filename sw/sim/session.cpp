@@ -29,6 +29,7 @@
 #include "sw/report/trace_writer.h"
 #include "sw/sim/activity.h"
 #include "sw/sim/host_memory.h"
+#include "sw/sim/progress.h"
 #include "sw/sim/workload.h"
 
 namespace tpu::sim {
@@ -77,7 +78,15 @@ Simulated simulate(const SystemConfig& sys, const compiler::Program& prog,
     drivers.back().on_loaded([&s, chip = chips[c]] { s.load += chip->counters().total(); });
     if (trace) chips[c]->enable_trace(*trace, c * cfg.tensor_cores);
   }
-  sc_core::sc_start();
+  run_simulation(n == 1 ? "run" : fmt::format("run on {} chips", n), cfg.clock_hz(), [&] {
+    Progress p;
+    for (const Chip* chip : chips)
+      for (std::uint32_t k = 0; k < cfg.tensor_cores; ++k) {
+        p.done += chip->cores[k]->sequencer->issued();
+        p.total += prog.cores[k].size();
+      }
+    return p;
+  });
   std::string where;
   bool done = true;
   for (std::uint32_t c = 0; c < n; ++c) {

@@ -1,0 +1,73 @@
+#include "sw/sim/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <systemc>
+
+namespace tpu::sim {
+
+namespace {
+
+double wall_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string thousands(std::uint64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3)
+    s.insert(static_cast<std::size_t>(i), ",");
+  return s;
+}
+
+}  // namespace
+
+bool progress_wanted() {
+  if (const char* e = std::getenv("TPUSIM_PROGRESS"); e && *e) return std::strcmp(e, "0") != 0;
+  return ::isatty(STDERR_FILENO) == 1;
+}
+
+void run_simulation(const std::string& what, double clock_hz,
+                    const std::function<Progress()>& progress) {
+  if (!progress_wanted()) {
+    sc_core::sc_start();
+    return;
+  }
+  const double t0 = wall_s();
+  double shown_at = -1;  // the first slice's line at once, then at most four a second
+  bool shown = false;
+  // The slice adapts to the model's speed: about a tenth of a second of host time each.
+  double slice_s = 1000 / clock_hz;
+  for (;;) {
+    const double before = wall_s();
+    sc_core::sc_start(sc_core::sc_time(slice_s, sc_core::SC_SEC), sc_core::SC_EXIT_ON_STARVATION);
+    if (!sc_core::sc_pending_activity()) break;
+    const double now = wall_s(), took = now - before;
+    if (took < 0.05)
+      slice_s *= 2;
+    else if (took > 0.1)
+      slice_s = std::max(slice_s / 2, 1 / clock_hz);
+    if (shown && now - shown_at < 0.25) continue;
+    const Progress p = progress();
+    const double pct =
+        p.total ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 0;
+    std::fprintf(stderr,
+                 "\rtpusim: %s: %.0f%% of %s instructions issued, %.3f ms simulated, %.1f s\033[K",
+                 what.c_str(), pct, thousands(p.total).c_str(),
+                 1e3 * sc_core::sc_time_stamp().to_seconds(), now - t0);
+    std::fflush(stderr);
+    shown_at = now;
+    shown = true;
+  }
+  if (shown) {
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+  }
+}
+
+}  // namespace tpu::sim

@@ -1,0 +1,45 @@
+// The progress line of `tpusim run` (sw/sim/progress.h): shown on request, and the simulation
+// run in slices gives the same report as the one run at once.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/cli.h"
+#include "common/files.h"
+#include "common/temp_dir.h"
+
+namespace tpu {
+namespace {
+
+test::CliResult run_with_progress(const char* value, const std::string& args) {
+  ::setenv("TPUSIM_PROGRESS", value, 1);
+  test::CliResult r = test::run_tpusim(args);
+  ::unsetenv("TPUSIM_PROGRESS");
+  return r;
+}
+
+TEST(Progress, ARunShowsItsLineClearsItAndReportsWhatARunWithoutItReports) {
+  test::TempDir tmp("tpusim-progress");
+  const std::string args =
+      "run --chip " + test::source("configs/chips/v1.json") + " --images 512 --batch 64 --json ";
+  const auto with = run_with_progress("1", args + (tmp / "with.json"));
+  ASSERT_EQ(with.status, 0) << with.out;
+  const auto without = run_with_progress("0", args + (tmp / "without.json"));
+  ASSERT_EQ(without.status, 0) << without.out;
+
+  EXPECT_NE(with.out.find("\rtpusim: run: "), std::string::npos) << with.out;
+  EXPECT_NE(with.out.find(" instructions issued, "), std::string::npos) << with.out;
+  EXPECT_NE(with.out.find("\r\033[K"), std::string::npos) << "the line is cleared at the end";
+  EXPECT_EQ(without.out.find("instructions issued"), std::string::npos) << without.out;
+
+  auto a = nlohmann::json::parse(test::read_file(tmp / "with.json"));
+  auto b = nlohmann::json::parse(test::read_file(tmp / "without.json"));
+  a.erase("host");  // host wall times
+  b.erase("host");
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace tpu
