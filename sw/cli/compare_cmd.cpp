@@ -2,8 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
+#include <system_error>
 
 #include "hw/common/error.h"
 #include "hw/config/chip_config.h"
@@ -15,6 +20,69 @@
 
 namespace tpu::cli {
 using nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A scratch directory for the runs' traces, removed with everything in it however compare ends.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tpusim-compare-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr)
+      throw InputError(fmt::format("compare --trace: cannot create a scratch directory under {}",
+                                   fs::temp_directory_path().string()));
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  [[nodiscard]] const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// The runs' traces in one: run i's processes (its cores, host, links) get pids after run i-1's,
+// and their names start with the run's label, so Perfetto shows each run's tracks together.
+std::string merge_traces(const std::vector<std::string>& texts,
+                         const std::vector<std::string>& names,
+                         const std::vector<std::string>& labels) {
+  ordered_json merged;
+  merged["displayTimeUnit"] = "ns";
+  merged["otherData"] = {{"runs", ordered_json::array()}};
+  merged["traceEvents"] = ordered_json::array();
+  std::uint64_t base = 0;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    ordered_json t = ordered_json::parse(texts[i]);
+    merged["otherData"]["runs"].push_back({{"label", labels[i]}, {"otherData", t["otherData"]}});
+    std::uint64_t next = base;
+    for (auto& e : t.at("traceEvents")) {
+      if (e.contains("pid")) {
+        const std::uint64_t pid = base + e["pid"].get<std::uint64_t>();
+        e["pid"] = pid;
+        next = std::max(next, pid + 1);
+      }
+      if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") {
+        // "tpu-v3 core 1" keeps its form with the run's label for the chip's name.
+        const std::string name = e["args"]["name"].get<std::string>();
+        e["args"]["name"] = name.rfind(names[i] + " ", 0) == 0
+                                ? labels[i] + name.substr(names[i].size())
+                                : labels[i] + ": " + name;
+      }
+      if (e.value("ph", "") == "M" && e.value("name", "") == "process_sort_index")
+        e["args"]["sort_index"] = e["pid"];
+      merged["traceEvents"].push_back(std::move(e));
+    }
+    base = next;
+  }
+  return merged.dump() + "\n";
+}
+
+}  // namespace
 
 int run_compare(CompareCommand& cmd) {
   // What runs, in order: each config and the flag that names it.
@@ -39,16 +107,27 @@ int run_compare(CompareCommand& cmd) {
   if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");
   if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
   if (!cmd.csv.empty()) csv = out.add(cmd.csv, "--csv output");
+  std::optional<std::size_t> trace;
+  if (!cmd.trace.empty()) trace = out.add(cmd.trace, "--trace output");
   out.check(workload_inputs(cmd.workload));
 
   // Each chip runs in its own process and sends its report on standard output: nothing is
   // written to disk until the comparison is.
   std::vector<ProcessJob> runs;
   const auto w = workload_args(cmd.workload);
+  std::optional<ScratchDir> scratch;
+  if (trace) scratch.emplace();
+  const auto trace_file = [&](std::size_t i) {
+    return (scratch->path() / fmt::format("{}.trace.json", i)).string();
+  };
   for (const auto& [flag, file] : configs) {
     ProcessJob job;
     job.argv = {"tpusim", "run", flag, file, "--json", "-"};
     job.argv.insert(job.argv.end(), w.begin(), w.end());
+    if (trace) {
+      job.argv.emplace_back("--trace");
+      job.argv.push_back(trace_file(runs.size()));
+    }
     runs.push_back(std::move(job));
   }
   std::vector<ordered_json> reports(configs.size());
@@ -113,6 +192,19 @@ int run_compare(CompareCommand& cmd) {
 
   const std::string md = report::compare_markdown(cmp);
   if (json) out.set(*json, cmp.dump(2) + "\n");
+  if (trace) {
+    std::vector<std::string> texts;
+    const std::vector<std::string> labels = report::compare_labels(cmp.at("runs"));
+    std::vector<std::string> names;
+    for (const auto& r : cmp.at("runs"))
+      names.push_back((r.contains("system") ? r.at("system") : r.at("chip")).at("name"));
+    for (std::size_t i = 0; i < configs.size(); ++i)
+      if (errors[i].empty()) {
+        std::ifstream in(trace_file(i), std::ios::binary);
+        texts.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+    out.set(*trace, merge_traces(texts, names, labels));
+  }
   if (markdown) out.set(*markdown, md);
   if (csv) out.set(*csv, report::compare_csv(cmp));
   out.commit();

@@ -15,7 +15,7 @@ struct CompareCommand {
   std::vector<std::string> chips, systems;
   RunCommand workload;
   unsigned jobs = 0;  // 0: one per core
-  std::string json, markdown, csv;
+  std::string json, markdown, csv, trace;
 };
 
 // Returns the process exit status: 0 when every chip ran, 1 when some failed (their errors are

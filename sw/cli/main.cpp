@@ -125,6 +125,9 @@ int run_cli(int argc, char** argv) {
   compare->add_option("--json", cc.json, "Write the tpusim.compare/1 JSON here");
   compare->add_option("--markdown", cc.markdown, "Write the Markdown comparison here");
   compare->add_option("--csv", cc.csv, "Write one CSV row per chip here");
+  compare->add_option("--trace", cc.trace,
+                      "Write one Chrome trace-event JSON here, each run's tracks under its "
+                      "chip's name (docs/trace.md)");
 
   tpu::cli::SweepCommand sc;
   CLI::App* sweep = app.add_subcommand(

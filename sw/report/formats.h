@@ -28,6 +28,9 @@ std::string run_markdown(const nlohmann::ordered_json& run);
 std::string fit_markdown(const nlohmann::ordered_json& fit);
 // Chips side by side (one row each), then per chip its per-layer table.
 std::string compare_markdown(const nlohmann::ordered_json& comparison);
+// Each run's name in a comparison (its chip's or system's); two with the same name are told
+// apart by their files: "name (file)".
+std::vector<std::string> compare_labels(const nlohmann::ordered_json& runs);
 // One row per chip with the totals, units in the column names.
 std::string compare_csv(const nlohmann::ordered_json& comparison);
 

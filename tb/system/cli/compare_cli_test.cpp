@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/cli.h"
@@ -125,6 +126,38 @@ TEST(CompareCli, TwoChipsWithTheSameNameAreToldApartByTheirFiles) {
     EXPECT_NE(md.find("## " + label + "\n"), std::string::npos) << md;
     EXPECT_NE(r.out.find("| " + label + " |"), std::string::npos) << r.out;
   }
+}
+
+TEST(CompareCli, TraceHoldsEveryRunsTracksUnderItsChipsName) {
+  test::TempDir tmp("tpusim-cli");
+  const std::string args = " --images 16 --batch 16 --trace ";
+  const auto r = test::run_tpusim("compare --chip " + chip("v1") + " --chip " + chip("v3") + args +
+                                  (tmp / "cmp.trace.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  // The same runs alone, for what each contributes.
+  std::map<std::string, std::size_t> alone;
+  for (const char* c : {"v1", "v3"}) {
+    const auto one =
+        test::run_tpusim("run --chip " + chip(c) + args + (tmp / (std::string(c) + ".json")));
+    ASSERT_EQ(one.status, 0) << one.out;
+    alone[c] =
+        nlohmann::json::parse(test::read_file(tmp / (std::string(c) + ".json")))["traceEvents"]
+            .size();
+  }
+  const auto t = nlohmann::json::parse(test::read_file(tmp / "cmp.trace.json"));
+  EXPECT_EQ(t["traceEvents"].size(), alone["v1"] + alone["v3"]);
+  std::map<std::uint64_t, std::string> process;
+  std::map<std::uint64_t, std::size_t> slices;
+  for (const auto& e : t["traceEvents"]) {
+    if (e.value("name", "") == "process_name") process[e["pid"]] = e["args"]["name"];
+    if (e.value("ph", "") == "X") ++slices[e["pid"]];
+  }
+  const std::map<std::uint64_t, std::string> want = {
+      {0, "tpu-v1 core 0"}, {1, "tpu-v3 core 0"}, {2, "tpu-v3 core 1"}};
+  EXPECT_EQ(process, want);
+  for (const auto& [pid, name] : want) EXPECT_GT(slices[pid], 0u) << name;
+  ASSERT_EQ(t["otherData"]["runs"].size(), 2u);
+  EXPECT_EQ(t["otherData"]["runs"][1]["label"], "tpu-v3");
 }
 
 TEST(RunCli, WritesCsvMarkdownAndTraceBesideTheJson) {
