@@ -139,6 +139,11 @@ int run_cli(int argc, char** argv) {
   sweep->add_option("--executor", sc.executor, "local or slurm (a job array)")
       ->check(CLI::IsMember({"local", "slurm"}));
   sweep->add_flag("--emit-only", sc.emit_only, "slurm: write the batch script, do not submit");
+  sweep
+      ->add_option("--max-array-size", sc.max_array_size,
+                   "slurm: array indices per job array (default: MaxArraySize of `scontrol show "
+                   "config`, else Slurm's 1001); more runs go into further arrays")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4000001}));
   sweep->add_option("--sbatch-arg", sc.sbatch_args, "slurm: an extra sbatch argument (repeatable)")
       ->allow_extra_args(false);
   sweep->add_flag("--retry-failed", sc.retry_failed, "Run failed points again too");

@@ -35,6 +35,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The per-workload columns of the table, from each run report's `totals` (docs/report.md).
+// Slurm's default MaxArraySize (slurm.conf(5)).
+constexpr std::size_t kSlurmDefaultMaxArraySize = 1001;
+
 const std::vector<std::string> kMetrics = {"cycles",       "seconds",     "ops_per_s",
                                            "images_per_s", "utilization", "energy_j",
                                            "avg_power_w",  "ops_per_j",   "bytes_off_chip"};
@@ -558,39 +561,112 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// Writes the job-array script: task i runs `tpusim sweep --task i --out DIR`, which runs and
-// records one design point x workload exactly as the local runner does.
-std::string write_batch_script(const Sweep& s, const std::vector<std::size_t>& todo) {
+// Slurm's MaxArraySize: array indices run from 0 to one less. Asked of `scontrol show config`;
+// Slurm's default (1001) when scontrol is not there or does not say (--emit-only on a machine
+// without Slurm).
+std::size_t slurm_max_array_size() {
+  ProcessJob ask{"scontrol", {"scontrol", "show", "config"}, ""};
+  ProcessResult said;
+  try {
+    run_processes({ask}, 1, [&](std::size_t, ProcessResult& r) { said = std::move(r); });
+  } catch (const std::exception&) {
+    return kSlurmDefaultMaxArraySize;
+  }
+  if (!said.ok()) return kSlurmDefaultMaxArraySize;
+  const std::string key = "MaxArraySize";
+  for (std::size_t at = said.out.find(key); at != std::string::npos;
+       at = said.out.find(key, at + 1)) {
+    std::size_t v = said.out.find_first_of("0123456789\n", at + key.size());
+    if (v == std::string::npos || said.out[v] == '\n') continue;
+    const std::size_t n = std::strtoull(said.out.c_str() + v, nullptr, 10);
+    if (n > 0) return n;
+  }
+  return kSlurmDefaultMaxArraySize;
+}
+
+// One job array: the runs whose task indices lie in [offset, offset + MaxArraySize), as array
+// indices `t - offset`.
+struct ArrayPart {
+  std::size_t offset = 0;
+  std::vector<std::size_t> todo;
+  std::string script;
+};
+
+std::vector<ArrayPart> split_array(const std::vector<std::size_t>& todo, std::size_t max_size) {
+  std::map<std::size_t, ArrayPart> parts;
+  for (std::size_t t : todo) {
+    ArrayPart& p = parts[t / max_size];
+    p.offset = t / max_size * max_size;
+    p.todo.push_back(t - p.offset);
+  }
+  std::vector<ArrayPart> out;
+  for (auto& [k, p] : parts) out.push_back(std::move(p));
+  return out;
+}
+
+// The log of task t: Slurm's --output of its array task.
+std::string task_log(const Sweep& s, std::size_t t, std::size_t max_size) {
+  const std::size_t part = t / max_size;
+  return part == 0 ? fmt::format("{}/slurm/task-{}.out", s.out(), t)
+                   : fmt::format("{}/slurm/array-{}-task-{}.out", s.out(), part, t % max_size);
+}
+
+// Writes the job-array scripts: task i runs `tpusim sweep --task i --out DIR`, which runs and
+// records one design point x workload exactly as the local runner does. Runs whose indices
+// reach Slurm's MaxArraySize go into further arrays, each with its offset: slurm/sweep.sbatch
+// holds indices 0 to MaxArraySize - 1, slurm/sweep-<k>.sbatch the k-th block after it.
+std::vector<ArrayPart> write_batch_scripts(const Sweep& s, const std::vector<std::size_t>& todo,
+                                           std::size_t max_size) {
   const std::string out = fs::absolute(s.out()).lexically_normal().string();
   const std::string dir = out + "/slurm";
   io::make_directory(dir);
-  const std::string script = dir + "/sweep.sbatch";
-  std::string text = "#!/bin/sh\n";
-  text += fmt::format(
-      "# Written by `tpusim sweep {} --executor slurm`: one array task per design point x "
-      "workload\n# still to run. Rewritten on every submission; docs/sweeps.md.\n",
-      s.spec().file);
-  text += fmt::format("#SBATCH --job-name=tpusim-{}\n", s.spec().name);
-  text += fmt::format("#SBATCH --array={}\n", array_ranges(todo));
-  text += "#SBATCH --ntasks=1\n#SBATCH --cpus-per-task=1\n";
-  text += fmt::format("#SBATCH --output={}/task-%a.out\n", dir);
-  text += fmt::format("exec {} sweep --task \"$SLURM_ARRAY_TASK_ID\" --out {}\n",
-                      shell_quote(self_executable()), shell_quote(out));
-  io::write_file(script, text);
+  std::vector<ArrayPart> parts = split_array(todo, max_size);
+  // A further array's script from an earlier submission that this one does not have would be
+  // a trap: submitted by hand, it reruns finished runs' indices with the old offsets.
   std::error_code ec;
-  fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
-                  fs::perm_options::add, ec);
-  if (ec)
-    throw InputError(
-        fmt::format("{}: cannot make it executable ({})", script, path_error_reason(ec.value())));
-  return script;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("sweep-", 0) == 0 && name.size() > 13 &&
+        name.compare(name.size() - 7, 7, ".sbatch") == 0)
+      fs::remove(e.path(), ec);
+  }
+  for (ArrayPart& p : parts) {
+    const std::size_t k = p.offset / max_size;
+    p.script = k == 0 ? dir + "/sweep.sbatch" : fmt::format("{}/sweep-{}.sbatch", dir, k);
+    std::string text = "#!/bin/sh\n";
+    text += fmt::format(
+        "# Written by `tpusim sweep {} --executor slurm`: one array task per design point x "
+        "workload\n# still to run. Rewritten on every submission; docs/sweeps.md.\n",
+        s.spec().file);
+    if (k > 0)
+      text += fmt::format("# Runs {} to {}: array index + {} (Slurm's MaxArraySize is {}).\n",
+                          p.offset, p.offset + max_size - 1, p.offset, max_size);
+    text += fmt::format("#SBATCH --job-name=tpusim-{}\n", s.spec().name);
+    text += fmt::format("#SBATCH --array={}\n", array_ranges(p.todo));
+    text += "#SBATCH --ntasks=1\n#SBATCH --cpus-per-task=1\n";
+    text += k == 0 ? fmt::format("#SBATCH --output={}/task-%a.out\n", dir)
+                   : fmt::format("#SBATCH --output={}/array-{}-task-%a.out\n", dir, k);
+    const std::string task = k == 0 ? std::string("\"$SLURM_ARRAY_TASK_ID\"")
+                                    : fmt::format("\"$((SLURM_ARRAY_TASK_ID + {}))\"", p.offset);
+    text += fmt::format("exec {} sweep --task {} --out {}\n", shell_quote(self_executable()), task,
+                        shell_quote(out));
+    io::write_file(p.script, text);
+    fs::permissions(p.script,
+                    fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
+                    fs::perm_options::add, ec);
+    if (ec)
+      throw InputError(fmt::format("{}: cannot make it executable ({})", p.script,
+                                   path_error_reason(ec.value())));
+  }
+  return parts;
 }
 
-// Submits the script and waits for the array (sbatch --wait), refreshing the progress from the
-// files the tasks write. When interrupted, the job is cancelled.
+// Submits the scripts, all at once, and waits for the arrays (sbatch --wait), refreshing the
+// progress from the files the tasks write. When interrupted, the jobs are cancelled.
 Ran run_slurm(const Sweep& s, const std::vector<std::size_t>& todo,
-              const std::vector<std::string>& sbatch_args, Progress& progress) {
-  const std::string script = write_batch_script(s, todo);
+              const std::vector<std::string>& sbatch_args, std::size_t max_size,
+              Progress& progress) {
+  const std::vector<ArrayPart> parts = write_batch_scripts(s, todo, max_size);
   // A retried task keeps its failure record until it has run again: a record that changed, or a
   // report, is this submission's result.
   std::map<std::size_t, std::string> earlier_failure;
@@ -602,11 +678,15 @@ Ran run_slurm(const Sweep& s, const std::vector<std::size_t>& todo,
     const auto it = earlier_failure.find(t);
     return it == earlier_failure.end() || recorded_error(s, t) != it->second;
   };
-  ProcessJob submit;
-  submit.program = "sbatch";
-  submit.argv = {"sbatch", "--parsable", "--wait"};
-  submit.argv.insert(submit.argv.end(), sbatch_args.begin(), sbatch_args.end());
-  submit.argv.push_back(script);
+  std::vector<ProcessJob> submits;
+  for (const ArrayPart& p : parts) {
+    ProcessJob submit;
+    submit.program = "sbatch";
+    submit.argv = {"sbatch", "--parsable", "--wait"};
+    submit.argv.insert(submit.argv.end(), sbatch_args.begin(), sbatch_args.end());
+    submit.argv.push_back(p.script);
+    submits.push_back(std::move(submit));
+  }
   std::vector<bool> seen(s.tasks(), false);
   auto poll = [&] {
     for (std::size_t t : todo)
@@ -618,23 +698,28 @@ Ran run_slurm(const Sweep& s, const std::vector<std::size_t>& todo,
       }
     progress.tick();
   };
-  ProcessResult submitted;
+  std::vector<ProcessResult> submitted(parts.size());
   Ran ran;
   {
     io::InterruptScope interrupt;
     run_processes(
-        {submit}, 1, [&](std::size_t, ProcessResult& r) { submitted = std::move(r); },
+        submits, static_cast<unsigned>(submits.size()),
+        [&](std::size_t i, ProcessResult& r) { submitted[i] = std::move(r); },
         [&] {
           poll();
           return io::interrupted() != 0;
         });
-    io::write_file(s.out() + "/slurm/sbatch.log", submitted.out + submitted.err);
+    std::string log;
+    for (const ProcessResult& r : submitted) log += r.out + r.err;
+    io::write_file(s.out() + "/slurm/sbatch.log", log);
     if (io::interrupted() != 0) {
-      // --parsable prints "jobid[;cluster]" first.
-      std::string first = submitted.out.substr(0, submitted.out.find_first_of(";\n"));
-      if (!first.empty() && std::all_of(first.begin(), first.end(), ::isdigit)) {
-        ProcessJob cancel{"scancel", {"scancel", first}, ""};
-        run_processes({cancel}, 1, [](std::size_t, ProcessResult&) {});
+      for (const ProcessResult& r : submitted) {
+        // --parsable prints "jobid[;cluster]" first.
+        std::string first = r.out.substr(0, r.out.find_first_of(";\n"));
+        if (!first.empty() && std::all_of(first.begin(), first.end(), ::isdigit)) {
+          ProcessJob cancel{"scancel", {"scancel", first}, ""};
+          run_processes({cancel}, 1, [](std::size_t, ProcessResult&) {});
+        }
       }
       ran.interrupted = true;
       return ran;
@@ -645,16 +730,23 @@ Ran run_slurm(const Sweep& s, const std::vector<std::size_t>& todo,
   // died, the binary was not reachable) is recorded here.
   for (std::size_t t : todo)
     if (!finished_now(t)) {
+      const ProcessResult& r = submitted[static_cast<std::size_t>(
+          std::find_if(parts.begin(), parts.end(),
+                       [&](const ArrayPart& p) { return p.offset == t / max_size * max_size; }) -
+          parts.begin())];
       ordered_json j;
-      j["status"] = submitted.status;
-      j["error"] =
-          fmt::format("the Slurm task left no result (sbatch: {}; see {}/slurm/task-{}.out): {}",
-                      submitted.describe(), s.out(), t, last_line(submitted.err));
+      j["status"] = r.status;
+      j["error"] = fmt::format("the Slurm task left no result (sbatch: {}; see {}): {}",
+                               r.describe(), task_log(s, t, max_size), last_line(r.err));
       io::write_file(s.files(t).failed, j.dump(2) + "\n");
       seen[t] = true;
       progress.finished(task_name(s, t), false, -1, j["error"].get<std::string>());
     }
   return ran;
+}
+
+std::size_t max_array_size(const SweepCommand& cmd) {
+  return cmd.max_array_size ? *cmd.max_array_size : slurm_max_array_size();
 }
 
 int run_task(const SweepCommand& cmd) {
@@ -701,6 +793,8 @@ int run_sweep(SweepCommand& cmd) {
     throw InputError(fmt::format("sweep: --executor {} (must be local or slurm)", cmd.executor));
   if (cmd.emit_only && cmd.executor != "slurm")
     throw InputError("sweep: --emit-only writes a Slurm batch script; add --executor slurm");
+  if (cmd.max_array_size && cmd.executor != "slurm")
+    throw InputError("sweep: --max-array-size sizes Slurm job arrays; add --executor slurm");
   sweep::Spec spec = sweep::load_spec(cmd.spec);
   spec.file = fs::absolute(spec.file).lexically_normal().string();
   if (cmd.timing_only) {
@@ -736,11 +830,16 @@ int run_sweep(SweepCommand& cmd) {
     if (todo.empty()) {
       std::cerr << "sweep: every run is finished; nothing to submit\n";
     } else {
-      const std::string script = write_batch_script(s, todo);
+      const std::vector<ArrayPart> parts = write_batch_scripts(s, todo, max_array_size(cmd));
+      std::string submit;
+      for (const ArrayPart& p : parts) {
+        std::cout << p.script << "\n";
+        submit += (submit.empty() ? "`sbatch " : ", `sbatch ") + p.script + "`";
+      }
       std::cout << fmt::format(
-          "{}\nSubmit it with `sbatch {}`; when the array has finished, run this sweep again "
-          "to collect the table.\n",
-          script, script);
+          "Submit {} with {}; when {} finished, run this sweep again to collect the table.\n",
+          parts.size() == 1 ? "it" : "them", submit,
+          parts.size() == 1 ? "the array has" : "the arrays have");
     }
     s.write_table();
     return 0;
@@ -749,8 +848,9 @@ int run_sweep(SweepCommand& cmd) {
   Progress progress(s.tasks(), resumed, todo.size());
   Ran ran;
   if (!todo.empty())
-    ran = cmd.executor == "local" ? run_local(s, todo, jobs, progress)
-                                  : run_slurm(s, todo, cmd.sbatch_args, progress);
+    ran = cmd.executor == "local"
+              ? run_local(s, todo, jobs, progress)
+              : run_slurm(s, todo, cmd.sbatch_args, max_array_size(cmd), progress);
   progress.end();
   const auto n = s.write_table();
   std::cout << fmt::format("{}/results.csv: {} of {} runs done, {} failed, {} pending\n", out,

@@ -18,6 +18,7 @@ struct SweepCommand {
   std::string executor = "local";  // or "slurm"
   bool emit_only = false;          // slurm: write the batch script, do not submit it
   std::vector<std::string> sbatch_args;
+  std::optional<std::size_t> max_array_size;  // slurm: default from `scontrol show config`
   bool retry_failed = false;
   std::optional<std::uint64_t> shuffle_seed;  // run the points in a seeded random order
   std::optional<std::size_t> task;            // run one task of `out`'s plan (a Slurm array task)

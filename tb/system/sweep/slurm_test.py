@@ -171,7 +171,10 @@ def main():
     ok = False
     try:
         cluster.start()
-        slurm = subprocess.run([a.tpusim, "sweep", a.spec, "--executor", "slurm", "--out", f"{t}/slurm-out"],
+        # Three runs per job array: the eight runs go in three arrays, the second and third
+        # with their offsets (Slurm's MaxArraySize, docs/sweeps.md).
+        slurm = subprocess.run([a.tpusim, "sweep", a.spec, "--executor", "slurm", "--max-array-size", "3",
+                                "--out", f"{t}/slurm-out"],
                                env=cluster.env, capture_output=True, text=True, timeout=900)
         print(slurm.stdout + slurm.stderr)
         if slurm.returncode != 0:
@@ -186,7 +189,10 @@ def main():
         differ = [f for f in want if got[f] != want[f]]
         if differ:
             raise RuntimeError(f"differ from the local runner's: {differ}")
-        tasks = glob.glob(f"{t}/slurm-out/slurm/task-*.out")
+        tasks = glob.glob(f"{t}/slurm-out/slurm/task-*.out") + glob.glob(f"{t}/slurm-out/slurm/array-*-task-*.out")
+        scripts = glob.glob(f"{t}/slurm-out/slurm/*.sbatch")
+        if len(scripts) != 3:
+            raise RuntimeError(f"expected three job arrays of at most 3 runs, found {sorted(scripts)}")
         if len(tasks) != len([f for f in want if f.startswith("points/") and not f.endswith("/chip.json")]):
             raise RuntimeError(f"expected one Slurm task per run, found {len(tasks)} task logs")
         print(f"slurm_test: {len(want)} files identical to the local runner's; "

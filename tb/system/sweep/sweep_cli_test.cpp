@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -307,6 +308,35 @@ TEST(SweepCli, SlurmEmitOnlyWritesAJobArrayOfTheUnfinishedRuns) {
   const json res = read_json(tmp / "out/results.json");
   EXPECT_EQ(res["points"][1]["workloads"]["mlp"]["status"], "ok");
   EXPECT_EQ(res["summary"]["pending"], 7);
+}
+
+TEST(SweepCli, SlurmRunsBeyondMaxArraySizeGoIntoFurtherArraysWithTheirOffsets) {
+  test::TempDir tmp("tpusim-sweep");
+  const std::string cmd =
+      "sweep " + kSpec + " --executor slurm --emit-only --max-array-size 3 --out " + (tmp / "out");
+  const auto r = test::run_tpusim(cmd);
+  ASSERT_EQ(r.status, 0) << r.out;
+  // Eight runs: indices 0-2, then 3-5 as 0-2 + 3, then 6-7 as 0-1 + 6.
+  const std::string first = test::read_file(tmp / "out/slurm/sweep.sbatch");
+  EXPECT_NE(first.find("#SBATCH --array=0-2\n"), std::string::npos) << first;
+  EXPECT_NE(first.find("--task \"$SLURM_ARRAY_TASK_ID\""), std::string::npos) << first;
+  const std::string second = test::read_file(tmp / "out/slurm/sweep-1.sbatch");
+  EXPECT_NE(second.find("#SBATCH --array=0-2\n"), std::string::npos) << second;
+  EXPECT_NE(second.find("--task \"$((SLURM_ARRAY_TASK_ID + 3))\""), std::string::npos) << second;
+  const std::string third = test::read_file(tmp / "out/slurm/sweep-2.sbatch");
+  EXPECT_NE(third.find("#SBATCH --array=0-1\n"), std::string::npos) << third;
+  EXPECT_NE(third.find("--task \"$((SLURM_ARRAY_TASK_ID + 6))\""), std::string::npos) << third;
+  EXPECT_NE(third.find("array-2-task-%a.out"), std::string::npos) << third;
+  // The script runs its task as Slurm would: array index 1 of the third array is run 7.
+  const std::string script = tmp / "out/slurm/sweep-2.sbatch";
+  ASSERT_EQ(std::system(("SLURM_ARRAY_TASK_ID=1 sh " + script + " >/dev/null 2>&1").c_str()), 0);
+  const auto again = test::run_tpusim(cmd);
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_EQ(read_json(tmp / "out/results.json")["summary"]["done"], 1);
+  EXPECT_EQ(read_json(tmp / "out/results.json")["points"][3]["workloads"]["mlp"]["status"], "ok");
+  // Run 7 is done: the third array keeps index 0 (run 6) only.
+  EXPECT_NE(test::read_file(tmp / "out/slurm/sweep-2.sbatch").find("#SBATCH --array=0\n"),
+            std::string::npos);
 }
 
 // System sweeps: slices of a pod as design points, a `tpusim fit` per point at a fixed batch per
