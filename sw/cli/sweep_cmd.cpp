@@ -34,10 +34,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The per-workload columns of the table, from each run report's `totals` (docs/report.md).
 // Slurm's default MaxArraySize (slurm.conf(5)).
 constexpr std::size_t kSlurmDefaultMaxArraySize = 1001;
 
+// The per-workload columns of the table, from each run report's `totals` (docs/report.md).
 const std::vector<std::string> kMetrics = {"cycles",       "seconds",     "ops_per_s",
                                            "images_per_s", "utilization", "energy_j",
                                            "avg_power_w",  "ops_per_j",   "bytes_off_chip"};
@@ -97,15 +97,17 @@ class Sweep {
     // The report comes back on standard output: the run writes no file, so it cannot fail for
     // the sweep's disk, and nothing of it is on disk before the sweep records it.
     const sweep::Workload& w = workload(t);
-    if (w.command == "fit")
-      j.argv = {"tpusim", "fit", "--system", rel + "system.json", "--json", "-"};
-    else
-      j.argv = {"tpusim", "run", "--chip", rel + "chip.json", "--json", "-"};
+    j.argv = {
+        "tpusim", w.command, spec_.system ? "--system" : "--chip", rel + sweep::config_file(spec_),
+        "--json", "-"};
     j.cwd = out_;
     j.argv.insert(j.argv.end(), w.run_args.begin(), w.run_args.end());
-    // A fixed batch per chip: the global batch grows with the slice.
-    if (w.command == "fit")
-      j.argv.insert(j.argv.end(), {"--batch", std::to_string(w.batch_per_chip * point(t).chips)});
+    // A fixed batch (and for run, images) per chip: the global ones grow with the slice.
+    const std::uint64_t chips = point(t).chips;
+    if (w.images_per_chip > 0)
+      j.argv.insert(j.argv.end(), {"--images", std::to_string(w.images_per_chip * chips)});
+    if (spec_.system)
+      j.argv.insert(j.argv.end(), {"--batch", std::to_string(w.batch_per_chip * chips)});
     return j;
   }
 
@@ -252,22 +254,33 @@ class Sweep {
     for (const auto& a : spec_.axes)
       res["axes"].push_back({{"name", a.name}, {"pointers", a.pointers}, {"values", a.values}});
     for (const auto& w : spec_.workloads) res["workloads"].push_back(sweep::workload_json(w));
-    std::vector<std::string> metrics = spec_.system ? kFitMetrics : kMetrics;
-    if (spec_.check && !spec_.system) metrics.emplace_back("bit_exact");
     // Per point, the one-chip point its scaling efficiency is measured against.
     const std::vector<std::optional<std::size_t>> reference = scaling_references();
     const bool scaling = std::any_of(reference.begin(), reference.end(),
                                      [](const auto& r) { return r.has_value(); });
-    if (scaling) metrics.emplace_back("scaling_efficiency");
+    // Each workload's columns (a fit's or a run's); /metrics is every workload's, in order.
+    std::vector<std::vector<std::string>> columns;
+    std::vector<std::string> metrics;
+    for (std::size_t w = 0; w < spec_.workloads.size(); ++w) {
+      std::vector<std::string> m = spec_.workloads[w].command == "fit" ? kFitMetrics : kMetrics;
+      if (spec_.check && spec_.workloads[w].command == "run") m.emplace_back("bit_exact");
+      if (scaling) m.emplace_back("scaling_efficiency");
+      for (const auto& name : m)
+        if (std::find(metrics.begin(), metrics.end(), name) == metrics.end())
+          metrics.push_back(name);
+      res["workloads"][w]["metrics"] = m;
+      columns.push_back(std::move(m));
+    }
     res["metrics"] = metrics;
 
     std::string csv = "point";
     for (const auto& a : spec_.axes) csv += "," + csv_field(a.name);
     if (spec_.system) csv += ",chips";
-    for (const auto& w : spec_.workloads) {
-      csv += "," + csv_field(w.name + ".status");
-      for (const auto& m : metrics) csv += "," + csv_field(w.name + "." + m);
-      csv += "," + csv_field(w.name + ".error");
+    for (std::size_t w = 0; w < spec_.workloads.size(); ++w) {
+      const std::string& name = spec_.workloads[w].name;
+      csv += "," + csv_field(name + ".status");
+      for (const auto& m : columns[w]) csv += "," + csv_field(name + "." + m);
+      csv += "," + csv_field(name + ".error");
     }
     csv += "\n";
 
@@ -282,7 +295,7 @@ class Sweep {
       if (exists(f.report)) {
         cell["status"] = "ok";
         read_record(f.report, [&](const ordered_json& rep) {
-          if (spec_.system) {
+          if (workload(t).command == "fit") {
             fit_metrics(rep, cell);
           } else {
             for (const auto& m : kMetrics) cell[m] = rep.at("totals").at(m);
@@ -331,7 +344,7 @@ class Sweep {
           }
         }
         csv += "," + cell["status"].get<std::string>();
-        for (const auto& m : metrics) csv += "," + (cell.contains(m) ? cell[m].dump() : "");
+        for (const auto& m : columns[w]) csv += "," + (cell.contains(m) ? cell[m].dump() : "");
         csv += "," + csv_field(error);
         row["workloads"][spec_.workloads[w].name] = cell;
       }

@@ -296,11 +296,27 @@ Workload read_fit_workload(Fields& f, const fs::path& dir, bool check) {
   a.insert(a.end(), {"--seed", std::to_string(f.integer("seed", 0, ~std::uint64_t{0}, 1)),
                      "--steps", std::to_string(f.integer("steps", 1, 1000000, 1))});
   w.batch_per_chip = f.integer("batch_per_chip", 1, 1u << 20, 32);
+  std::string optimizer = "adam";
   if (f.has("optimizer")) {
-    const std::string o = f.string("optimizer");
-    if (o != "adam" && o != "sgd" && o != "momentum")
-      f.fail("optimizer", fmt::format("= \"{}\" (must be \"adam\", \"sgd\" or \"momentum\")", o));
-    a.insert(a.end(), {"--optimizer", o});
+    optimizer = f.string("optimizer");
+    if (optimizer != "adam" && optimizer != "sgd" && optimizer != "momentum" && optimizer != "lars")
+      f.fail(
+          "optimizer",
+          fmt::format("= \"{}\" (must be \"adam\", \"sgd\", \"momentum\" or \"lars\")", optimizer));
+    a.insert(a.end(), {"--optimizer", optimizer});
+  }
+  // LARS's hyper-parameters (fit --weight-decay, --lars-eta): for "lars" only.
+  for (const auto& [key, flag] :
+       {std::pair<const char*, const char*>{"weight_decay", "--weight-decay"},
+        {"lars_eta", "--lars-eta"}}) {
+    if (!f.has(key)) continue;
+    if (optimizer != "lars")
+      f.fail(key, fmt::format("is LARS's (set \"optimizer\": \"lars\"), not {}'s", optimizer));
+    const double v = f.number(key);
+    if (!(v >= 0) || (std::string(key) == "lars_eta" && !(v > 0)))
+      f.fail(key,
+             fmt::format("= {} (must be {})", v, std::string(key) == "lars_eta" ? "> 0" : ">= 0"));
+    a.insert(a.end(), {flag, fmt::format("{}", v)});
   }
   if (f.has("learning_rate")) {
     const double lr = f.number("learning_rate");
@@ -328,14 +344,14 @@ Workload read_workload(const json& j, std::size_t index, const std::string& file
                        const fs::path& dir, bool check, bool system) {
   Fields f(j, fmt::format("/workloads/{}", index), file);
   const std::string command = f.string("command", system ? "fit" : "run");
-  if (command != (system ? "fit" : "run"))
-    f.fail("command", system ? fmt::format("= \"{}\" (a system sweep's workloads are \"fit\": "
-                                           "the base is a system config)",
+  if (system ? command != "fit" && command != "run" : command != "run")
+    f.fail("command", system ? fmt::format("= \"{}\" (a system sweep's workloads are \"fit\" "
+                                           "or \"run\")",
                                            command)
                              : fmt::format("= \"{}\" (a chip sweep's workloads are \"run\"; "
                                            "\"fit\" needs a system config as the base)",
                                            command));
-  if (system) return read_fit_workload(f, dir, check);
+  if (system && command == "fit") return read_fit_workload(f, dir, check);
   Workload w;
   auto& a = w.run_args;
   auto existing = [&](const std::string& key) { return existing_file(f, dir, key); };
@@ -361,15 +377,35 @@ Workload read_workload(const json& j, std::size_t index, const std::string& file
   } else if (weights != "trained") {
     a.insert(a.end(), {"--weights", existing("weights")});
   }
-  a.insert(a.end(),
-           {"--seed", std::to_string(f.integer("seed", 0, ~std::uint64_t{0}, 1)), "--images",
-            std::to_string(f.integer("images", 1, std::uint64_t{1} << 32, 1000)), "--batch",
-            std::to_string(f.integer("batch", 1, 1u << 20, 256))});
+  a.insert(a.end(), {"--seed", std::to_string(f.integer("seed", 0, ~std::uint64_t{0}, 1))});
+  if (system) {
+    // Every chip of a system runs an equal share (docs/systems.md, "Inference on a system"):
+    // the images and the batch per chip, as a fit workload's batch.
+    for (const char* key : {"images", "batch"})
+      if (f.has(key))
+        f.fail(key, fmt::format("a system sweep's run takes \"{0}_per_chip\" (the point's "
+                                "{0} is that times its chips)",
+                                key));
+    w.images_per_chip = f.integer("images_per_chip", 1, std::uint64_t{1} << 32, 1000);
+    w.batch_per_chip = f.integer("batch_per_chip", 1, 1u << 20, 256);
+    w.command = "run";
+  } else {
+    a.insert(a.end(),
+             {"--images", std::to_string(f.integer("images", 1, std::uint64_t{1} << 32, 1000)),
+              "--batch", std::to_string(f.integer("batch", 1, 1u << 20, 256))});
+  }
+  if (f.boolean("timing_only", false)) {
+    if (check)
+      f.fail("timing_only",
+             "= true computes no values to check, but the spec sets \"check\": true");
+    a.emplace_back("--timing-only");
+  }
   if (f.has("data_dir")) a.insert(a.end(), {"--data-dir", relative_to(dir, f.string("data_dir"))});
-  if (!check) a.emplace_back("--no-check");
+  if (!check && !f.boolean("timing_only", false)) a.emplace_back("--no-check");
   w.name = f.string("name", default_name);
-  // points/<id>/chip.json is the point's chip config; a workload's report is <name>.json.
-  check_workload_name(f, w.name, "chip");
+  // points/<id>/chip.json (or system.json) is the point's config; a workload's report is
+  // <name>.json.
+  check_workload_name(f, w.name, system ? "system" : "chip");
   f.done();
   return w;
 }
@@ -534,11 +570,14 @@ Spec load_spec(const std::string& path) {
 }
 
 ordered_json workload_json(const Workload& w) {
-  if (w.command == "run") return {{"name", w.name}, {"run_args", w.run_args}};
-  return {{"name", w.name},
-          {"command", w.command},
-          {"args", w.run_args},
-          {"batch_per_chip", w.batch_per_chip}};
+  if (w.command == "run" && w.batch_per_chip == 0)
+    return {{"name", w.name}, {"run_args", w.run_args}};
+  ordered_json j = {{"name", w.name},
+                    {"command", w.command},
+                    {"args", w.run_args},
+                    {"batch_per_chip", w.batch_per_chip}};
+  if (w.images_per_chip > 0) j["images_per_chip"] = w.images_per_chip;
+  return j;
 }
 
 ordered_json to_json(const Spec& spec) {
@@ -587,6 +626,7 @@ Spec from_json(const json& doc, const std::string& origin) {
         x.command = w.at("command").get<std::string>();
         x.run_args = w.at("args").get<std::vector<std::string>>();
         x.batch_per_chip = w.at("batch_per_chip").get<std::uint64_t>();
+        x.images_per_chip = w.value("images_per_chip", std::uint64_t{0});
       } else {
         x.run_args = w.at("run_args").get<std::vector<std::string>>();
       }

@@ -18,13 +18,16 @@ struct Axis {
 
 struct Workload {
   std::string name;
-  // "run" (a chip sweep's inference) or "fit" (a system sweep's training steps).
+  // "run" (inference, on a chip sweep's chips or a system sweep's systems) or "fit" (a system
+  // sweep's training steps).
   std::string command = "run";
-  // Arguments of the command that select the workload, paths absolute. For run: --model or
-  // --topology, --weights or --random-weights, --seed, --images, --batch, --data-dir,
-  // --no-check. For fit: all but --batch, which is batch_per_chip x the point's chips.
+  // Arguments of the command that select the workload, paths absolute. For run on a chip:
+  // --model or --topology, --weights or --random-weights, --seed, --images, --batch,
+  // --data-dir, --no-check. On a system (and for fit), all but --images and --batch, which are
+  // images_per_chip and batch_per_chip x the point's chips.
   std::vector<std::string> run_args;
-  std::uint64_t batch_per_chip = 0;  // fit only
+  std::uint64_t batch_per_chip = 0;   // system sweeps only
+  std::uint64_t images_per_chip = 0;  // run on a system sweep only
 };
 
 struct Point {

@@ -130,7 +130,17 @@ std::vector<Case> cases() {
                  json{{1, 1}, {true, false}}, "extent 1"),
       system_set("sweep_system_value_not_a_pair", "/axes/0/values/0", json{{1, 1}},
                  "each value is an array of 2"),
-      system_set("sweep_system_run_workload", "/workloads/0/command", "run", "\"fit\""),
+      text(
+          "sweep_system_run_workload_with_images",
+          [] {
+            json j = system_spec();
+            j["workloads"][0] = {
+                {"command", "run"}, {"model", j["workloads"][0]["model"]}, {"images", 64}};
+            return j.dump(2);
+          }(),
+          "images_per_chip"),
+      system_set("sweep_system_lars_eta_without_lars", "/workloads/0/lars_eta", 0.001,
+                 "/workloads/0/lars_eta"),
       system_set("sweep_system_command_unknown", "/workloads/0/command", "train",
                  "/workloads/0/command"),
       system_set("sweep_system_batch_per_chip_zero", "/workloads/0/batch_per_chip", 0,
@@ -139,7 +149,7 @@ std::vector<Case> cases() {
                  "/workloads/0/batch_per_chip"),
       system_set("sweep_system_global_batch_given", "/workloads/0/batch", 64, "/workloads/0/batch"),
       system_set("sweep_system_steps_zero", "/workloads/0/steps", 0, "/workloads/0/steps"),
-      system_set("sweep_system_optimizer_unknown", "/workloads/0/optimizer", "lars",
+      system_set("sweep_system_optimizer_unknown", "/workloads/0/optimizer", "adamw",
                  "/workloads/0/optimizer"),
       system_set("sweep_system_learning_rate_negative", "/workloads/0/learning_rate", -0.1,
                  "/workloads/0/learning_rate"),

@@ -397,6 +397,51 @@ TEST(SweepCli, SystemEverySliceGetsTheFiguresOfItsOwnFitReport) {
   EXPECT_NE(csv.find(",cnn.scaling_efficiency,cnn.error\n"), std::string::npos) << csv;
 }
 
+TEST(SweepCli, SystemARunWorkloadServesItsImagesPerChipOnEverySliceBesideTheFit) {
+  test::TempDir tmp("tpusim-sweep");
+  json spec = read_json(kSystemSpec);
+  json serve = json::object();
+  serve["name"] = "serve";
+  serve["command"] = "run";
+  serve["model"] = spec["workloads"][0]["model"];
+  serve["images_per_chip"] = 16;
+  serve["batch_per_chip"] = 8;
+  serve["timing_only"] = true;
+  spec["workloads"].push_back(serve);
+  const auto r =
+      test::run_tpusim("sweep " + variant(tmp, "mixed", spec) + " -j 2 --out " + (tmp / "out"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json res = read_json(tmp / "out/results.json");
+  EXPECT_EQ(res["workloads"][1]["command"], "run");
+  EXPECT_EQ(res["workloads"][1]["images_per_chip"], 16);
+  const std::vector<std::uint32_t> chips = {1, 2, 4};
+  double one_chip = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const json& p = res["points"][i];
+    // The run's report: run --system on the point's system, 16 images and a batch of 8 per chip.
+    const json rep = read_json(tmp / ("out/" + p["dir"].get<std::string>() + "/serve.json"));
+    EXPECT_EQ(rep["workload"]["images"], 16 * chips[i]);
+    EXPECT_EQ(rep["workload"]["batch"], 8 * chips[i]);
+    // A one-chip system runs as its chip (docs/systems.md).
+    if (chips[i] > 1) {
+      EXPECT_EQ(rep["system"]["chips"], chips[i]);
+    }
+    const json& cell = p["workloads"]["serve"];
+    ASSERT_EQ(cell["status"], "ok") << cell;
+    EXPECT_EQ(cell["cycles"], rep["totals"]["cycles"]);
+    EXPECT_EQ(cell["images_per_s"], rep["totals"]["images_per_s"]);
+    EXPECT_FALSE(cell.contains("step_cycles"));
+    if (i == 0) one_chip = rep["totals"]["images_per_s"].get<double>();
+    EXPECT_DOUBLE_EQ(cell["scaling_efficiency"].get<double>(),
+                     rep["totals"]["images_per_s"].get<double>() / (chips[i] * one_chip));
+    // The fit beside it keeps its own columns.
+    EXPECT_TRUE(p["workloads"]["cnn"].contains("step_cycles"));
+  }
+  const std::string csv = test::read_file(tmp / "out/results.csv");
+  EXPECT_NE(csv.find(",cnn.error,serve.status,serve.cycles,serve.seconds,"), std::string::npos)
+      << csv;
+}
+
 TEST(SweepCli, SystemAPointRunsByHandFromItsSystemConfigWithTheSameResult) {
   test::TempDir tmp("tpusim-sweep");
   json spec = read_json(kSystemSpec);
@@ -431,9 +476,9 @@ TEST(SweepCli, SystemABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
   wraps["axes"][0]["values"][1] = {{1, 2}, {false}};
   cases.push_back(
       {"wraparound_short", wraps, {"axis \"slice\" value", "/ici/topology/wraparound"}});
-  json run = spec;
-  run["workloads"][0]["command"] = "run";
-  cases.push_back({"run_on_a_system", run, {"/workloads/0/command", "\"fit\""}});
+  json train = spec;
+  train["workloads"][0]["command"] = "train";
+  cases.push_back({"train_on_a_system", train, {"/workloads/0/command", "\"fit\" or \"run\""}});
   json batch = spec;
   batch["workloads"][0]["batch"] = 64;
   cases.push_back({"batch", batch, {"/workloads/0/batch", "not a known key"}});
@@ -441,7 +486,7 @@ TEST(SweepCli, SystemABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
   per_chip["workloads"][0]["batch_per_chip"] = 0;
   cases.push_back({"batch_per_chip_zero", per_chip, {"/workloads/0/batch_per_chip"}});
   json optimizer = spec;
-  optimizer["workloads"][0]["optimizer"] = "lars";
+  optimizer["workloads"][0]["optimizer"] = "adamw";
   cases.push_back({"optimizer", optimizer, {"/workloads/0/optimizer", "lars"}});
   json named = spec;
   named["workloads"][0]["name"] = "system";
