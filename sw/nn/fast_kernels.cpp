@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "numerics/activation.h"
 #include "numerics/fixed_point.h"
@@ -163,6 +164,52 @@ TPUSIM_AVX512 inline __m512i load(const std::int32_t* p) {
   return _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// (x * m + nudge) / 2^31, truncating toward zero, in int64 lanes: the doubling high multiply's
+// last step for products ab = x * m.
+TPUSIM_AVX512 inline __m512i high_half(__m512i ab) {
+  const __m512i t = _mm512_add_epi64(
+      ab, _mm512_mask_blend_epi64(_mm512_cmpge_epi64_mask(ab, _mm512_setzero_si512()),
+                                  _mm512_set1_epi64(1 - (std::int64_t{1} << 30)),
+                                  _mm512_set1_epi64(std::int64_t{1} << 30)));
+  return _mm512_srai_epi64(
+      _mm512_add_epi64(t, _mm512_and_si512(_mm512_srai_epi64(t, 63),
+                                           _mm512_set1_epi64((std::int64_t{1} << 31) - 1))),
+      31);
+}
+
+// Sixteen lanes in int32 for channels whose shifts are all right shifts (>= 0: no saturating
+// left shift) and whose multipliers are not INT32_MIN (no doubling overflow): the common case,
+// at twice the lanes. add_bias saturates where the int32 sum overflows (both operands' signs
+// differ from the sum's); the products run as int64 on the even and the odd lanes; the rounding
+// right shift and the int8 saturation stay in int32 lanes.
+TPUSIM_AVX512 inline void requantize16(const std::int32_t* a, const std::int32_t* b,
+                                       const std::int32_t* mp, const std::int32_t* sp, bool relu,
+                                       std::int8_t* o) {
+  const __m512i acc = _mm512_loadu_si512(a), bias = _mm512_loadu_si512(b);
+  const __m512i m = _mm512_loadu_si512(mp), s = _mm512_loadu_si512(sp);
+  const __m512i sum = _mm512_add_epi32(acc, bias);
+  const __mmask16 overflow = _mm512_movepi32_mask(
+      _mm512_and_si512(_mm512_xor_si512(acc, sum), _mm512_xor_si512(bias, sum)));
+  const __m512i saturated = _mm512_mask_blend_epi32(
+      _mm512_movepi32_mask(acc), _mm512_set1_epi32(std::numeric_limits<std::int32_t>::max()),
+      _mm512_set1_epi32(std::numeric_limits<std::int32_t>::min()));
+  const __m512i x = _mm512_mask_mov_epi32(sum, overflow, saturated);
+  const __m512i even = high_half(_mm512_mul_epi32(x, m));
+  const __m512i odd =
+      high_half(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32)));
+  const __m512i h = _mm512_mask_blend_epi32(0xaaaa, even, _mm512_slli_epi64(odd, 32));
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, s), one);
+  const __m512i remainder = _mm512_and_si512(h, mask);
+  const __m512i half = _mm512_srai_epi32(mask, 1);
+  const __m512i threshold =
+      _mm512_mask_add_epi32(half, _mm512_cmplt_epi32_mask(h, _mm512_setzero_si512()), half, one);
+  __m512i r = _mm512_srav_epi32(h, s);
+  r = _mm512_mask_add_epi32(r, _mm512_cmpgt_epi32_mask(remainder, threshold), r, one);
+  if (relu) r = _mm512_max_epi32(r, _mm512_setzero_si512());
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm512_cvtsepi32_epi8(r));
+}
+
 TPUSIM_AVX512 void requantize_rows_avx512(const std::int32_t* acc, std::size_t pixels,
                                           std::size_t oc, const std::int32_t* bias,
                                           const std::int32_t* multiplier, const std::int32_t* shift,
@@ -176,10 +223,23 @@ TPUSIM_AVX512 void requantize_rows_avx512(const std::int32_t* acc, std::size_t p
   const __m512i min8 = _mm512_set1_epi64(-128), max8 = _mm512_set1_epi64(127);
   const __m512i low8 = relu ? zero : min8;
   const std::size_t vec = oc - oc % 8;
+  // Per block of 16 channels: whether requantize16 may take it.
+  std::vector<char> right_only(oc / 16);
+  for (std::size_t k = 0; k < right_only.size(); ++k) {
+    right_only[k] = 1;
+    for (std::size_t c = 16 * k; c < 16 * k + 16; ++c)
+      if (shift[c] < 0 || multiplier[c] == std::numeric_limits<std::int32_t>::min())
+        right_only[k] = 0;
+  }
   for (std::size_t p = 0; p < pixels; ++p) {
     const std::int32_t* a = acc + p * oc;
     std::int8_t* o = out + p * oc;
     for (std::size_t c = 0; c < vec; c += 8) {
+      if (c % 16 == 0 && c / 16 < right_only.size() && right_only[c / 16]) {
+        requantize16(a + c, bias + c, multiplier + c, shift + c, relu, o + c);
+        c += 8;
+        continue;
+      }
       const __m512i m = load(multiplier + c), s = load(shift + c);
       // add_bias: saturate_int32(acc + bias).
       __m512i x = _mm512_add_epi64(load(a + c), load(bias + c));

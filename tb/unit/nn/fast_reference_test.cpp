@@ -155,8 +155,14 @@ TEST(FastReference, VectorisedRequantizationIsTheNumericsDefinition) {
     mult[c] = c % 5 == 0 ? any() : static_cast<std::int32_t>((1u << 30) + rng() % (1u << 30));
     shift[c] = static_cast<std::int32_t>(rng() % 63) - 31;
   }
-  mult[1] = kMin;
+  mult[16 * 8 + 1] = kMin;
   for (auto& a : acc) a = any();
+  // The first blocks of 16 channels with right shifts only and multipliers other than
+  // INT32_MIN (requantize16's int32 lanes), the rest mixed (int64 lanes).
+  for (std::size_t c = 0; c < 16 * 8; ++c) {
+    shift[c] = static_cast<std::int32_t>(rng() % 32);
+    if (mult[c] == kMin) mult[c] = kMax;
+  }
   for (bool relu : {false, true}) {
     std::vector<std::int8_t> fast_out(acc.size()), plain_out(acc.size());
     fast::requantize_rows(acc.data(), pixels, oc, bias.data(), mult.data(), shift.data(), relu,
