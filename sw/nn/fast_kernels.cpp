@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "numerics/activation.h"
+#include "numerics/bf16.h"
 #include "numerics/fixed_point.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -317,6 +318,44 @@ bool requantize_vectorised() {
 #else
   return false;
 #endif
+}
+
+namespace {
+
+template <bool kRelu>
+inline void activate_bf16_loop(const float* __restrict acc, std::size_t rows, std::size_t N,
+                               const float* __restrict bias, const float* __restrict scale,
+                               std::uint16_t* __restrict out) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < N; ++c) {
+      float v = numerics::scale_float(acc[r * N + c], bias[c], scale[c]);
+      if (kRelu) v = numerics::relu(v);
+      out[r * N + c] = to_bf16(v).bits;
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void activate_bf16_avx512(
+    const float* acc, std::size_t rows, std::size_t N, const float* bias, const float* scale,
+    bool relu, std::uint16_t* out) {
+  if (relu)
+    activate_bf16_loop<true>(acc, rows, N, bias, scale, out);
+  else
+    activate_bf16_loop<false>(acc, rows, N, bias, scale, out);
+}
+#endif
+
+}  // namespace
+
+void activate_bf16_rows(const float* acc, std::size_t rows, std::size_t N, const float* bias,
+                        const float* scale, bool relu, std::uint16_t* out) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (requantize_vectorised()) return activate_bf16_avx512(acc, rows, N, bias, scale, relu, out);
+#endif
+  if (relu)
+    activate_bf16_loop<true>(acc, rows, N, bias, scale, out);
+  else
+    activate_bf16_loop<false>(acc, rows, N, bias, scale, out);
 }
 
 bool bf16_sums(const float* x, std::size_t rows, std::size_t K, const float* w, std::size_t N,

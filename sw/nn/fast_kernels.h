@@ -71,6 +71,12 @@ void requantize_rows_scalar(const std::int32_t* acc, std::size_t pixels, std::si
 bool bf16_sums(const float* x, std::size_t rows, std::size_t K, const float* w, std::size_t N,
                std::size_t tile, float* acc);
 
+// The vector unit's Activate of `rows` rows of N fp32 accumulators into bf16 for a linear or
+// ReLU output: to_bf16(numerics::relu?(numerics::scale_float(acc, bias[c], scale[c]))), as
+// activate_pixel in quantized.cpp computes it, compiled for AVX-512 where the CPU has it.
+void activate_bf16_rows(const float* acc, std::size_t rows, std::size_t N, const float* bias,
+                        const float* scale, bool relu, std::uint16_t* out);
+
 // While alive, oneDNN runs on the calling thread alone: the reference runs beside the
 // simulation, one core each (sw/sim/session.cpp); more threads would take the simulation's.
 class SingleThread {

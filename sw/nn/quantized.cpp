@@ -607,10 +607,9 @@ bool fast_weighted_bf16(const QuantizedModel& q, const Op& l, const QuantizedLay
   for (std::size_t p0 = 0; p0 < pixels; p0 += block) {
     const std::size_t count = std::min(block, pixels - p0);
     // 1. The input rows, in the window order ky, kx, ci (zero outside the image).
+    std::size_t b = p0 / (std::size_t{oh} * ow);
+    auto oy = static_cast<std::int64_t>(p0 / ow % oh), ox = static_cast<std::int64_t>(p0 % ow);
     for (std::size_t r = 0; r < count; ++r) {
-      const std::size_t p = p0 + r, b = p / (std::size_t{oh} * ow);
-      const auto oy = static_cast<std::int64_t>(p / ow % oh);
-      const auto ox = static_cast<std::int64_t>(p % ow);
       float* xr = &x[r * K];
       for (std::uint32_t ky = 0; ky < kh; ++ky)
         for (std::uint32_t kx = 0; kx < kw; ++kx) {
@@ -624,21 +623,23 @@ bool fast_weighted_bf16(const QuantizedModel& q, const Op& l, const QuantizedLay
           }
           const std::size_t src =
               ((b * ih + static_cast<std::size_t>(y)) * iw + static_cast<std::size_t>(xx)) * ic;
-          for (std::uint32_t ci = 0; ci < ic; ++ci) xk[ci] = value_at(in, src + ci);
+          if (in.type == DType::Bf16)
+            for (std::uint32_t ci = 0; ci < ic; ++ci) xk[ci] = to_float(Bf16{in.bf[src + ci]});
+          else
+            for (std::uint32_t ci = 0; ci < ic; ++ci) xk[ci] = value_at(in, src + ci);
         }
+      // The next pixel: row-major over (b, oy, ox).
+      if (++ox == ow) {
+        ox = 0;
+        if (++oy == oh) oy = 0, ++b;
+      }
     }
     // 2. The MXU's sums; 3. Activate.
     fast::bf16_sums(x.data(), count, K, wf.data(), oc, q.tile_rows, acc.data());
     if (ql.out_type == DType::Bf16 && (l.activation == Act::Linear || l.activation == Act::Relu)) {
-      // activate_pixel's steps for these two, in a loop over the block that vectorises.
-      const bool relu = l.activation == Act::Relu;
-      std::uint16_t* o = out.bf.data() + p0 * oc;
-      for (std::size_t r = 0; r < count; ++r)
-        for (std::size_t c = 0; c < oc; ++c) {
-          float v = numerics::scale_float(acc[r * oc + c], ql.bias_f32[c], ql.scale_f32[c]);
-          if (relu) v = numerics::relu(v);
-          o[r * oc + c] = to_bf16(v).bits;
-        }
+      // activate_pixel's steps for these two, vectorised (fast::activate_bf16_rows).
+      fast::activate_bf16_rows(acc.data(), count, oc, ql.bias_f32.data(), ql.scale_f32.data(),
+                               l.activation == Act::Relu, out.bf.data() + p0 * oc);
       continue;
     }
     for (std::size_t r = 0; r < count; ++r)
@@ -848,9 +849,12 @@ void pool_layer(const Op& l, const ChipTensor& in, ChipTensor& out, std::size_t 
                   &in.bf[((b * l.in.h + static_cast<std::uint64_t>(y)) * l.in.w +
                           static_cast<std::uint64_t>(x)) *
                          c];
-              for (std::uint64_t ch = 0; ch < c; ++ch)
-                m[ch] = first ? to_float(Bf16{v[ch]})
-                              : numerics::max_float(m[ch], to_float(Bf16{v[ch]}));
+              float* __restrict mc = m.data();
+              if (first)
+                for (std::uint64_t ch = 0; ch < c; ++ch) mc[ch] = to_float(Bf16{v[ch]});
+              else
+                for (std::uint64_t ch = 0; ch < c; ++ch)
+                  mc[ch] = numerics::max_float(mc[ch], to_float(Bf16{v[ch]}));
               first = false;
             }
           std::uint16_t* o = &out.bf[((b * oh + oy) * ow + ox) * c];
