@@ -14,6 +14,7 @@ packages=(
   libonnx-testdata        # the ONNX project's test models and their outputs (tb/system/onnx)
   libgtest-dev libgmock-dev  # unit, system and golden tests
   libbenchmark-dev        # tb/bench
+  libdnnl-dev             # oneDNN: the quantized reference's int8 sums, tb/bench's native anchor
   verilator               # RTL co-simulation (tb/rtl)
   dataset-fashion-mnist   # the real data set, /usr/share/datasets/fashion-mnist
   python3 python3-matplotlib  # scripts/report.py

@@ -16,6 +16,7 @@
 #include "numerics/fixed_point.h"
 #include "numerics/quantize.h"
 #include "sw/ir/ops.h"
+#include "sw/nn/fast_kernels.h"
 #include "sw/nn/reference.h"
 
 namespace tpu::nn {
@@ -497,8 +498,8 @@ namespace {
 // requantize (a ReLU6 there is the ReLU: quantize keeps its scale within 6 / 127), float outputs
 // scale, apply the activation (softmax across the row) and round to the output type.
 void activate_pixel(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
-                    const std::vector<std::int32_t>& acc_i, const std::vector<float>& acc_f,
-                    std::vector<float>& row, ChipTensor& out, std::size_t o) {
+                    const std::int32_t* acc_i, const float* acc_f, std::vector<float>& row,
+                    ChipTensor& out, std::size_t o) {
   const std::uint32_t oc = l.out.c;
   const Act f = l.activation;
   if (ql.out_type == DType::Int8) {
@@ -526,11 +527,135 @@ void activate_pixel(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
   }
 }
 
+// The int32 sums one oneDNN call of fast_weighted_int8 leaves for the requantization: within a
+// core's L2 cache.
+constexpr std::size_t kFastSumsBytes = std::size_t{1} << 20;
+
+// An int8 Conv2D or Dense (a 1x1 convolution of a 1x1 image) with its sums from oneDNN
+// (exact: int8 x int8 products summed in int32) and Activate's requantization, vectorised, as
+// numerics/ defines it; false, nothing written, when oneDNN does not run it.
+bool fast_weighted_int8(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
+                        const ConvInput& geometry, const ChipTensor& in, ChipTensor& out,
+                        std::size_t n) {
+  if (q.act_type != DType::Int8 || in.type != DType::Int8 || !fast::onednn_int8()) return false;
+  fast::ConvShape s;
+  s.n = n;
+  s.oc = l.out.c;
+  if (l.kind == OpKind::Dense) {
+    s.ic = static_cast<std::uint32_t>(l.in.size());
+  } else {
+    s.ih = geometry.shape.h, s.iw = geometry.shape.w, s.ic = geometry.shape.c;
+    s.kh = l.kernel_h, s.kw = l.kernel_w, s.sh = l.stride_h, s.sw = l.stride_w;
+    s.dh = l.dilation_h, s.dw = l.dilation_w, s.pt = geometry.pad_top, s.pl = geometry.pad_left;
+    s.oh = l.out.h, s.ow = l.out.w;
+  }
+  // A few images per oneDNN call, requantized at once: their int32 sums stay in the cache.
+  const std::size_t per_image = std::size_t{s.oh} * s.ow * s.oc;
+  s.n = std::clamp<std::size_t>(kFastSumsBytes / (4 * per_image), 1, n);
+  fast::ConvS8 conv(s, ql.kernel_i8.data());
+  if (!conv.ok()) return false;
+  out.type = ql.out_type;
+  resize(out, n * per_image);
+  std::vector<std::int32_t> acc(s.n * per_image);
+  std::vector<float> row(s.oc);
+  const std::size_t in_image = std::size_t{s.ih} * s.iw * s.ic;
+  for (std::size_t b = 0; b < n; b += s.n) {
+    const std::size_t count = std::min(s.n, n - b);
+    conv.run(in.i8.data() + b * in_image, count, acc.data());
+    const std::size_t pixels = count * std::size_t{s.oh} * s.ow;
+    if (ql.out_type == DType::Int8) {
+      // A ReLU6 is the ReLU here, as in activate_pixel.
+      fast::requantize_rows(
+          acc.data(), pixels, s.oc, ql.bias_i32.data(), ql.multiplier.data(), ql.shift.data(),
+          l.activation == Act::Relu || l.activation == Act::Relu6, out.i8.data() + b * per_image);
+      continue;
+    }
+    for (std::size_t p = 0; p < pixels; ++p)
+      activate_pixel(q, l, ql, acc.data() + p * s.oc, nullptr, row, out, b * per_image + p * s.oc);
+  }
+  return true;
+}
+
+// A bf16 Conv2D or Dense with the MXU's sums from fast::bf16_sums (the same order per column,
+// vectorised across columns and four pixels at a time), then Activate as activate_pixel applies
+// it; false, nothing written, on CPUs without AVX-512 or with a weight that is not finite.
+bool fast_weighted_bf16(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
+                        const ConvInput& geometry, const ChipTensor& in, ChipTensor& out,
+                        std::size_t n) {
+  if (q.act_type != DType::Bf16 || in.type == DType::Int8 || !fast::requantize_vectorised())
+    return false;
+  std::vector<float> wf(ql.kernel_bf16.size());
+  for (std::size_t k = 0; k < wf.size(); ++k) {
+    wf[k] = to_float(Bf16{ql.kernel_bf16[k]});
+    if (!std::isfinite(wf[k])) return false;
+  }
+  const bool dense = l.kind == OpKind::Dense;
+  const std::uint32_t ih = dense ? 1 : geometry.shape.h, iw = dense ? 1 : geometry.shape.w;
+  const std::uint32_t ic = dense ? static_cast<std::uint32_t>(l.in.size()) : geometry.shape.c;
+  const std::uint32_t kh = dense ? 1 : l.kernel_h, kw = dense ? 1 : l.kernel_w;
+  const std::uint32_t sh = dense ? 1 : l.stride_h, sw = dense ? 1 : l.stride_w;
+  const std::uint32_t dh = dense ? 1 : l.dilation_h, dw = dense ? 1 : l.dilation_w;
+  const std::uint32_t oh = dense ? 1 : l.out.h, ow = dense ? 1 : l.out.w, oc = l.out.c;
+  const std::int64_t pt = dense ? 0 : geometry.pad_top, pl = dense ? 0 : geometry.pad_left;
+  const std::size_t K = std::size_t{kh} * kw * ic;
+  const std::size_t pixels = n * std::size_t{oh} * ow;
+  out.type = ql.out_type;
+  resize(out, pixels * oc);
+  // Pixels a block: their input rows (K floats each) within a core's L2 cache.
+  const std::size_t block = std::clamp<std::size_t>(kFastSumsBytes / (4 * (K + oc)), 4, 256);
+  std::vector<float> x(block * K), acc(block * oc), row(oc);
+  for (std::size_t p0 = 0; p0 < pixels; p0 += block) {
+    const std::size_t count = std::min(block, pixels - p0);
+    // 1. The input rows, in the window order ky, kx, ci (zero outside the image).
+    std::size_t b = p0 / (std::size_t{oh} * ow);
+    auto oy = static_cast<std::int64_t>(p0 / ow % oh), ox = static_cast<std::int64_t>(p0 % ow);
+    for (std::size_t r = 0; r < count; ++r) {
+      float* xr = &x[r * K];
+      for (std::uint32_t ky = 0; ky < kh; ++ky)
+        for (std::uint32_t kx = 0; kx < kw; ++kx) {
+          const std::int64_t y = oy * sh + std::int64_t{ky} * dh - pt;
+          const std::int64_t xx = ox * sw + std::int64_t{kx} * dw - pl;
+          const bool inside = y >= 0 && y < ih && xx >= 0 && xx < iw;
+          float* xk = xr + (std::size_t{ky} * kw + kx) * ic;
+          if (!inside) {
+            std::fill(xk, xk + ic, 0.0f);
+            continue;
+          }
+          const std::size_t src =
+              ((b * ih + static_cast<std::size_t>(y)) * iw + static_cast<std::size_t>(xx)) * ic;
+          if (in.type == DType::Bf16)
+            for (std::uint32_t ci = 0; ci < ic; ++ci) xk[ci] = to_float(Bf16{in.bf[src + ci]});
+          else
+            for (std::uint32_t ci = 0; ci < ic; ++ci) xk[ci] = value_at(in, src + ci);
+        }
+      // The next pixel: row-major over (b, oy, ox).
+      if (++ox == ow) {
+        ox = 0;
+        if (++oy == oh) oy = 0, ++b;
+      }
+    }
+    // 2. The MXU's sums; 3. Activate.
+    fast::bf16_sums(x.data(), count, K, wf.data(), oc, q.tile_rows, acc.data());
+    if (ql.out_type == DType::Bf16 && (l.activation == Act::Linear || l.activation == Act::Relu)) {
+      // activate_pixel's steps for these two, vectorised (fast::activate_bf16_rows).
+      fast::activate_bf16_rows(acc.data(), count, oc, ql.bias_f32.data(), ql.scale_f32.data(),
+                               l.activation == Act::Relu, out.bf.data() + p0 * oc);
+      continue;
+    }
+    for (std::size_t r = 0; r < count; ++r)
+      activate_pixel(q, l, ql, nullptr, &acc[r * oc], row, out, (p0 + r) * oc);
+  }
+  return true;
+}
+
 // Conv2D and Dense in the chip's arithmetic. A Dense layer is a 1x1 "convolution" of a 1x1
 // image whose channels are the flattened input: the same loop covers both.
 void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
-                    const ConvInput& geometry, const ChipTensor& in, ChipTensor& out,
-                    std::size_t n) {
+                    const ConvInput& geometry, const ChipTensor& in, ChipTensor& out, std::size_t n,
+                    Kernels kernels) {
+  if (kernels == Kernels::Fast && (fast_weighted_int8(q, l, ql, geometry, in, out, n) ||
+                                   fast_weighted_bf16(q, l, ql, geometry, in, out, n)))
+    return;
   const bool dense = l.kind == OpKind::Dense;
   const std::uint32_t ih = dense ? 1 : geometry.shape.h, iw = dense ? 1 : geometry.shape.w;
   const std::uint32_t ic = dense ? static_cast<std::uint32_t>(l.in.size()) : geometry.shape.c;
@@ -608,7 +733,8 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
           }
         }
         // 3. The vector unit's Activate.
-        activate_pixel(q, l, ql, acc_i, acc_f, row, out, ((b * oh + oy) * ow + ox) * oc);
+        activate_pixel(q, l, ql, acc_i.data(), acc_f.data(), row, out,
+                       ((b * oh + oy) * ow + ox) * oc);
       }
 }
 
@@ -670,11 +796,13 @@ void depthwise_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer&
           }
           acc_f[co] = acc + psum;
         }
-        activate_pixel(q, l, ql, acc_i, acc_f, row, out, ((b * oh + oy) * ow + ox) * oc);
+        activate_pixel(q, l, ql, acc_i.data(), acc_f.data(), row, out,
+                       ((b * oh + oy) * ow + ox) * oc);
       }
 }
 
-void pool_layer(const Op& l, const ChipTensor& in, ChipTensor& out, std::size_t n) {
+void pool_layer(const Op& l, const ChipTensor& in, ChipTensor& out, std::size_t n,
+                Kernels kernels) {
   out.type = in.type;
   const std::uint64_t oh = l.out.h, ow = l.out.w, c = l.in.c;
   resize(out, n * oh * ow * c);
@@ -682,6 +810,58 @@ void pool_layer(const Op& l, const ChipTensor& in, ChipTensor& out, std::size_t 
   // TensorFlow's "same" pooling: window positions outside the image are skipped, and an average
   // divides by the positions inside.
   const ir::Pads pads = ir::window_pads(l);
+  if (kernels == Kernels::Fast && in.type == DType::Int8 && !avg) {
+    // The same maxima from -128 over the positions inside, a pixel's channels at a time (the
+    // loop over channels vectorises).
+    for (std::size_t b = 0; b < n; ++b)
+      for (std::uint64_t oy = 0; oy < oh; ++oy)
+        for (std::uint64_t ox = 0; ox < ow; ++ox) {
+          std::int8_t* __restrict o = &out.i8[((b * oh + oy) * ow + ox) * c];
+          std::fill(o, o + c, std::int8_t{-128});
+          for (std::uint32_t ky = 0; ky < l.kernel_h; ++ky)
+            for (std::uint32_t kx = 0; kx < l.kernel_w; ++kx) {
+              const std::int64_t y = std::int64_t(oy * l.stride_h + ky) - pads.top;
+              const std::int64_t x = std::int64_t(ox * l.stride_w + kx) - pads.left;
+              if (y < 0 || y >= l.in.h || x < 0 || x >= l.in.w) continue;
+              const std::int8_t* __restrict v =
+                  &in.i8[((b * l.in.h + static_cast<std::uint64_t>(y)) * l.in.w +
+                          static_cast<std::uint64_t>(x)) *
+                         c];
+              for (std::uint64_t ch = 0; ch < c; ++ch) o[ch] = std::max(o[ch], v[ch]);
+            }
+        }
+    return;
+  }
+  if (kernels == Kernels::Fast && in.type == DType::Bf16 && !avg) {
+    // The same: the first position's values, then max_float with each next one, rounded to
+    // bf16 (0 for a window with no position inside), a pixel's channels at a time.
+    std::vector<float> m(c);
+    for (std::size_t b = 0; b < n; ++b)
+      for (std::uint64_t oy = 0; oy < oh; ++oy)
+        for (std::uint64_t ox = 0; ox < ow; ++ox) {
+          bool first = true;
+          for (std::uint32_t ky = 0; ky < l.kernel_h; ++ky)
+            for (std::uint32_t kx = 0; kx < l.kernel_w; ++kx) {
+              const std::int64_t y = std::int64_t(oy * l.stride_h + ky) - pads.top;
+              const std::int64_t x = std::int64_t(ox * l.stride_w + kx) - pads.left;
+              if (y < 0 || y >= l.in.h || x < 0 || x >= l.in.w) continue;
+              const std::uint16_t* v =
+                  &in.bf[((b * l.in.h + static_cast<std::uint64_t>(y)) * l.in.w +
+                          static_cast<std::uint64_t>(x)) *
+                         c];
+              float* __restrict mc = m.data();
+              if (first)
+                for (std::uint64_t ch = 0; ch < c; ++ch) mc[ch] = to_float(Bf16{v[ch]});
+              else
+                for (std::uint64_t ch = 0; ch < c; ++ch)
+                  mc[ch] = numerics::max_float(mc[ch], to_float(Bf16{v[ch]}));
+              first = false;
+            }
+          std::uint16_t* o = &out.bf[((b * oh + oy) * ow + ox) * c];
+          for (std::uint64_t ch = 0; ch < c; ++ch) o[ch] = to_bf16(first ? 0.0f : m[ch]).bits;
+        }
+    return;
+  }
   for (std::size_t b = 0; b < n; ++b)
     for (std::uint64_t oy = 0; oy < oh; ++oy)
       for (std::uint64_t ox = 0; ox < ow; ++ox)
@@ -728,27 +908,29 @@ struct ChipArgs {
   const std::vector<const ChipTensor*>& in;  // its operands' tensors, in order
   ChipTensor& out;
   std::size_t n;
+  std::size_t first;  // the first image's index in the whole run (for messages)
+  Kernels kernels;
 };
 
 namespace {
 
 void run_conv(const ChipArgs& a) {
-  weighted_layer(a.q, a.l, a.ql, a.q.conv_input(a.i), *a.in[0], a.out, a.n);
+  weighted_layer(a.q, a.l, a.ql, a.q.conv_input(a.i), *a.in[0], a.out, a.n, a.kernels);
 }
 void run_depthwise(const ChipArgs& a) {
   depthwise_layer(a.q, a.l, a.ql, a.q.conv_input(a.i), *a.in[0], a.out, a.n);
 }
 void run_dense(const ChipArgs& a) {
-  weighted_layer(a.q, a.l, a.ql, ConvInput{}, *a.in[0], a.out, a.n);
+  weighted_layer(a.q, a.l, a.ql, ConvInput{}, *a.in[0], a.out, a.n, a.kernels);
 }
-void run_pool(const ChipArgs& a) { pool_layer(a.l, *a.in[0], a.out, a.n); }
+void run_pool(const ChipArgs& a) { pool_layer(a.l, *a.in[0], a.out, a.n, a.kernels); }
 
 // A pooling whose window is the whole image.
 void run_global_pool(const ChipArgs& a) {
   Op g = a.l;
   g.kind = a.l.kind == OpKind::GlobalMaxPooling2D ? OpKind::MaxPooling2D : OpKind::AveragePooling2D;
   g.kernel_h = a.l.in.h, g.kernel_w = a.l.in.w, g.stride_h = 1, g.stride_w = 1;
-  pool_layer(g, *a.in[0], a.out, a.n);
+  pool_layer(g, *a.in[0], a.out, a.n, a.kernels);
 }
 
 // A standalone ReLU: the chip's elementwise max(x, +0).
@@ -818,7 +1000,7 @@ void run_embedding(const ChipArgs& a) {
       throw InputError(
           fmt::format("{}: layer {} (Embedding): token id {} of sample {} is outside "
                       "its table of {} rows",
-                      a.q.graph.file, l.name, id, k / steps, l.input_dim));
+                      a.q.graph.file, l.name, id, a.first + k / steps, l.input_dim));
     const std::size_t row = static_cast<std::size_t>(id) * d;
     if (a.q.act_type == DType::Int8)
       std::copy_n(a.ql.kernel_i8.begin() + static_cast<std::ptrdiff_t>(row), d,
@@ -1061,20 +1243,21 @@ const std::vector<ChipSemantics>& chip_semantics() {
   return table;
 }
 
-std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n) {
+std::size_t chunk_images(const QuantizedModel& q) {
+  std::size_t largest = q.graph.input.size();
+  for (const Op& l : q.graph.ops) largest = std::max<std::size_t>(largest, l.out.size());
+  return std::clamp<std::size_t>(kChunkBytes / (4 * std::max<std::size_t>(largest, 1)), 1,
+                                 kMaxChunkImages);
+}
+
+std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n,
+                                     Kernels kernels) {
   const Graph& m = q.graph;
   const std::size_t L = m.ops.size();
-  ChipTensor input;
-  input.type = q.act_type;
-  input.type = q.input_type();
+  // The whole input is encoded first: a bad token id is reported with its sample's index.
   const auto enc = encode_input(q, images, n);
-  resize(input, n * m.input.size());
-  if (input.type == DType::Int32)
-    std::memcpy(input.i32.data(), enc.data(), enc.size());
-  else if (input.type == DType::Int8)
-    std::memcpy(input.i8.data(), enc.data(), enc.size());
-  else
-    std::memcpy(input.bf.data(), enc.data(), enc.size());
+  const DType input_type = q.input_type();
+  const std::size_t in_bytes = m.input.size() * size_of(input_type);
 
   // Tensors are dropped after their last reader, so a deep network holds only what is live.
   const std::size_t out_tensor = L == 0 ? kGraphInput : q.tensor[L - 1];
@@ -1083,25 +1266,44 @@ std::vector<float> forward_quantized(const QuantizedModel& q, const float* image
     if (q.computes(i))
       for (std::size_t p : m.ops[i].inputs)
         if (const std::size_t t = q.tensor_of(p); t != kGraphInput) last_read[t] = i;
-  std::vector<ChipTensor> t(L);
-  auto get = [&](std::size_t k) -> const ChipTensor& { return k == kGraphInput ? input : t[k]; };
-  std::vector<const ChipTensor*> in;
-  for (std::size_t i = 0; i < L; ++i) {
-    if (!q.computes(i)) continue;
-    const Op& l = m.ops[i];
-    in.clear();
-    for (std::size_t p : l.inputs) in.push_back(&get(q.tensor_of(p)));
-    ir::entry_for(chip_semantics(), l.kind, "chip semantics")
-        .run(ChipArgs{q, i, l, q.layers[i], in, t[i], n});
-    for (std::size_t k = 0; k < i; ++k)
-      if (q.computes(k) && last_read[k] == i && k != out_tensor) t[k] = ChipTensor{};
-  }
-  const ChipTensor& cur = get(out_tensor);
-  const std::size_t count = n * m.output().size();
-  std::vector<float> out(count);
+  const std::size_t k_out = m.output().size();
+  std::vector<float> out(n * k_out);
   const float scale = out_tensor == kGraphInput ? q.input_scale : q.layers[out_tensor].out_scale;
-  for (std::size_t i = 0; i < count; ++i)
-    out[i] = cur.type == DType::Int8 ? static_cast<float>(cur.i8[i]) * scale : value_at(cur, i);
+  std::optional<fast::SingleThread> one_thread;
+  if (kernels == Kernels::Fast) one_thread.emplace();
+
+  // Images are independent: each chunk runs the whole network, and only its tensors are live.
+  const std::size_t chunk = chunk_images(q);
+  std::vector<const ChipTensor*> in;
+  for (std::size_t first = 0; first < n; first += chunk) {
+    const std::size_t count = std::min(chunk, n - first);
+    ChipTensor input;
+    input.type = input_type;
+    resize(input, count * m.input.size());
+    const std::uint8_t* src = enc.data() + first * in_bytes;
+    if (input.type == DType::Int32)
+      std::memcpy(input.i32.data(), src, count * in_bytes);
+    else if (input.type == DType::Int8)
+      std::memcpy(input.i8.data(), src, count * in_bytes);
+    else
+      std::memcpy(input.bf.data(), src, count * in_bytes);
+    std::vector<ChipTensor> t(L);
+    auto get = [&](std::size_t k) -> const ChipTensor& { return k == kGraphInput ? input : t[k]; };
+    for (std::size_t i = 0; i < L; ++i) {
+      if (!q.computes(i)) continue;
+      const Op& l = m.ops[i];
+      in.clear();
+      for (std::size_t p : l.inputs) in.push_back(&get(q.tensor_of(p)));
+      ir::entry_for(chip_semantics(), l.kind, "chip semantics")
+          .run(ChipArgs{q, i, l, q.layers[i], in, t[i], count, first, kernels});
+      for (std::size_t k = 0; k < i; ++k)
+        if (q.computes(k) && last_read[k] == i && k != out_tensor) t[k] = ChipTensor{};
+    }
+    const ChipTensor& cur = get(out_tensor);
+    float* o = out.data() + first * k_out;
+    for (std::size_t e = 0; e < count * k_out; ++e)
+      o[e] = cur.type == DType::Int8 ? static_cast<float>(cur.i8[e]) * scale : value_at(cur, e);
+  }
   return out;
 }
 

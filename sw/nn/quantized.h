@@ -141,7 +141,21 @@ const std::vector<ChipSemantics>& chip_semantics();
 // Converts float images into the chip's input encoding (int8 or bf16, little-endian bytes).
 std::vector<std::uint8_t> encode_input(const QuantizedModel& q, const float* images, std::size_t n);
 
+// How the reference computes. Fast: the int8 convolutions' sums through oneDNN where it is
+// exact (sw/nn/fast_kernels.h), vectorised requantization and max pooling; Plain: the plain
+// loops, everywhere. Both give the same bits (tb/unit/nn/fast_reference_test.cpp); Fast falls
+// back to the plain loops for what it does not cover.
+enum class Kernels { Fast, Plain };
+
 // Reference inference: n images in, n x output-size floats out (exactly what the chip returns).
-std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n);
+// The images run in chunks (chunk_images), so memory follows a chunk, not n.
+std::vector<float> forward_quantized(const QuantizedModel& q, const float* images, std::size_t n,
+                                     Kernels kernels = Kernels::Fast);
+
+// Images per chunk of forward_quantized: as many as keep its largest tensor (counted at 4 bytes
+// an element, the int32 sums') within kChunkBytes, at most kMaxChunkImages, at least one.
+inline constexpr std::size_t kChunkBytes = std::size_t{32} << 20;
+inline constexpr std::size_t kMaxChunkImages = 256;
+std::size_t chunk_images(const QuantizedModel& q);
 
 }  // namespace tpu::nn

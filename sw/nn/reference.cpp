@@ -112,7 +112,58 @@ void window_block(const Window& w, std::uint32_t co, const float* bias, float* o
   for (std::uint32_t v = 0; v < V; ++v) store4(out + co + 4 * v, acc[v] + load4(bias + co + 4 * v));
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// The same blocks on 16-lane AVX-512 registers where the CPU has them (the float reference runs
+// on every checked image, issue 16): each lane still sums its channel in the window order, so the
+// bits are those of the 4-lane loop; -ffp-contract=off keeps products and sums apart.
+#define TPUSIM_AVX512 __attribute__((target("avx512f")))
+using F16 = float __attribute__((vector_size(64)));
+
+TPUSIM_AVX512 inline F16 load16(const float* p) {
+  F16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <std::uint32_t V>
+TPUSIM_AVX512 void window_block16(const Window& w, std::uint32_t co, const float* bias,
+                                  float* out) {
+  F16 acc[V] = {};
+  for (std::uint32_t r = 0; r < w.rows; ++r) {
+    const float* x = w.in + r * w.in_row_stride;
+    const float* k = w.kernel + r * w.kernel_row_stride + co;
+    const std::size_t taps = std::size_t{w.cols} * w.cin;
+    for (std::size_t t = 0; t < taps; ++t) {
+      const F16 xv = F16{} + x[t];
+      const float* kr = k + t * w.cout;
+#pragma GCC unroll 8
+      for (std::uint32_t v = 0; v < V; ++v) acc[v] += xv * load16(kr + 16 * v);
+    }
+  }
+#pragma GCC unroll 8
+  for (std::uint32_t v = 0; v < V; ++v) {
+    const F16 o = acc[v] + load16(bias + co + 16 * v);
+    std::memcpy(out + co + 16 * v, &o, sizeof o);
+  }
+}
+
+TPUSIM_AVX512 void window_all_avx512(const Window& w, const float* bias, float* out) {
+  std::uint32_t co = 0;
+  for (; co + 64 <= w.cout; co += 64) window_block16<4>(w, co, bias, out);
+  for (; co + 16 <= w.cout; co += 16) window_block16<1>(w, co, bias, out);
+  for (; co < w.cout; co += kLane) window_block<kLane / 4>(w, co, bias, out);
+}
+
+bool has_avx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+}
+#endif
+
 void window_all(const Window& w, const float* bias, float* out) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (has_avx512()) return window_all_avx512(w, bias, out);
+#endif
   std::uint32_t co = 0;
   for (; co + 32 <= w.cout; co += 32) window_block<8>(w, co, bias, out);
   for (; co + 16 <= w.cout; co += 16) window_block<4>(w, co, bias, out);

@@ -2,8 +2,8 @@
 """Benchmark: `tpusim run` on the Fashion-MNIST test set, per chip config.
 
 Runs each chip REPEAT times and prints medians of: wall seconds of the whole command, seconds
-spent simulating, seconds the plain quantized reference in sw/nn took on the same inputs (it
-runs in the same process, on another thread), simulated MACs per host second, and the ratio of
+spent simulating, seconds the quantized and float references in sw/nn took on the same inputs
+(they run in the same process, on another thread), simulated MACs per host second, and the ratio of
 simulation to reference time. The machines are shared: quote medians, not single runs.
 
 Usage: tb/bench/fashion_mnist_run.py [--build build] [--images 10000] [--repeat 3] [CHIP ...]"""
