@@ -14,7 +14,15 @@ checked / native (issue 16's target: at most 2) and checked / unchecked. A bench
 test: it prints figures and fails only when a run fails or a checked run is not bit-exact. The
 machines are shared: quote medians, and the load average printed with them.
 
-Usage: tb/bench/checked_run.py [--build build] [--chip v1] [--images 10000] [--repeat 5]"""
+Then issue 16's other two figures, each run REPEAT times (or --fit-repeat for the fit), with
+their peak memory, and all four against their targets in one table:
+  resnet50   tpusim run --chip configs/chips/v4.json --model configs/models/resnet50.json
+             --random-weights --images 32 --batch 32 --timing-only (target: 3 s)
+  fit        tpusim fit --chip configs/chips/v3.json: the tutorial's 5 x 60 steps of 1,000
+             images, checked (target: 120 s; about 2 to 3 minutes a run, so only with --fit)
+
+Usage: tb/bench/checked_run.py [--build build] [--chip v1] [--images 10000] [--repeat 5]
+                               [--fit] [--fit-repeat 1]"""
 import argparse
 import json
 import os
@@ -46,6 +54,8 @@ def main():
     p.add_argument("--chip", default="v1")
     p.add_argument("--images", type=int, default=10000)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--fit", action="store_true", help="also time the tutorial's full fit on v3")
+    p.add_argument("--fit-repeat", type=int, default=1)
     a = p.parse_args()
     tpusim = os.path.join(a.build, "tpusim")
     native = os.path.join(a.build, "tb", "bench", "fashion_mnist_native")
@@ -92,6 +102,31 @@ def main():
     print(f"ratio checked wall / native inference (faster): {c / n['inf']:.2f} (issue 16's target: <= 2)")
     print(f"ratio checked wall / native process wall:       {c / n['wall']:.2f}")
     print(f"ratio checked wall / unchecked wall:            {c / med['unchecked']['wall']:.2f}")
+
+    # Issue 16's other figures, then all four against their targets.
+    rn50 = [run([tpusim, "run", "--chip", "configs/chips/v4.json", "--model", "configs/models/resnet50.json",
+                 "--random-weights", "--images", "32", "--batch", "32", "--timing-only", "--json", os.devnull])
+            for _ in range(a.repeat)]
+    targets = [
+        ("checked / native inference, Fashion-MNIST on " + a.chip, f"{c / n['inf']:.2f}x", "<= 2x",
+         c / n["inf"] <= 2, f"{med['checked']['rss']:.0f} MB"),
+        ("ResNet-50 inference, 32 images, v4, timing-only", f"{statistics.median(w for w, _, _ in rn50):.2f} s",
+         "<= 3 s", statistics.median(w for w, _, _ in rn50) <= 3,
+         f"{statistics.median(r for _, r, _ in rn50):.0f} MB"),
+    ]
+    if a.fit:
+        fits = [run([tpusim, "fit", "--chip", "configs/chips/v3.json", "--json", os.devnull])
+                for _ in range(a.fit_repeat)]
+        wall = statistics.median(w for w, _, _ in fits)
+        targets.append(("the tutorial's fit on v3, 300 steps x 1000 images, checked", f"{wall:.1f} s",
+                        "<= 120 s", wall <= 120, f"{statistics.median(r for _, r, _ in fits):.0f} MB"))
+    else:
+        targets.append(("the tutorial's fit on v3 (--fit to run it)", "-", "<= 120 s", None, "-"))
+    load = os.getloadavg()
+    print(f"\nissue 16's figures (load average now {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}):")
+    print(f"{'figure':62} {'measured':>9} {'target':>9} {'met':>4} {'peak RSS':>9}")
+    for name, value, target, met, rss in targets:
+        print(f"{name:62} {value:>9} {target:>9} {'-' if met is None else 'yes' if met else 'NO':>4} {rss:>9}")
 
 
 if __name__ == "__main__":
