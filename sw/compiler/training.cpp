@@ -307,6 +307,11 @@ class TrainingCompiler {
       L_.all_reduce = mem_take(grad_bytes_);
       for (std::uint32_t d : dims_) landing_.push_back(d > 1 ? mem_take(grad_bytes_) : 0);
     }
+    // LARS on one chip of several cores: per core, where its norm pass leaves the replicas' sum
+    // of a tensor of several pieces for the step pass to read back, so that the slots are read
+    // and added once (several chips read the all-reduce area twice; one core its own sums).
+    if (chips_ == 1 && L_.cores > 1 && lars_resums())
+      for (std::uint32_t r = 0; r < L_.cores; ++r) lars_sums_.push_back(mem_take(grad_bytes_));
     check_memory();
   }
 
@@ -1863,14 +1868,19 @@ class TrainingCompiler {
       const bool lars = opt_.kind == nn::OptimizerKind::Lars;
       const bool scaled = lars && nn::lars_scales(t_.parameters[k].param);
       // LARS's norms need the whole tensor before its first piece's step: a tensor of several
-      // pieces is read once more for them (its gradient summed again), one of one piece is
-      // reduced as it lies staged for the step.
+      // pieces is read once more for them, one of one piece is reduced as it lies staged for
+      // the step. On one chip of several cores the norm pass writes each piece's sum of the
+      // replicas' slots to the core's LARS area and the step pass reads it back from there,
+      // so the slots are read and added once (the exchange); the write and the read back are
+      // the update's.
       const bool one_piece = h.elements <= stage_elems_;
+      const bool saved = scaled && !one_piece && !lars_sums_.empty();
       if (scaled && !one_piece) {
         for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
           const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
           const std::uint64_t grad = gradient(k, e0, n);
           tag(out, update_tag());
+          if (saved) write_mem(out, grad, lars_sums_[core_] + slot_offset_[k] + e0 * kF, n * kF);
           read_mem(out, h.w + e0 * kF, w, n * kF);
           lars_lane_sums(out, w, grad, n, e0 > 0);
         }
@@ -1879,7 +1889,13 @@ class TrainingCompiler {
       for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
         const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
         const std::uint64_t bytes = n * kF;
-        const std::uint64_t grad = gradient(k, e0, n);
+        std::uint64_t grad = g;
+        if (saved) {  // LARS's own work, not the exchange's
+          tag(out, update_tag());
+          read_mem(out, lars_sums_[core_] + slot_offset_[k] + e0 * kF, g, bytes);
+        } else {
+          grad = gradient(k, e0, n);
+        }
         tag(out, update_tag());
         read_mem(out, h.w + e0 * kF, w, bytes);
         if (h.m) read_mem(out, h.m + e0 * kF, m, bytes);
@@ -1968,6 +1984,15 @@ class TrainingCompiler {
     compiler::emit_all_reduce(l, chip_, core_, out);
   }
 
+  // Whether a tensor LARS scales has several pieces (elements > the staging buffers', which are
+  // kStageElements once any tensor is larger): the norm pass reads its gradient too.
+  bool lars_resums() const {
+    if (opt_.kind != nn::OptimizerKind::Lars) return false;
+    for (const TensorId& p : t_.parameters)
+      if (nn::lars_scales(p.param) && elements(p) > kStageElements) return true;
+    return false;
+  }
+
   static constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
 
   const ir::Graph& g_;
@@ -1980,7 +2005,8 @@ class TrainingCompiler {
   const ActivationHome home_;
   const std::vector<std::uint32_t> dims_;  // the chips' torus; empty: one chip
   std::uint32_t chips_ = 1;
-  std::vector<std::uint64_t> landing_;  // per dimension: its reduce-scatter's landing area
+  std::vector<std::uint64_t> landing_;    // per dimension: its reduce-scatter's landing area
+  std::vector<std::uint64_t> lars_sums_;  // per core: LARS's saved sums (see the update)
   TrainingLayout L_;
   TrainingProgram P_;
   std::string resident_failure_;
