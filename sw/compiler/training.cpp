@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -1197,10 +1198,12 @@ class TrainingCompiler {
     for (std::size_t i = 0; i < t_.ops.size(); ++i) {
       backward(out, t_.ops[i], n);
       if (!train) break;  // evaluation: the loss records only
-      if (final_pass_)
-        for (const Bucket& b : buckets_)
-          if (b.after == i) emit_bucket(out, b);
+      if (!final_pass_) continue;
+      for (const Bucket& b : buckets_)
+        if (b.after == i) emit_bucket(b);
+      drip(out, t_.ops.size() - 1 - i);
     }
+    drip(out, 0);  // what is left, after the backward pass
     tag(out, 0);
     out.push_back(isa::WriteHost{ub(out_records_ub_),
                                  HostAddr(L_.records_addr + image * kRecordBytes),
@@ -2013,15 +2016,40 @@ class TrainingCompiler {
   // A bucket's gradients into the core's slot (those the unified buffer holds; a kernel's
   // off-chip sum is there already) and its all-reduce, queued: the ICI engine takes its waits
   // and barriers while the sequencer issues the rest of the backward pass.
-  void emit_bucket(Code& out, const Bucket& b) {
-    tag(out, exchange_tag());
+  // The bucket's instructions go to pending_, which drip() hands out among the backward pass's.
+  void emit_bucket(const Bucket& b) {
+    Code code;
     for (std::size_t k = b.first; k < b.end; ++k)
       if (grad_ub_[k] != kNone)
-        write_mem(out, grad_ub_[k], L_.exchange[core_] + slot_offset_[k],
+        write_mem(code, grad_ub_[k], L_.exchange[core_] + slot_offset_[k],
                   elements(t_.parameters[k]) * kF);
     const std::uint64_t at = slot_offset_[b.first];
     const std::uint64_t end = slot_offset_[b.end - 1] + elements(t_.parameters[b.end - 1]) * kF;
-    emit_all_reduce(out, at / kF, end / kF);
+    emit_all_reduce(code, at / kF, end / kF);
+    for (isa::Instruction& i : code) {
+      pending_adds_ += std::holds_alternative<isa::Eltwise>(i) ? 1 : 0;
+      pending_.push_back(std::move(i));
+    }
+  }
+
+  // After a backward operation with `left` more to come: the pending buckets' instructions up
+  // to their next ⌈2 · adds / left⌉ eltwise adds (all of them when none is left), so that their
+  // adds reach the vector unit spread over the first half of the backward pass's rest instead of
+  // all at once. The vector unit runs in order, and an add waits there for the arrival it adds:
+  // a bucket's adds issued together would hold the backward pass's vector work behind them for
+  // the whole all-reduce. The bucket's own order is kept; only the backward pass's instructions
+  // come between.
+  void drip(Code& out, std::size_t left) {
+    if (pending_.empty()) return;
+    tag(out, exchange_tag());
+    std::uint64_t adds = left == 0 ? pending_adds_ : (2 * pending_adds_ + left - 1) / left;
+    while (!pending_.empty()) {
+      const bool add = std::holds_alternative<isa::Eltwise>(pending_.front());
+      if (add && adds == 0) break;
+      if (add) --adds, --pending_adds_;
+      out.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
   }
 
   // The all-reduce over the chips (sw/compiler/collectives.h): every core's slot in, the chips'
@@ -2074,6 +2102,8 @@ class TrainingCompiler {
   const std::uint64_t bucket_bytes_;       // 0: no buckets
   // The all-reduce's buckets (plan_buckets). Empty: one all-reduce after the backward pass.
   std::vector<Bucket> buckets_;
+  std::deque<isa::Instruction> pending_;  // issued buckets' instructions not yet emitted
+  std::uint64_t pending_adds_ = 0;        // their eltwise adds
   std::uint32_t chips_ = 1;
   std::vector<std::uint64_t> landing_;    // per dimension: its reduce-scatter's landing area
   std::vector<std::uint64_t> lars_sums_;  // per core: LARS's saved sums (see the update)
