@@ -587,9 +587,11 @@ std::string to_string(const Instruction& inst) {
       [&](const auto& i) {
         using T = std::decay_t<decltype(i)>;
         auto copy = i;
-        // The plain forms of sync and ici_wait read as they did before the region form.
+        // The plain forms of sync and ici_wait (no region: dst and bytes 0) read as they did
+        // before the region form.
         bool plain = false;
-        if constexpr (std::is_same_v<T, Sync> || std::is_same_v<T, IciWait>) plain = i.bytes == 0;
+        if constexpr (std::is_same_v<T, Sync> || std::is_same_v<T, IciWait>)
+          plain = i.bytes == 0 && i.dst.value() == 0;
         visit_fields(copy, [&](std::string_view name, const auto& v) {
           using V = std::decay_t<decltype(v)>;
           if (plain && (name == "dst" || name == "bytes")) return;
