@@ -61,6 +61,12 @@ struct Counters {
   std::uint64_t host_bytes_in = 0;   // host -> chip over the host link
   std::uint64_t host_bytes_out = 0;  // chip -> host
   std::uint64_t ici_bytes_out = 0;   // sent to chips over the ICI links (ici_write)
+  // Per core, added over the cores: cycles in which a unit of the core ran an instruction of
+  // this layer or its sequencer waited at a sync or ici_wait of it (busy), and of those the
+  // cycles in which no instruction of another layer ran on the core (exposed: what the layer's
+  // work did not overlap).
+  std::uint64_t busy_cycles = 0;
+  std::uint64_t exposed_cycles = 0;
   MxuBuckets mxu;
 
   Counters& operator+=(const Counters& o) {
@@ -83,6 +89,8 @@ struct Counters {
     host_bytes_in += o.host_bytes_in;
     host_bytes_out += o.host_bytes_out;
     ici_bytes_out += o.ici_bytes_out;
+    busy_cycles += o.busy_cycles;
+    exposed_cycles += o.exposed_cycles;
     mxu += o.mxu;
     return *this;
   }

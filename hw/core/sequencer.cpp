@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
+
 #include "hw/common/error.h"
 #include "hw/isa/semantics.h"
 #include "hw/unit/program_error.h"
@@ -27,15 +30,19 @@ void ChipSync::take(std::uint32_t sem, std::uint32_t count) {
   arrivals_.at(sem) -= count;
 }
 
-void ChipSync::arrive_and_wait() {
-  const std::uint64_t gen = generation_;
-  if (++arrived_ == cores_) {
-    arrived_ = 0;
-    ++generation_;
-    released_.notify(sc_core::SC_ZERO_TIME);
+void ChipSync::arrive(Barrier& b, std::uint32_t cores) {
+  const std::uint64_t gen = b.generation;
+  if (++b.arrived == cores) {
+    b.arrived = 0;
+    ++b.generation;
+    b.released.notify(sc_core::SC_ZERO_TIME);
   }
-  while (generation_ == gen) sc_core::wait(released_);
+  while (b.generation == gen) sc_core::wait(b.released);
 }
+
+void ChipSync::arrive_and_wait() { arrive(sequencers_, cores_); }
+
+void ChipSync::engine_barrier() { arrive(engines_, cores_); }
 
 Sequencer::Sequencer(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
                      const CoreStorage& storage, const UnitQueues& queues, ChipSync& sync,
@@ -85,7 +92,41 @@ void Sequencer::finish(Cycle end) {
   retired_ = std::max(end, retired_);
 }
 
+void Sequencer::count_busy() {
+  // A sweep over the intervals' ends: per stretch between two ends, the layers running in it.
+  struct Edge {
+    Cycle at;
+    std::uint32_t layer;
+    int delta;
+  };
+  std::vector<Edge> edges;
+  const auto add = [&](std::uint32_t layer, Cycle b, Cycle e) {
+    if (e <= b) return;
+    edges.push_back({b, layer, +1});
+    edges.push_back({e, layer, -1});
+  };
+  for (std::size_t i = 0; i < ledger_started_.size(); ++i)
+    if (ledger_started_[i] != kNoCycle) add(ledger_layer_[i], ledger_started_[i], ledger_done_[i]);
+  for (const Wait& w : waits_) add(w.layer, w.begin, w.end);
+  waits_.clear();
+  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+  std::map<std::uint32_t, int> running;  // layer -> intervals open
+  for (std::size_t i = 0; i < edges.size();) {
+    const Cycle at = edges[i].at;
+    for (; i < edges.size() && edges[i].at == at; ++i)
+      if ((running[edges[i].layer] += edges[i].delta) == 0) running.erase(edges[i].layer);
+    if (i == edges.size() || running.empty()) continue;
+    const Cycle len = edges[i].at - at;
+    for (const auto& [layer, open] : running) {
+      Counters& c = counters_.at(layer);
+      c.busy_cycles += len;
+      if (running.size() == 1) c.exposed_cycles += len;
+    }
+  }
+}
+
 void Sequencer::retire_ledger(Cycle end) {
+  count_busy();
   // Instruction i is the oldest unfinished one from max(done of 0..i-1) to max(done of 0..i).
   for (std::size_t i = 0; i < ledger_done_.size(); ++i)
     if (ledger_done_[i] > retired_) {
@@ -157,9 +198,17 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
                                  "out_h and out_w must all be >= 1");
           window_ = i;
         } else if constexpr (std::is_same_v<T, isa::Sync>) {
+          if (i.bytes > 0) {  // the region form: the ICI engine's
+            if (!i.all_cores)
+              report_program_error(core_name_, *f,
+                                   "a sync over a region (bytes > 0) is a barrier of the chip's "
+                                   "cores: it needs all_cores");
+            return;
+          }
           const Cycle t0 = clock_.now();
           scoreboard_.drain();
           if (i.all_cores) sync_.arrive_and_wait();
+          waits_.push_back({layer_, t0, clock_.now()});
           if (trace_) trace_->add_stall(core_id_, index, layer_, Stall::Sync, 0, t0, clock_.now());
         } else if constexpr (std::is_same_v<T, isa::IciWait>) {
           if (i.sem >= isa::kIciSemaphores)
@@ -167,8 +216,10 @@ void Sequencer::issue(std::uint64_t index, const isa::Instruction& inst) {
                                  fmt::format("sem {} does not exist (a chip has {} semaphores, "
                                              "0 to {})",
                                              i.sem, isa::kIciSemaphores, isa::kIciSemaphores - 1));
+          if (i.bytes > 0) return;  // the region form: the ICI engine waits
           const Cycle t0 = clock_.now();
           sync_.take(i.sem, i.count);
+          waits_.push_back({layer_, t0, clock_.now()});
           if (trace_) trace_->add_stall(core_id_, index, layer_, Stall::Sync, 0, t0, clock_.now());
         } else if constexpr (std::is_same_v<T, isa::Halt>) {
           const Cycle t0 = clock_.now();

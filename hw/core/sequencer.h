@@ -31,7 +31,7 @@ struct InstructionWord {
 
 // What the chip's cores share to synchronise: the barrier of Sync with all_cores, and the ICI
 // semaphores (isa::kIciSemaphores) that count the arrivals of other chips' ici_writes.
-class ChipSync {
+class ChipSync : public EngineSync {
  public:
   explicit ChipSync(std::uint32_t cores) : cores_(cores) {}
   // From an SC_THREAD: returns once every core has arrived.
@@ -40,13 +40,19 @@ class ChipSync {
   void signal(std::uint32_t sem);
   // From an SC_THREAD: waits until semaphore `sem` holds `count` arrivals no earlier take took,
   // and takes them.
-  void take(std::uint32_t sem, std::uint32_t count);
+  void take(std::uint32_t sem, std::uint32_t count) override;
+  // The region syncs' barrier, on the cores' ICI engines.
+  void engine_barrier() override;
 
  private:
+  struct Barrier {
+    std::uint32_t arrived = 0;
+    std::uint64_t generation = 0;
+    sc_core::sc_event released;
+  };
+  static void arrive(Barrier& b, std::uint32_t cores);
   std::uint32_t cores_;
-  std::uint32_t arrived_ = 0;
-  std::uint64_t generation_ = 0;
-  sc_core::sc_event released_;
+  Barrier sequencers_, engines_;
   std::array<std::uint64_t, isa::kIciSemaphores> arrivals_{};
   sc_core::sc_event signalled_;
 };
@@ -113,6 +119,13 @@ class Sequencer : public sc_core::sc_module {
   std::vector<std::uint32_t> ledger_layer_;
   std::vector<Cycle> ledger_done_;
   std::vector<Cycle> ledger_started_;  // instructions a unit runs: when it started them
+  struct Wait {
+    std::uint32_t layer;
+    Cycle begin, end;
+  };
+  std::vector<Wait> waits_;  // the sequencer's waits at sync and ici_wait since the last retire
+  // Counters::busy_cycles and exposed_cycles of the ledger's instructions and waits_.
+  void count_busy();
   Cycle retired_ = 0;  // the latest completion of the retired instructions, or finish's end
   isa::SetWindow window_{};
   // Tile shapes (rows, cols) read into each MXU's FIFO and not yet swapped in, and the shape

@@ -23,7 +23,8 @@ TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, cons
       ub("ub", cfg, clock, options),
       acc("acc", cfg, clock, options),
       dma("dma", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id), options),
-      ici("ici", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id), options),
+      ici("ici", cfg, clock, storage_of(ub, acc), counters_, fmt::format("core {}", id), options,
+          kIciQueueDepth),
       vector_unit("vector_unit", cfg, clock, storage_of(ub, acc), counters_,
                   fmt::format("core {}", id), options) {
   UnitQueues q;
@@ -36,6 +37,7 @@ TensorCore::TensorCore(sc_core::sc_module_name name, const ChipConfig& cfg, cons
     q.weights.push_back(&mxus.back()->weight_queue);
     q.matmul.push_back(&mxus.back()->matmul_queue);
   }
+  ici.set_engine_sync(&sync);
   sequencer = std::make_unique<Sequencer>("sequencer", cfg, clock, storage_of(ub, acc), q, sync,
                                           counters_, fmt::format("core {}", id));
 }

@@ -16,12 +16,12 @@ Cycles Dma::ub_port_cycles(std::uint64_t bytes) const {
 
 Dma::Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
          const CoreStorage& storage, LayerCounters& counters, std::string core_name,
-         SimOptions options)
+         SimOptions options, int queue_depth)
     : sc_core::sc_module(name),
       dma2mem("dma2mem"),
       dma2host("dma2host"),
       dma2ici("dma2ici"),
-      queue("queue", kUnitQueueDepth),
+      queue("queue", queue_depth),
       cfg_(cfg),
       clock_(clock),
       storage_(storage),
@@ -40,6 +40,20 @@ void Dma::run() {
     f->started_at = clock_.now();
     if (const auto* g = std::get_if<isa::Gather>(&f->inst)) {
       gather(*f, *g, c);
+      f->complete_at(clock_, clock_.now());
+      continue;
+    }
+    // The region forms of ici_wait and sync: the wait holds this engine's queue, not the
+    // sequencer; the scoreboard orders the region around them.
+    if (const auto* w = std::get_if<isa::IciWait>(&f->inst)) {
+      if (!engine_sync_) report_program_error(core_name_, *f, "this engine takes no ici_wait");
+      engine_sync_->take(w->sem, w->count);
+      f->complete_at(clock_, clock_.now());
+      continue;
+    }
+    if (std::holds_alternative<isa::Sync>(f->inst)) {
+      if (!engine_sync_) report_program_error(core_name_, *f, "this engine takes no sync");
+      engine_sync_->engine_barrier();
       f->complete_at(clock_, clock_.now());
       continue;
     }

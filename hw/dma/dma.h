@@ -34,7 +34,10 @@ class Dma : public sc_core::sc_module {
 
   Dma(sc_core::sc_module_name name, const ChipConfig& cfg, const Clock& clock,
       const CoreStorage& storage, LayerCounters& counters, std::string core_name,
-      SimOptions options = {});
+      SimOptions options = {}, int queue_depth = kUnitQueueDepth);
+
+  // Where the region forms of ici_wait and sync wait (the ICI engine's; none: refused).
+  void set_engine_sync(EngineSync* s) { engine_sync_ = s; }
 
  private:
   void run();
@@ -55,6 +58,7 @@ class Dma : public sc_core::sc_module {
   LayerCounters& counters_;
   std::string core_name_;
   bool timing_only_;
+  EngineSync* engine_sync_ = nullptr;
 };
 
 }  // namespace tpu

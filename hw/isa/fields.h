@@ -38,12 +38,14 @@ void visit_fields(ReadMem& i, F&& f) {
   f("src", i.src);
   f("dst", i.dst);
   f("bytes", i.bytes);
+  f("ici", i.ici);
 }
 template <class F>
 void visit_fields(WriteMem& i, F&& f) {
   f("src", i.src);
   f("dst", i.dst);
   f("bytes", i.bytes);
+  f("ici", i.ici);
 }
 template <class F>
 void visit_fields(ReadWeights& i, F&& f) {
@@ -150,10 +152,14 @@ template <class F>
 void visit_fields(IciWait& i, F&& f) {
   f("sem", i.sem);
   f("count", i.count);
+  f("dst", i.dst);
+  f("bytes", i.bytes);
 }
 template <class F>
 void visit_fields(Sync& i, F&& f) {
   f("all_cores", i.all_cores);
+  f("dst", i.dst);
+  f("bytes", i.bytes);
 }
 template <class F>
 void visit_fields(Tag& i, F&& f) {

@@ -184,11 +184,13 @@ struct Codec {
     field(16, i.bytes);
   }
   void operands(ReadMem& i) {
+    flag(0, i.ici);
     field(4, i.src);
     field(12, i.dst);
     field(16, i.bytes);
   }
   void operands(WriteMem& i) {
+    flag(0, i.ici);
     field(4, i.src);
     field(8, i.dst);
     field(16, i.bytes);
@@ -273,7 +275,11 @@ struct Codec {
     field(20, i.src_stride);
     field(24, i.dst_stride);
   }
-  void operands(Sync& i) { flag(0, i.all_cores); }
+  void operands(Sync& i) {
+    flag(0, i.all_cores);
+    field(8, i.dst);
+    field(16, i.bytes);
+  }
   void operands(Tag& i) { field(4, i.id); }
   void operands(IciWrite& i) {
     field(4, i.src);
@@ -285,6 +291,8 @@ struct Codec {
   void operands(IciWait& i) {
     field(2, i.sem);
     field(4, i.count);
+    field(8, i.dst);
+    field(16, i.bytes);
   }
   void operands(Gather& i) {
     field(4, i.table);
@@ -577,9 +585,16 @@ std::string to_string(const Instruction& inst) {
   std::string s = mnemonic(opcode_of(inst));
   std::visit(
       [&](const auto& i) {
+        using T = std::decay_t<decltype(i)>;
         auto copy = i;
+        // The plain forms of sync and ici_wait (no region: dst and bytes 0) read as they did
+        // before the region form.
+        bool plain = false;
+        if constexpr (std::is_same_v<T, Sync> || std::is_same_v<T, IciWait>)
+          plain = i.bytes == 0 && i.dst.value() == 0;
         visit_fields(copy, [&](std::string_view name, const auto& v) {
           using V = std::decay_t<decltype(v)>;
+          if (plain && (name == "dst" || name == "bytes")) return;
           if constexpr (std::is_same_v<V, bool>) {
             if (v) s += fmt::format(" {}", name);
           } else if constexpr (std::is_enum_v<V>) {

@@ -115,15 +115,20 @@ struct WriteHost {
   HostAddr dst;
   std::uint32_t bytes = 0;
 };
+// read_mem and write_mem: `ici` runs the transfer on the core's ICI engine (the second DMA
+// engine, in its order with its ici_writes and waits) instead of the DMA: a collective's memory
+// traffic then queues apart from the rest of the program's.
 struct ReadMem {
   MemAddr src;
   UbAddr dst;
   std::uint32_t bytes = 0;
+  bool ici = false;
 };
 struct WriteMem {
   UbAddr src;
   MemAddr dst;
   std::uint32_t bytes = 0;
+  bool ici = false;
 };
 // A stored matrix S of rows x cols elements of the MXU input type at `addr` (an off-chip MemAddr
 // or a UbAddr, by `source`), row i at addr + i*stride (stride 0: dense, cols * element bytes).
@@ -264,8 +269,17 @@ struct Map {
   DType in_type = DType::Int8;
   DType out_type = DType::Int8;
 };
+// bytes 0: the sequencer issues nothing after it until every earlier instruction of this core
+// (all_cores: of every core of the chip, each at its own sync all_cores) is done.
+// bytes > 0, all_cores: a barrier of the chip's cores on a region of off-chip memory, which the
+// core's ICI engine takes in its order while the sequencer issues on: it counts as writing
+// [dst, dst + bytes), so it starts once this core's earlier instructions that touch the region
+// are done, completes when every core's ICI engine has reached its own such sync, and what
+// touches the region after it waits for it (docs/isa.md, "sync").
 struct Sync {
   bool all_cores = false;
+  MemAddr dst{};
+  std::uint32_t bytes = 0;
 };
 struct Tag {
   std::uint32_t id = 0;
@@ -297,11 +311,16 @@ struct IciWrite {
   std::uint32_t chip = 0;
   std::uint8_t sem = 0;
 };
-// The sequencer issues nothing after it until this chip's semaphore `sem` has counted `count`
-// arrivals that no earlier ici_wait took; it takes them. What arrived is in off-chip memory.
+// Waits until this chip's semaphore `sem` has counted `count` arrivals that no earlier ici_wait
+// took, and takes them. What arrived is in off-chip memory. bytes 0: the sequencer waits, and
+// issues nothing after it until then. bytes > 0: the core's ICI engine waits, in its order, while
+// the sequencer issues on; the wait counts as writing [dst, dst + bytes) of off-chip memory (where
+// the arrivals land), so what reads that region after it waits for it.
 struct IciWait {
   std::uint8_t sem = 0;
   std::uint32_t count = 0;
+  MemAddr dst{};
+  std::uint32_t bytes = 0;
 };
 
 // Sparse softmax cross-entropy with its gradient (TF's SparseSoftmaxCrossEntropyWithLogits), one

@@ -39,10 +39,14 @@ Unit unit_of(const Instruction& inst) {
         using T = std::decay_t<decltype(i)>;
         if constexpr (is_one_of<T, ReadHost, WriteHost>)
           return Unit{UnitKind::Dma, 0, true};
-        else if constexpr (is_one_of<T, ReadMem, WriteMem, Gather>)
+        else if constexpr (is_one_of<T, ReadMem, WriteMem>)
+          return Unit{i.ici ? UnitKind::Ici : UnitKind::Dma, 0, false};
+        else if constexpr (std::is_same_v<T, Gather>)
           return Unit{UnitKind::Dma, 0, false};
         else if constexpr (std::is_same_v<T, IciWrite>)
           return Unit{UnitKind::Ici, 0, false};
+        else if constexpr (is_one_of<T, IciWait, Sync>)  // the region forms: the ICI engine
+          return i.bytes > 0 ? Unit{UnitKind::Ici, 0, false} : Unit{};
         else if constexpr (std::is_same_v<T, ReadWeights>)
           return Unit{UnitKind::MxuWeights, i.mxu, false};
         else if constexpr (std::is_same_v<T, MatMul>)
@@ -166,6 +170,9 @@ std::vector<Access> footprint(const Instruction& inst, const FootprintContext& c
           // The far side is another chip's memory (or this one's, through the fabric): ordered
           // by the semaphores, not by this core's scoreboard.
           read(Space::UnifiedBuffer, "src", i.src.value(), i.bytes);
+        } else if constexpr (is_one_of<T, IciWait, Sync>) {
+          // The region forms: what touches the region after them waits for them.
+          if (i.bytes > 0) write(Space::OffChip, "dst", i.dst.value(), i.bytes);
         } else if constexpr (std::is_same_v<T, PoolGrad>) {
           // The geometry is the window registers' at issue; avg does not read x.
           const SetWindow& g = ctx.window;

@@ -59,10 +59,27 @@ struct InFlight {
 
 using UnitQueue = sc_core::sc_fifo<std::shared_ptr<InFlight>>;
 
+// What a unit that takes the region forms of ici_wait and sync (the ICI engine) waits on: the
+// chip's ICI semaphores and a barrier of the chip's cores' engines (separate from the
+// sequencers' sync all_cores). Both are called from the unit's SC_THREAD and return when done.
+class EngineSync {
+ public:
+  virtual ~EngineSync() = default;
+  // Waits until semaphore `sem` holds `count` arrivals no earlier take took, and takes them.
+  virtual void take(std::uint32_t sem, std::uint32_t count) = 0;
+  // Returns once every core's engine has arrived.
+  virtual void engine_barrier() = 0;
+};
+
 // A full unit queue back-pressures the sequencer. 16 entries cover the longest runs of small
 // instructions a unit receives back to back while keeping the scoreboard scan short (a
 // modelling assumption, not a published figure).
 inline constexpr int kUnitQueueDepth = 16;
+// The ICI engine's queue is deeper: it takes a whole gradient bucket's collective (its memory
+// traffic, sends, waits and barriers: hundreds of instructions) while the sequencer issues the
+// backward pass on, as a DMA engine's descriptor ring in memory would (a modelling assumption;
+// docs/systems.md, "Overlap"). With 16 entries the sequencer waited for the links.
+inline constexpr int kIciQueueDepth = 4096;
 
 struct CoreStorage {
   std::uint8_t* ub = nullptr;

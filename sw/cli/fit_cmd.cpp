@@ -34,6 +34,12 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
                 "writes mirrored back to it: the step's timing for a pod, no values "
                 "(docs/systems.md)")
       ->needs(system);
+  app->add_option("--bucket-bytes", o.bucket_bytes,
+                  "On several chips: all-reduce the gradient in buckets of at least this many "
+                  "bytes while the backward pass goes on; 0: one all-reduce after it "
+                  "(docs/systems.md, \"Overlap\")")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 30));
   app->add_option("--model", o.model, "Model (Keras-style JSON) ending in a softmax")
       ->capture_default_str();
   app->add_option("--data-dir", o.data_dir, "Fashion-MNIST directory (default: Debian's)");

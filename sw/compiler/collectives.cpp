@@ -44,6 +44,10 @@ class AllReduceEmitter {
   }
 
   void run() {
+    // Queued: every core's slot written before any core reads it (each core's barrier on slot r
+    // waits for its own writes there, the barrier for every core's).
+    if (l_.queued && l_.cores > 1)
+      for (std::uint64_t s : l_.slots) region_sync(s);
     const std::uint32_t parts = (l_.cores + 1) / 2, pair = core_ / 2;
     const bool alone = 2 * pair + 1 == l_.cores;  // no partner: both directions
     const Span part = chunk({0, l_.elements}, pair, parts);
@@ -71,13 +75,40 @@ class AllReduceEmitter {
 
  private:
   void barrier() {
-    if (l_.cores > 1) out_.push_back(isa::Sync{true});
+    if (l_.cores == 1) return;
+    if (l_.queued)
+      region_sync(l_.area);
+    else
+      out_.push_back(isa::Sync{true});
   }
+  // A barrier of the chip's cores' ICI engines over the vector at `base`.
+  void region_sync(std::uint64_t base) {
+    isa::Sync s;
+    s.all_cores = true;
+    s.dst = MemAddr(base);
+    s.bytes = static_cast<std::uint32_t>(l_.elements * kF);
+    out_.push_back(s);
+  }
+  // One arrival on `sem`, of the k values at `base` + e0 (queued: what reads them waits for it).
+  void wait(std::uint8_t sem, std::uint64_t base, std::uint64_t e0, std::uint64_t k) {
+    isa::IciWait w;
+    w.sem = sem;
+    w.count = 1;
+    if (l_.queued) {
+      w.dst = MemAddr(base + e0 * kF);
+      w.bytes = static_cast<std::uint32_t>(k * kF);
+    }
+    out_.push_back(w);
+  }
+  // Queued, the memory traffic runs on the ICI engine with the waits it follows, so that it
+  // never holds the DMA's queue, which the backward pass uses, while it waits for an arrival.
   void read_mem(std::uint64_t src, std::uint64_t dst, std::uint64_t bytes) {
-    out_.push_back(isa::ReadMem{MemAddr(src), ub(dst), static_cast<std::uint32_t>(bytes)});
+    out_.push_back(
+        isa::ReadMem{MemAddr(src), ub(dst), static_cast<std::uint32_t>(bytes), l_.queued});
   }
   void write_mem(std::uint64_t src, std::uint64_t dst, std::uint64_t bytes) {
-    out_.push_back(isa::WriteMem{ub(src), MemAddr(dst), static_cast<std::uint32_t>(bytes)});
+    out_.push_back(
+        isa::WriteMem{ub(src), MemAddr(dst), static_cast<std::uint32_t>(bytes), l_.queued});
   }
   void add(std::uint64_t a, std::uint64_t b, std::uint64_t dst, std::uint64_t count) {
     isa::Eltwise e;
@@ -153,7 +184,7 @@ class AllReduceEmitter {
         // received pieces'), so that it need not wait for the previous step's sends to leave.
         const auto [a, b] = last ? std::pair{l_.stage[0], l_.stage[2]} : buffers();
         read_mem(l_.area + e0 * kF, b, k * kF);
-        out_.push_back(isa::IciWait{sem(st, 0, dir), 1});
+        wait(sem(st, 0, dir), l_.landing[d], e0, k);
         read_mem(l_.landing[d] + e0 * kF, a, k * kF);
         add(a, b, b, k);
         if (last)
@@ -177,7 +208,7 @@ class AllReduceEmitter {
     for (std::uint32_t s = 0; s + 1 < n; ++s) {
       const std::uint32_t j = ring(std::int64_t{m} - step * (std::int64_t{s} + 1), n);
       pieces_of(half(chunk(region, j, n), dir), [&](std::uint64_t e0, std::uint64_t k) {
-        out_.push_back(isa::IciWait{sem(st, 1, dir), 1});
+        wait(sem(st, 1, dir), l_.area, e0, k);
         if (s + 2 < n) {
           const std::uint64_t b = buffers().second;
           read_mem(l_.area + e0 * kF, b, k * kF);

@@ -29,6 +29,12 @@ struct AllReduceLayout {
   // rings stream.
   std::array<std::uint64_t, 4> stage{};
   std::uint64_t stage_elements = 0;
+  // Queued (a bucket of the gradient, all-reduced while the backward pass goes on): the waits
+  // and barriers are the region forms of ici_wait and sync and the memory traffic runs on the
+  // ICI engine (docs/isa.md), which takes them in its order while the sequencer issues on; it
+  // starts with a barrier per slot (every core's slot written), so the caller needs no sync
+  // all_cores before it.
+  bool queued = false;
 };
 
 // Semaphores per chip the all-reduce uses: per core, per dimension of more than one chip, four

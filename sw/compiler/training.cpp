@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -127,12 +128,18 @@ struct BatchNormState {
   std::uint64_t constants = 0;
 };
 
+// A bucket of the gradient's all-reduce: parameters [first, end), issued after GradOp `after`
+// of the step's last pass.
+struct Bucket {
+  std::size_t first = 0, end = 0, after = 0;
+};
+
 class TrainingCompiler {
  public:
   TrainingCompiler(const ir::Graph& g, const ir::TrainingGraph& t, const nn::Weights& w,
                    const nn::Optimizer& opt, const ChipConfig& cfg, std::uint32_t global_batch,
                    ActivationHome home, std::vector<std::uint32_t> chip_dims,
-                   std::uint32_t programmed_chips)
+                   std::uint32_t programmed_chips, std::uint64_t bucket_bytes)
       : g_(g),
         t_(t),
         w_(w),
@@ -140,7 +147,8 @@ class TrainingCompiler {
         cfg_(cfg),
         global_(global_batch),
         home_(home),
-        dims_(std::move(chip_dims)) {
+        dims_(std::move(chip_dims)),
+        bucket_bytes_(bucket_bytes) {
     for (std::uint32_t d : dims_) chips_ *= d;
     programmed_ = programmed_chips == 0 ? chips_ : std::min(programmed_chips, chips_);
   }
@@ -301,12 +309,18 @@ class TrainingCompiler {
       slot_offset_.push_back(off);
       off += elements(p) * kF;
     }
+    plan_buckets();
     if (chips_ > 1) {
       // The chip's sums, reduced in place over the chips; a landing area per reduce-scatter
       // stage, at the sums' offsets (docs/systems.md, "All-reduce").
       L_.all_reduce = mem_take(grad_bytes_);
       for (std::uint32_t d : dims_) landing_.push_back(d > 1 ? mem_take(grad_bytes_) : 0);
     }
+    // LARS on one chip of several cores: per core, where its norm pass leaves the replicas' sum
+    // of a tensor of several pieces for the step pass to read back, so that the slots are read
+    // and added once (several chips read the all-reduce area twice; one core its own sums).
+    if (chips_ == 1 && L_.cores > 1 && lars_resums())
+      for (std::uint32_t r = 0; r < L_.cores; ++r) lars_sums_.push_back(mem_take(grad_bytes_));
     check_memory();
   }
 
@@ -1155,6 +1169,7 @@ class TrainingCompiler {
     for (std::uint64_t s = 0; s < L_.share; s += L_.micro_batch) {
       const auto n =
           static_cast<std::uint32_t>(std::min<std::uint64_t>(L_.micro_batch, L_.share - s));
+      final_pass_ = s + L_.micro_batch >= L_.share;
       emit_pass(out, first + s, n, train);
     }
   }
@@ -1180,10 +1195,15 @@ class TrainingCompiler {
     ready_.clear();
     bn_sums_.clear();
     for (std::size_t i = 0; i < g_.ops.size(); ++i) forward(out, i, n);
-    for (const ir::GradOp& o : t_.ops) {
-      backward(out, o, n);
+    for (std::size_t i = 0; i < t_.ops.size(); ++i) {
+      backward(out, t_.ops[i], n);
       if (!train) break;  // evaluation: the loss records only
+      if (!final_pass_) continue;
+      for (const Bucket& b : buckets_)
+        if (b.after == i) emit_bucket(b);
+      drip(out, t_.ops.size() - 1 - i);
     }
+    drip(out, 0);  // what is left, after the backward pass
     tag(out, 0);
     out.push_back(isa::WriteHost{ub(out_records_ub_),
                                  HostAddr(L_.records_addr + image * kRecordBytes),
@@ -1827,22 +1847,26 @@ class TrainingCompiler {
   // part of the gradient over the chip's cores and all-reduces it over the chips (below); the
   // update then reads the total.
   void emit_exchange_and_update(Code& out) {
-    tag(out, exchange_tag());
     const bool cores = L_.cores > 1, chips = chips_ > 1;
-    if (cores || chips) {
+    tag(out, buckets_.empty() || !chips ? exchange_tag() : update_tag());
+    // With buckets the all-reduce went on during the backward pass (emit_bucket): the update's
+    // reads of the area wait for the last barrier over their bucket.
+    if (buckets_.empty() && (cores || chips)) {
       for (std::size_t k = 0; k < t_.parameters.size(); ++k)
         if (grad_ub_[k] != kNone)
           write_mem(out, grad_ub_[k], L_.exchange[core_] + slot_offset_[k],
                     elements(t_.parameters[k]) * kF);
       if (cores) out.push_back(isa::Sync{true});
     }
-    if (chips) emit_all_reduce(out);  // ends with every core's part in the all-reduce area
+    if (chips && buckets_.empty()) emit_all_reduce(out);  // every core's part in the area
     const std::uint64_t g = stage_ub_[0], w = stage_ub_[1], m = stage_ub_[2], v = stage_ub_[3];
     // The step's gradient of a piece: the chips' total, the replicas' sum, or the replica's own;
     // where it lies in the unified buffer.
     const auto gradient = [&](std::size_t k, std::uint64_t e0, std::uint64_t n) {
       const std::uint64_t bytes = n * kF, at = slot_offset_[k] + e0 * kF;
-      tag(out, exchange_tag());
+      // Several chips: the all-reduce has ended with the total in this chip's area, and reading
+      // it is the update's, as reading its own sums is on one core.
+      tag(out, chips ? update_tag() : exchange_tag());
       if (chips) {
         read_mem(out, L_.all_reduce + at, g, bytes);
       } else if (cores) {
@@ -1863,14 +1887,19 @@ class TrainingCompiler {
       const bool lars = opt_.kind == nn::OptimizerKind::Lars;
       const bool scaled = lars && nn::lars_scales(t_.parameters[k].param);
       // LARS's norms need the whole tensor before its first piece's step: a tensor of several
-      // pieces is read once more for them (its gradient summed again), one of one piece is
-      // reduced as it lies staged for the step.
+      // pieces is read once more for them, one of one piece is reduced as it lies staged for
+      // the step. On one chip of several cores the norm pass writes each piece's sum of the
+      // replicas' slots to the core's LARS area and the step pass reads it back from there,
+      // so the slots are read and added once (the exchange); the write and the read back are
+      // the update's.
       const bool one_piece = h.elements <= stage_elems_;
+      const bool saved = scaled && !one_piece && !lars_sums_.empty();
       if (scaled && !one_piece) {
         for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
           const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
           const std::uint64_t grad = gradient(k, e0, n);
           tag(out, update_tag());
+          if (saved) write_mem(out, grad, lars_sums_[core_] + slot_offset_[k] + e0 * kF, n * kF);
           read_mem(out, h.w + e0 * kF, w, n * kF);
           lars_lane_sums(out, w, grad, n, e0 > 0);
         }
@@ -1879,7 +1908,13 @@ class TrainingCompiler {
       for (std::uint64_t e0 = 0; e0 < h.elements; e0 += stage_elems_) {
         const std::uint64_t n = std::min(stage_elems_, h.elements - e0);
         const std::uint64_t bytes = n * kF;
-        const std::uint64_t grad = gradient(k, e0, n);
+        std::uint64_t grad = g;
+        if (saved) {  // LARS's own work, not the exchange's
+          tag(out, update_tag());
+          read_mem(out, lars_sums_[core_] + slot_offset_[k] + e0 * kF, g, bytes);
+        } else {
+          grad = gradient(k, e0, n);
+        }
         tag(out, update_tag());
         read_mem(out, h.w + e0 * kF, w, bytes);
         if (h.m) read_mem(out, h.m + e0 * kF, m, bytes);
@@ -1910,7 +1945,7 @@ class TrainingCompiler {
       }
     }
     if (cores) {
-      tag(out, exchange_tag());
+      tag(out, chips ? update_tag() : exchange_tag());
       out.push_back(isa::Sync{true});
     }
   }
@@ -1945,16 +1980,92 @@ class TrainingCompiler {
   }
   static constexpr std::uint64_t kLanes = numerics::kLarsNormLanes;
 
-  // The all-reduce over the chips (sw/compiler/collectives.h): every core's slot in, the
-  // chips' total in the all-reduce area out.
-  void emit_all_reduce(Code& out) {
+  // The buckets (docs/systems.md, "Overlap"): the parameters taken in the order the backward
+  // pass finishes their gradients (the last GradOp that writes each), from the last parameter
+  // to the first, a bucket closing once it holds at least bucket_bytes_; each bucket is a run of
+  // parameters, so its gradients lie together in the slots. A bucket is issued after the GradOp
+  // that finishes the last of its gradients. One bucket is the plain all-reduce: none.
+  void plan_buckets() {
+    if (chips_ == 1 || bucket_bytes_ == 0 || t_.parameters.empty()) return;
+    std::vector<std::size_t> done(t_.parameters.size(), 0);
+    for (std::size_t i = 0; i < t_.ops.size(); ++i) {
+      const TensorId& o = t_.ops[i].output;
+      if (o.role != Role::ParameterGradient) continue;
+      for (std::size_t k = 0; k < t_.parameters.size(); ++k)
+        if (t_.parameters[k].op == o.op && t_.parameters[k].param == o.param) done[k] = i;
+    }
+    std::vector<Bucket> b;
+    std::uint64_t bytes = 0;
+    for (std::size_t k = t_.parameters.size(); k-- > 0;) {
+      if (b.empty() || bytes >= bucket_bytes_) {
+        b.push_back({k, k + 1, done[k]});
+        bytes = 0;
+      }
+      b.back().first = k;
+      b.back().after = std::max(b.back().after, done[k]);
+      bytes += elements(t_.parameters[k]) * kF;
+    }
+    if (b.size() < 2) return;
+    buckets_ = b;
+    for (std::size_t j = buckets_.size(); j-- > 0;)
+      L_.buckets.push_back(
+          (slot_offset_[buckets_[j].end - 1] + elements(t_.parameters[buckets_[j].end - 1]) * kF) /
+          kF);
+  }
+
+  // A bucket's gradients into the core's slot (those the unified buffer holds; a kernel's
+  // off-chip sum is there already) and its all-reduce, queued: the ICI engine takes its waits
+  // and barriers while the sequencer issues the rest of the backward pass.
+  // The bucket's instructions go to pending_, which drip() hands out among the backward pass's.
+  void emit_bucket(const Bucket& b) {
+    Code code;
+    for (std::size_t k = b.first; k < b.end; ++k)
+      if (grad_ub_[k] != kNone)
+        write_mem(code, grad_ub_[k], L_.exchange[core_] + slot_offset_[k],
+                  elements(t_.parameters[k]) * kF);
+    const std::uint64_t at = slot_offset_[b.first];
+    const std::uint64_t end = slot_offset_[b.end - 1] + elements(t_.parameters[b.end - 1]) * kF;
+    emit_all_reduce(code, at / kF, end / kF);
+    for (isa::Instruction& i : code) {
+      pending_adds_ += std::holds_alternative<isa::Eltwise>(i) ? 1 : 0;
+      pending_.push_back(std::move(i));
+    }
+  }
+
+  // After a backward operation with `left` more to come: the pending buckets' instructions up
+  // to their next ⌈2 · adds / left⌉ eltwise adds (all of them when none is left), so that their
+  // adds reach the vector unit spread over the first half of the backward pass's rest instead of
+  // all at once. The vector unit runs in order, and an add waits there for the arrival it adds:
+  // a bucket's adds issued together would hold the backward pass's vector work behind them for
+  // the whole all-reduce. The bucket's own order is kept; only the backward pass's instructions
+  // come between.
+  void drip(Code& out, std::size_t left) {
+    if (pending_.empty()) return;
+    tag(out, exchange_tag());
+    std::uint64_t adds = left == 0 ? pending_adds_ : (2 * pending_adds_ + left - 1) / left;
+    while (!pending_.empty()) {
+      const bool add = std::holds_alternative<isa::Eltwise>(pending_.front());
+      if (add && adds == 0) break;
+      if (add) --adds, --pending_adds_;
+      out.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
+  }
+
+  // The all-reduce over the chips (sw/compiler/collectives.h): every core's slot in, the chips'
+  // total in the all-reduce area out. A bucket: the elements [first, end) only, as a vector of
+  // their own (its addresses offset), queued.
+  void emit_all_reduce(Code& out, std::uint64_t first = 0, std::uint64_t end = 0) {
+    const bool bucket = end > first;
+    const std::uint64_t off = first * kF;
     AllReduceLayout l;
     l.dims = dims_;
     l.cores = L_.cores;
-    l.elements = grad_bytes_ / kF;
-    l.slots.assign(L_.exchange.begin(), L_.exchange.begin() + L_.cores);
-    l.area = L_.all_reduce;
-    l.landing = landing_;
+    l.elements = bucket ? end - first : grad_bytes_ / kF;
+    for (std::uint32_t r = 0; r < L_.cores; ++r) l.slots.push_back(L_.exchange[r] + off);
+    l.area = L_.all_reduce + off;
+    for (std::uint64_t a : landing_) l.landing.push_back(a ? a + off : 0);
+    l.queued = bucket;
     std::copy(std::begin(stage_ub_), std::end(stage_ub_), l.stage.begin());
     l.stage_elements = stage_elems_;
     if (const std::uint64_t sems = all_reduce_semaphores(l); sems > isa::kIciSemaphores) {
@@ -1968,6 +2079,15 @@ class TrainingCompiler {
     compiler::emit_all_reduce(l, chip_, core_, out);
   }
 
+  // Whether a tensor LARS scales has several pieces (elements > the staging buffers', which are
+  // kStageElements once any tensor is larger): the norm pass reads its gradient too.
+  bool lars_resums() const {
+    if (opt_.kind != nn::OptimizerKind::Lars) return false;
+    for (const TensorId& p : t_.parameters)
+      if (nn::lars_scales(p.param) && elements(p) > kStageElements) return true;
+    return false;
+  }
+
   static constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
 
   const ir::Graph& g_;
@@ -1979,8 +2099,14 @@ class TrainingCompiler {
   std::uint32_t programmed_ = 1;  // chips with programs (0 .. programmed_ - 1)
   const ActivationHome home_;
   const std::vector<std::uint32_t> dims_;  // the chips' torus; empty: one chip
+  const std::uint64_t bucket_bytes_;       // 0: no buckets
+  // The all-reduce's buckets (plan_buckets). Empty: one all-reduce after the backward pass.
+  std::vector<Bucket> buckets_;
+  std::deque<isa::Instruction> pending_;  // issued buckets' instructions not yet emitted
+  std::uint64_t pending_adds_ = 0;        // their eltwise adds
   std::uint32_t chips_ = 1;
-  std::vector<std::uint64_t> landing_;  // per dimension: its reduce-scatter's landing area
+  std::vector<std::uint64_t> landing_;    // per dimension: its reduce-scatter's landing area
+  std::vector<std::uint64_t> lars_sums_;  // per core: LARS's saved sums (see the update)
   TrainingLayout L_;
   TrainingProgram P_;
   std::string resident_failure_;
@@ -2008,7 +2134,7 @@ class TrainingCompiler {
 
   // While a program is emitted.
   std::uint32_t replica_ = 0, core_ = 0, chip_ = 0, tag_ = 0, next_mxu_ = 0, half_ = 0;
-  bool train_ = true, last_pass_ = false;
+  bool train_ = true, last_pass_ = false, final_pass_ = false;
   std::vector<std::uint32_t> parity_;
   std::set<std::pair<Tensor, DType>> ready_;  // copies made in this pass
   // Forward fusion (plan_fusion): per operation, whether its output stays in the unified buffer,
@@ -2025,8 +2151,10 @@ TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
                                  ActivationHome home, const std::vector<std::uint32_t>& chip_dims,
-                                 std::uint32_t programmed_chips) {
-  return TrainingCompiler(g, t, w, opt, cfg, global_batch, home, chip_dims, programmed_chips).run();
+                                 std::uint32_t programmed_chips, std::uint64_t bucket_bytes) {
+  return TrainingCompiler(g, t, w, opt, cfg, global_batch, home, chip_dims, programmed_chips,
+                          bucket_bytes)
+      .run();
 }
 
 }  // namespace tpu::compiler

@@ -59,8 +59,13 @@ struct TrainingLayout {
   std::vector<std::vector<Home>> params;  // [core][parameter]
   std::vector<std::uint64_t> exchange;    // [core]: its gradient sums, parameters in order
   std::uint64_t all_reduce = 0;           // several chips: the chip's sums, then the total
+  // Several chips, overlap: the gradient's buckets (docs/systems.md, "Overlap"), each the element
+  // where one ends, ascending, the last the gradient's size; each all-reduced on its own
+  // (sw/nn/all_reduce.h) as soon as the last pass's backward has finished its gradients. Empty:
+  // one all-reduce after the backward pass.
+  std::vector<std::uint64_t> buckets;
   [[nodiscard]] nn::TrainPlan plan() const {
-    return {tile_rows, replicas, micro_batch, kernel_chunk, chip_dims};
+    return {tile_rows, replicas, micro_batch, kernel_chunk, chip_dims, buckets};
   }
   [[nodiscard]] std::uint32_t chips() const { return replicas / cores; }
 };
@@ -81,12 +86,16 @@ struct TrainingProgram {
 
 // `programmed_chips`: programs (and host room for images) only for the first chips' cores, the
 // rest of the system's replicas taken as identical to them (fit's scale-out mode); 0: every chip.
+// `bucket_bytes`: on several chips, the gradient's all-reduce in buckets of at least this many
+// bytes, each issued as soon as the backward pass has finished its gradients (docs/systems.md,
+// "Overlap"); 0, or a gradient that makes one bucket: one all-reduce after the backward pass.
 // Throws InputError naming the model and what does not fit or cannot be lowered yet.
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
                                  ActivationHome home = ActivationHome::kAuto,
                                  const std::vector<std::uint32_t>& chip_dims = {},
-                                 std::uint32_t programmed_chips = 0);
+                                 std::uint32_t programmed_chips = 0,
+                                 std::uint64_t bucket_bytes = 0);
 
 }  // namespace tpu::compiler

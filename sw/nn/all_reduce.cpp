@@ -1,5 +1,7 @@
 #include "sw/nn/all_reduce.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <stdexcept>
 
 namespace tpu::nn {
@@ -95,6 +97,27 @@ std::vector<float> all_reduce(const std::vector<std::vector<float>>& grads, std:
     }
     for (std::uint64_t chip = 0; chip < chips; ++chip)
       for (std::uint64_t e = region[chip].begin; e < region[chip].end; ++e) out[e] = h[chip][e];
+  }
+  return out;
+}
+
+std::vector<float> all_reduce(const std::vector<std::vector<float>>& grads, std::uint32_t cores,
+                              const std::vector<std::uint32_t>& dims,
+                              const std::vector<std::uint64_t>& ends) {
+  if (ends.empty()) return all_reduce(grads, cores, dims);
+  const std::uint64_t size = grads.empty() ? 0 : grads[0].size();
+  if (ends.back() != size)
+    throw std::invalid_argument("all_reduce: the last bucket does not end at the vectors' end");
+  std::vector<float> out(size);
+  std::uint64_t begin = 0;
+  for (std::uint64_t end : ends) {
+    if (end <= begin) throw std::invalid_argument("all_reduce: buckets must be ascending");
+    std::vector<std::vector<float>> bucket;
+    for (const std::vector<float>& g : grads)
+      bucket.emplace_back(g.begin() + std::ptrdiff_t(begin), g.begin() + std::ptrdiff_t(end));
+    const std::vector<float> sum = all_reduce(bucket, cores, dims);
+    std::copy(sum.begin(), sum.end(), out.begin() + std::ptrdiff_t(begin));
+    begin = end;
   }
   return out;
 }

@@ -21,6 +21,12 @@
 //
 // Cuts: a region [a, b) of L elements into n chunks, chunk j = [a + floor(j L / n), a +
 // floor((j + 1) L / n)); a chunk [c, d) into halves [c, c + floor((d - c) / 2)) and the rest.
+//
+// Buckets (fit's overlap of the all-reduce with the backward pass): the gradient is cut into
+// contiguous buckets, and each bucket is all-reduced on its own as the whole vector above: its
+// parts, chunks and halves are cut from the bucket. On rings of two chips an element's sum does
+// not depend on the cuts (a + b = b + a); on longer rings the member that starts it does, so
+// bucketed sums may differ from unbucketed ones in the last bits.
 #pragma once
 
 #include <cstdint>
@@ -32,5 +38,10 @@ namespace tpu::nn {
 // replicas of `dims` chips (its product; an empty `dims` is one chip) of `cores` cores each.
 std::vector<float> all_reduce(const std::vector<std::vector<float>>& grads, std::uint32_t cores,
                               const std::vector<std::uint32_t>& dims);
+// The same in buckets: `ends` holds the element where each bucket ends, ascending, the last the
+// vectors' length; empty: one bucket.
+std::vector<float> all_reduce(const std::vector<std::vector<float>>& grads, std::uint32_t cores,
+                              const std::vector<std::uint32_t>& dims,
+                              const std::vector<std::uint64_t>& ends);
 
 }  // namespace tpu::nn

@@ -820,7 +820,7 @@ StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const Tra
   if (plan.replicas % chips != 0)
     throw std::invalid_argument(fmt::format(
         "training reference: {} replicas do not split over {} chips", plan.replicas, chips));
-  const Tensor total = all_reduce(flat, plan.replicas / chips, plan.chip_dims);
+  const Tensor total = all_reduce(flat, plan.replicas / chips, plan.chip_dims, plan.buckets);
   ++s.iterations;
   std::size_t at = 0;
   for (std::size_t k = 0; k < t.parameters.size(); ++k) {

@@ -29,6 +29,8 @@ struct TrainPlan {
   // The chips the replicas lie on, as the dimensions of their torus (all_reduce.h); empty: one
   // chip, whose cores are the replicas.
   std::vector<std::uint32_t> chip_dims{};
+  // The all-reduce's buckets (all_reduce.h): the element where each ends; empty: one.
+  std::vector<std::uint64_t> buckets{};
 };
 
 enum class OptimizerKind { Sgd, Momentum, Adam, Lars };

@@ -348,6 +348,16 @@ std::string fit_markdown(const ordered_json& fit) {
   for (const auto& [part, c] : last.at("split_cycles").items())
     s += md_row({part, thousands(c.get<double>()),
                  fmt::format("{:.1f}", 100 * ratio(c.get<double>(), cycles))});
+  if (last.contains("all_reduce")) {
+    const auto& a = last.at("all_reduce");
+    s += fmt::format(
+        "\nThe gradient's all-reduce ({} bucket{}{}): busy {} cycles, exposed {} (not "
+        "overlapped with other work), hidden {} = {:.1f}% (docs/systems.md, \"Overlap\").\n",
+        a.at("buckets").get<std::uint64_t>(), a.at("buckets").get<std::uint64_t>() == 1 ? "" : "s",
+        a.at("overlap").get<bool>() ? ", overlapping the backward pass" : "",
+        thousands(num(a, "cycles")), thousands(num(a, "exposed_cycles")),
+        thousands(num(a, "hidden_cycles")), 100 * num(a, "hidden_share"));
+  }
   s += "\nPer tag (rates over each row's span, docs/report.md):\n\n" +
        layers_markdown(last.at("layers"), cycles);
   return s;

@@ -112,6 +112,10 @@ struct StepLog {
   std::array<double, kParts> parts{};  // cycles, averaged over the cores: they add up to `cycles`
   double energy_j = 0;
   std::uint64_t ici_bytes = 0;  // carried by the ICI links, each link's bytes counted
+  // The gradient exchange's work (the communication part's tags), averaged over the cores:
+  // cycles it kept a unit busy or its sequencer waiting, and of those the cycles nothing else
+  // ran (Counters::busy_cycles, exposed_cycles; docs/systems.md, "Overlap").
+  double all_reduce = 0, exposed = 0;
 };
 
 class Fit {
@@ -165,9 +169,10 @@ class Fit {
                       : opt_.activations == FitOptions::Activations::kOffChip
                           ? compiler::ActivationHome::kOffChip
                           : compiler::ActivationHome::kAuto;
-    prog_ = compiler::compile_training(
-        g_, t_, w0, opt_.optimizer, cfg_, batch_, home,
-        sys_.chips() > 1 ? sys_.ici.dims : std::vector<std::uint32_t>{}, scale_out_ ? 1 : 0);
+    prog_ =
+        compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_, home,
+                                   sys_.chips() > 1 ? sys_.ici.dims : std::vector<std::uint32_t>{},
+                                   scale_out_ ? 1 : 0, opt_.bucket_bytes);
     // The images the host feeds each step: the batch, or the representative chip's share of it.
     fed_ = prog_.layout.programmed * prog_.layout.share;
     if (check_) ref_ = nn::initial_state(g_, t_, w0, opt_.optimizer);
@@ -378,6 +383,10 @@ class Fit {
                       share({Part::Forward, Part::Loss, Part::Backward}),
                       share({Part::Communication}), share({Part::Infeed}), share({Part::Update}));
     }
+    // Buckets: how much of the all-reduce the backward pass hid, in the epoch's last step.
+    if (!prog_.layout.buckets.empty() && !steps_.empty() && steps_.back().all_reduce > 0)
+      split += fmt::format(", {:.1f}% of it hidden",
+                           100.0 * (1.0 - steps_.back().exposed / steps_.back().all_reduce));
     std::string line = fmt::format("{}/{} - {:.3f} ms/step (simulated{})", opt_.steps_per_epoch,
                                    opt_.steps_per_epoch, ms, split);
     if (scale_out_) {
@@ -475,9 +484,14 @@ class Fit {
   void log_step(const LayerCounters& counters, Cycle cycles) {
     StepLog st;
     st.cycles = cycles;
-    for (const auto& [tag, c] : counters.by_layer())
+    for (const auto& [tag, c] : counters.by_layer()) {
       st.parts[static_cast<std::size_t>(part_of(tag))] +=
           static_cast<double>(c.cycles) / all_.tensor_cores;
+      if (part_of(tag) != Part::Communication) continue;
+      // Per core (scale-out's counters count the representative once per chip).
+      st.all_reduce += static_cast<double>(c.busy_cycles) / all_.tensor_cores;
+      st.exposed += static_cast<double>(c.exposed_cycles) / all_.tensor_cores;
+    }
     st.energy_j =
         energy_of(all_.energy, counters.total(), seconds(static_cast<double>(cycles))).total_j();
     EpochLog& e = epochs_.back();
@@ -669,6 +683,10 @@ class Fit {
                        {"utilization", flops / 2 / (peak_macs * cycles)},
                        {"energy_j", steps_[i].energy_j},
                        {"ici_bytes", steps_[i].ici_bytes}});
+        if (sys_.chips() > 1) {
+          per.back()["all_reduce_cycles"] = steps_[i].all_reduce;
+          per.back()["exposed_all_reduce_cycles"] = steps_[i].exposed;
+        }
       }
       j["per_step"] = per;
       if (steps_.size() > 1) j["steady_state"] = steady_state_json(flops);
@@ -713,6 +731,19 @@ class Fit {
             {"simulated_seconds", static_cast<double>(steps) * step_s}};
   }
 
+  // How the gradient's all-reduce went (docs/systems.md, "Overlap"): its buckets, the cycles
+  // its work took and the part of them the backward pass hid.
+  ordered_json all_reduce_json(const StepLog& st) const {
+    const std::vector<std::uint64_t>& b = prog_.layout.buckets;
+    return {{"bucket_bytes", opt_.bucket_bytes},
+            {"buckets", b.empty() ? 1 : b.size()},
+            {"overlap", !b.empty()},
+            {"cycles", st.all_reduce},
+            {"exposed_cycles", st.exposed},
+            {"hidden_cycles", st.all_reduce - st.exposed},
+            {"hidden_share", st.all_reduce > 0 ? 1.0 - st.exposed / st.all_reduce : 0.0}};
+  }
+
   static ordered_json parts_json(const std::array<double, kParts>& parts) {
     ordered_json j;
     for (std::size_t k = 0; k < kParts; ++k) j[kPartNames[k]] = parts[k];
@@ -729,6 +760,7 @@ class Fit {
     j["step"] = steps_.size();
     j["cycles"] = st.cycles;
     j["split_cycles"] = parts_json(st.parts);
+    if (sys_.chips() > 1) j["all_reduce"] = all_reduce_json(st);
     j["flops"] = 2.0 * static_cast<double>(macs);
     j["tflops"] = 2.0 * static_cast<double>(macs) / seconds(cycles) / 1e12;
     j.update(activity_json(all_, last_counters_.total(), cycles, cycles, batch_, macs));

@@ -40,6 +40,11 @@ struct FitOptions {
   // simulated, its peers taken as identical and its ICI writes mirrored back to it: timing only
   // (no check, no loss, accuracy or validation).
   bool scale_out = false;
+  // On several chips, the gradient's all-reduce in buckets of at least this many bytes, each
+  // issued as soon as the backward pass has finished its gradients, so that it overlaps the rest
+  // of the backward pass (docs/systems.md, "Overlap"); 0: one all-reduce after the backward
+  // pass. 25 MiB is PyTorch DistributedDataParallel's default bucket (bucket_cap_mb).
+  std::uint64_t bucket_bytes = std::uint64_t{25} << 20;
   // Time to train (docs/training.md, "Time to train"): this many epochs of `dataset_images`
   // images (0: the training images fit reads; random inputs need it given) at the median step.
   std::uint32_t epochs_to_train = 0;

@@ -376,6 +376,23 @@ TEST(FitLars, ATensorOfSeveralPiecesStepsWithTheWholeTensorsNorms) {
   EXPECT_THAT(r.out, HasSubstr("2/2 - "));
 }
 
+// LARS's norm pass reads a tensor of several pieces before its step pass does; on a chip of two
+// cores the norm pass sums the cores' slots once and writes the sum back for the step pass, so
+// the exchange's work (the communication part of the split) is momentum's, not twice it: the
+// tutorial's first Dense kernel is 17 pieces.
+TEST(FitLars, ATensorOfSeveralPiecesIsExchangedOnce) {
+  const std::string args = " --steps 2 --batch 64 --learning-rate 0.01 --optimizer ";
+  const auto lars = v3_report("lars-once", args + "lars");
+  const auto momentum = v3_report("momentum-once", args + "momentum");
+  ASSERT_FALSE(lars.is_null());
+  ASSERT_FALSE(momentum.is_null());
+  EXPECT_EQ(lars["checked"], true);
+  const auto comm = [](const nlohmann::json& j) {
+    return j["step"]["last"]["split_cycles"]["communication"].get<double>();
+  };
+  EXPECT_EQ(comm(lars), comm(momentum));
+}
+
 // --weight-decay and --lars-eta are LARS's: with another optimizer, or out of their range, one
 // line and status 2.
 TEST(FitLars, ItsFlagsNeedLarsAndAValueInRange) {

@@ -29,6 +29,7 @@ struct Case {
   const char* model;
   int batch;
   const char* optimizer = "adam";
+  const char* bucket_bytes = nullptr;  // --bucket-bytes; none: the default
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.system << " " << c.model; }
@@ -44,8 +45,9 @@ nlohmann::json fit(const Case& c, const std::string& mode, test::CliResult* out 
   const auto r = test::run_tpusim(
       "fit --system " + source(std::string("configs/systems/") + c.system + ".json") + " --model " +
       source(std::string("configs/models/") + c.model + ".json") + " --steps 2 --batch " +
-      std::to_string(c.batch) + " --optimizer " + c.optimizer + " --no-check " + mode + " --json " +
-      file.string());
+      std::to_string(c.batch) + " --optimizer " + c.optimizer + " --no-check " + mode +
+      (c.bucket_bytes ? std::string(" --bucket-bytes ") + c.bucket_bytes : std::string()) +
+      " --json " + file.string());
   if (out) *out = r;
   if (r.status != 0) {
     ADD_FAILURE() << r.out;
@@ -80,29 +82,39 @@ TEST_P(FitScaleOut, TakesTheStepTimeOfEveryChipWithinOnePercent) {
               a["split_cycles"]["communication"].get<double>(),
               b["split_cycles"]["communication"].get<double>());
   EXPECT_NEAR(one, full, 0.01 * full);
-  // The chip's own work does not depend on its peers: only the all-reduce may differ.
-  for (const char* part : {"infeed", "forward", "loss", "backward", "update"})
+  // The all-reduce's work and what the backward pass hid of it (docs/systems.md, "Overlap").
+  EXPECT_EQ(b["all_reduce"]["buckets"], a["all_reduce"]["buckets"]);
+  EXPECT_NEAR(b["all_reduce"]["exposed_cycles"].get<double>(),
+              a["all_reduce"]["exposed_cycles"].get<double>(), 0.01 * full);
+  // The chip's own work does not depend on its peers: only the all-reduce may differ, and the
+  // update, whose first reads of the all-reduced total and last barrier wait for it.
+  for (const char* part : {"infeed", "forward", "loss", "backward"})
     EXPECT_EQ(b["split_cycles"][part], a["split_cycles"][part]) << part;
+  EXPECT_NEAR(b["split_cycles"]["update"].get<double>(), a["split_cycles"]["update"].get<double>(),
+              0.01 * full);
   EXPECT_GT(b["split_cycles"]["communication"].get<double>(), 0.0);
   // Rates and energy count every chip, the representative's activity taken for each.
   EXPECT_NEAR(b["energy_j"].get<double>(), a["energy_j"].get<double>(),
               0.02 * a["energy_j"].get<double>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Slices, FitScaleOut,
-                         ::testing::Values(Case{"v2-8", "fashion_mnist_cnn", 1000},
-                                           Case{"v3-8", "fashion_mnist_cnn", 1000},
-                                           Case{"v4-8", "fashion_mnist_cnn", 1000},
-                                           Case{"v3-32", "fashion_mnist_cnn", 1024},
-                                           Case{"v3-8", "resnet_mini", 64},
-                                           Case{"v3-8", "resnet_mini", 64, "lars"}),
-                         [](const auto& p) {
-                           std::string n = std::string(p.param.system) + "_" + p.param.model;
-                           if (std::string(p.param.optimizer) != "adam")
-                             n += std::string("_") + p.param.optimizer;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Slices, FitScaleOut,
+    ::testing::Values(Case{"v2-8", "fashion_mnist_cnn", 1000},
+                      Case{"v3-8", "fashion_mnist_cnn", 1000},
+                      Case{"v4-8", "fashion_mnist_cnn", 1000},
+                      Case{"v3-32", "fashion_mnist_cnn", 1024}, Case{"v3-8", "resnet_mini", 64},
+                      Case{"v3-8", "resnet_mini", 64, "lars"},
+                      // Buckets: the all-reduce overlaps the backward pass.
+                      Case{"v2-8", "fashion_mnist_cnn", 1000, "adam", "262144"},
+                      Case{"v3-8", "fashion_mnist_cnn", 1000, "adam", "262144"}),
+    [](const auto& p) {
+      std::string n = std::string(p.param.system) + "_" + p.param.model;
+      if (std::string(p.param.optimizer) != "adam") n += std::string("_") + p.param.optimizer;
+      if (p.param.bucket_bytes) n += "_buckets";
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
+    });
 
 TEST(FitScaleOut, NeedsASystem) {
   const auto r =

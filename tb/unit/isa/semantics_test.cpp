@@ -95,6 +95,30 @@ TEST(Semantics, SequencerInstructionsTouchNothing) {
     EXPECT_TRUE(footprint(i, context()).empty());
 }
 
+// The region forms of ici_wait and sync (bytes > 0) and read_mem / write_mem with `ici` run on
+// the ICI engine; the region forms count as writing their region, so what touches it after them
+// waits for them while the sequencer issues on.
+TEST(Semantics, RegionWaitsAndBarriersAndIciTransfersRunOnTheIciEngine) {
+  IciWait w;
+  w.sem = 3, w.count = 1, w.dst = MemAddr(0x8000), w.bytes = 256;
+  Sync s;
+  s.all_cores = true, s.dst = MemAddr(0x4000), s.bytes = 64;
+  ReadMem rm;
+  rm.src = MemAddr(0x8000), rm.dst = UbAddr(0x40), rm.bytes = 256, rm.ici = true;
+  WriteMem wm;
+  wm.src = UbAddr(0x40), wm.dst = MemAddr(0x4000), wm.bytes = 64, wm.ici = true;
+  for (const Instruction& i : {Instruction(w), Instruction(s), Instruction(rm), Instruction(wm)})
+    EXPECT_EQ(unit_of(i).kind, UnitKind::Ici) << to_string(i);
+  EXPECT_EQ(ranges(w), (std::vector<Range>{{Space::OffChip, 0x8000, 0x8100, true, "dst"}}));
+  EXPECT_EQ(ranges(s), (std::vector<Range>{{Space::OffChip, 0x4000, 0x4040, true, "dst"}}));
+  EXPECT_EQ(ranges(rm), (std::vector<Range>{{Space::UnifiedBuffer, 0x40, 0x140, true, "dst"},
+                                            {Space::OffChip, 0x8000, 0x8100, false, "src"}}));
+  // The plain forms stay the sequencer's and the DMA's.
+  EXPECT_EQ(unit_of(IciWait{}).kind, UnitKind::Sequencer);
+  EXPECT_EQ(unit_of(Sync{true}).kind, UnitKind::Sequencer);
+  EXPECT_EQ(unit_of(ReadMem{}).kind, UnitKind::Dma);
+}
+
 TEST(Semantics, TransfersReadTheirSourceAndWriteTheirDestination) {
   ReadHost rh;
   rh.src = HostAddr(0x1000), rh.dst = UbAddr(0x40), rh.bytes = 100;

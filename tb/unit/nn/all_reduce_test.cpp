@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace tpu::nn {
@@ -81,6 +83,39 @@ TEST(AllReduce, ATwoDimensionalTorusReducesDimensionZeroFirst) {
   // second half {0} travels - from member 1: (s(1) + s(0)).
   const float y0 = h(2, 0) + h(0, 0), y1 = h(3, 0) + h(1, 0);
   EXPECT_EQ(sum[0], y1 + y0);
+}
+
+// Buckets: each bucket all-reduced as a vector of its own. On rings of two chips (v2-8, v3-8:
+// 2 x 2) every element's sum is the same whichever cuts it lies in (a + b = b + a), so bucketed
+// and unbucketed sums agree bit for bit; on a ring of 3 the member that starts an element's sum
+// follows the bucket's cuts.
+TEST(AllReduce, BucketsOnRingsOfTwoLeaveEverySumAsItWas) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Grads g(8, std::vector<float>(1000));
+  for (auto& v : g)
+    for (float& x : v) x = u(rng) * std::pow(10.0f, u(rng) * 4);
+  const std::vector<float> whole = all_reduce(g, 2, {2, 2});
+  const std::vector<float> bucketed = all_reduce(g, 2, {2, 2}, {333, 334, 900, 1000});
+  for (std::size_t e = 0; e < whole.size(); ++e) ASSERT_EQ(bucketed[e], whole[e]) << e;
+}
+
+TEST(AllReduce, EachBucketIsCutAsAVectorOfItsOwn) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Grads g(3, std::vector<float>(12));
+  for (auto& v : g)
+    for (float& x : v) x = u(rng) * std::pow(10.0f, u(rng) * 6);
+  const std::vector<float> bucketed = all_reduce(g, 1, {3}, {5, 12});
+  for (const auto& [begin, end] : {std::pair{0, 5}, std::pair{5, 12}}) {
+    Grads part;
+    for (const auto& v : g) part.emplace_back(v.begin() + begin, v.begin() + end);
+    const std::vector<float> own = all_reduce(part, 1, {3});
+    for (int e = begin; e < end; ++e)
+      EXPECT_EQ(bucketed[std::size_t(e)], own[std::size_t(e - begin)]) << e;
+  }
+  EXPECT_THROW(all_reduce(g, 1, {3}, {5, 11}), std::invalid_argument);  // not the whole vector
+  EXPECT_THROW(all_reduce(g, 1, {3}, {5, 5, 12}), std::invalid_argument);
 }
 
 }  // namespace
