@@ -7,7 +7,7 @@
 # file or directory": a wrong-direction include fails the build (tb/layers/ tests that it does).
 #
 #   tpusim_layer(<name> DIRS <dir>... [EXCLUDE <file name>...] [DEPS <target>...]
-#                [PRIVATE_DEPS <target>...])
+#                [PRIVATE_DEPS <target>...] [UNINSTALLED_HEADERS <file name>...])
 #
 # makes target tpusim_<name> (alias tpu::<name>) from the *.cpp files of DIRS but EXCLUDE (an
 # INTERFACE library when there are none). DEPS are public (its headers include theirs), PRIVATE_DEPS are
@@ -15,9 +15,10 @@
 #
 # Installed (cmake --install, docs/library.md): the library, exported as tpusim::<name>, and the
 # headers of DIRS under include/tpusim/ with their paths ("include/tpusim/hw/mxu/mxu.h"), which
-# the installed target puts on the include path in place of the build's directory.
+# the installed target puts on the include path in place of the build's directory;
+# UNINSTALLED_HEADERS are for the layer's own .cpp files only (e.g. ones that need Verilator's).
 function(tpusim_layer name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DIRS;EXCLUDE;DEPS;PRIVATE_DEPS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DIRS;EXCLUDE;DEPS;PRIVATE_DEPS;UNINSTALLED_HEADERS")
   if(NOT arg_DIRS OR arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "tpusim_layer(${name}): DIRS needed; unknown ${arg_UNPARSED_ARGUMENTS}")
   endif()
@@ -57,8 +58,12 @@ function(tpusim_layer name)
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
   install(TARGETS ${target} EXPORT tpusimTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   foreach(dir IN LISTS arg_DIRS)
+    set(excluded_headers "")
+    foreach(header IN LISTS arg_UNINSTALLED_HEADERS)
+      list(APPEND excluded_headers PATTERN ${header} EXCLUDE)
+    endforeach()
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${TPUSIM_INSTALL_INCLUDEDIR}/${dir}
-            FILES_MATCHING PATTERN "*.h")
+            FILES_MATCHING PATTERN "*.h" ${excluded_headers})
   endforeach()
   add_library(tpu::${name} ALIAS ${target})
   set_property(GLOBAL APPEND PROPERTY TPUSIM_LAYERS ${name})
