@@ -7,13 +7,18 @@
 # file or directory": a wrong-direction include fails the build (tb/layers/ tests that it does).
 #
 #   tpusim_layer(<name> DIRS <dir>... [EXCLUDE <file name>...] [DEPS <target>...]
-#                [PRIVATE_DEPS <target>...])
+#                [PRIVATE_DEPS <target>...] [UNINSTALLED_HEADERS <file name>...])
 #
 # makes target tpusim_<name> (alias tpu::<name>) from the *.cpp files of DIRS but EXCLUDE (an
 # INTERFACE library when there are none). DEPS are public (its headers include theirs), PRIVATE_DEPS are
 # its .cpp files' own.
+#
+# Installed (cmake --install, docs/library.md): the library, exported as tpusim::<name>, and the
+# headers of DIRS under include/tpusim/ with their paths ("include/tpusim/hw/mxu/mxu.h"), which
+# the installed target puts on the include path in place of the build's directory;
+# UNINSTALLED_HEADERS are for the layer's own .cpp files only (e.g. ones that need Verilator's).
 function(tpusim_layer name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DIRS;EXCLUDE;DEPS;PRIVATE_DEPS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DIRS;EXCLUDE;DEPS;PRIVATE_DEPS;UNINSTALLED_HEADERS")
   if(NOT arg_DIRS OR arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "tpusim_layer(${name}): DIRS needed; unknown ${arg_UNPARSED_ARGUMENTS}")
   endif()
@@ -35,16 +40,31 @@ function(tpusim_layer name)
   endforeach()
   if(sources)
     add_library(${target} STATIC ${sources})
-    target_include_directories(${target} PUBLIC ${farm})
-    target_link_libraries(${target} PUBLIC ${arg_DEPS} PRIVATE ${arg_PRIVATE_DEPS} tpusim_warnings)
+    target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${farm}>
+                               $<INSTALL_INTERFACE:${TPUSIM_INSTALL_INCLUDEDIR}>)
+    # tpusim_warnings is our code's flags only: a static library's private dependencies stay in
+    # its link interface, so it is kept out of the installed one.
+    target_link_libraries(${target} PUBLIC ${arg_DEPS} PRIVATE ${arg_PRIVATE_DEPS}
+                          $<BUILD_INTERFACE:tpusim_warnings>)
   else()
     if(arg_PRIVATE_DEPS)
       message(FATAL_ERROR "tpusim_layer(${name}): a header-only layer has no PRIVATE_DEPS")
     endif()
     add_library(${target} INTERFACE)
-    target_include_directories(${target} INTERFACE ${farm})
+    target_include_directories(${target} INTERFACE $<BUILD_INTERFACE:${farm}>
+                               $<INSTALL_INTERFACE:${TPUSIM_INSTALL_INCLUDEDIR}>)
     target_link_libraries(${target} INTERFACE ${arg_DEPS})
   endif()
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
+  install(TARGETS ${target} EXPORT tpusimTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  foreach(dir IN LISTS arg_DIRS)
+    set(excluded_headers "")
+    foreach(header IN LISTS arg_UNINSTALLED_HEADERS)
+      list(APPEND excluded_headers PATTERN ${header} EXCLUDE)
+    endforeach()
+    install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${TPUSIM_INSTALL_INCLUDEDIR}/${dir}
+            FILES_MATCHING PATTERN "*.h" ${excluded_headers})
+  endforeach()
   add_library(tpu::${name} ALIAS ${target})
   set_property(GLOBAL APPEND PROPERTY TPUSIM_LAYERS ${name})
 endfunction()

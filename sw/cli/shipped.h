@@ -8,9 +8,9 @@
 
 namespace tpu::cli {
 
-// The data directory: the source tree this binary was built from (TPUSIM_DATA_DIR,
-// sw/CMakeLists.txt). tpusim has no install rules yet; an installed binary will name its
-// share/tpusim here.
+// The data directory: an installed binary's <prefix>/share/tpusim (found from /proc/self/exe,
+// cmake/TpusimInstall.cmake) when it holds configs/; otherwise the source tree this binary was
+// built from (TPUSIM_DATA_DIR, sw/CMakeLists.txt).
 const std::string& data_dir();
 
 // `rel` (a path from the data directory's top, "configs/models/x.json") as a path that opens
