@@ -73,17 +73,6 @@ std::string md_header(const std::vector<std::string>& cells) {
   return s + "\n";
 }
 
-// 1234567 -> "1,234,567" (fmt's {:L} follows the C locale, which has no separator).
-std::string thousands(double v) {
-  const long long n = std::llround(v);
-  std::string digits = std::to_string(n < 0 ? -n : n), s;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
-    s += digits[i];
-  }
-  return n < 0 ? "-" + s : s;
-}
-
 // `layers` rows of a run or a fit step; `total` the cycles their shares are of.
 std::string layers_markdown(const ordered_json& layers, double total) {
   std::string s =
@@ -183,6 +172,16 @@ std::string workload_line(const ordered_json& w) {
 }
 
 }  // namespace
+
+std::string thousands(double v) {
+  const long long n = std::llround(v);
+  std::string digits = std::to_string(n < 0 ? -n : n), s;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
+  return n < 0 ? "-" + s : s;
+}
 
 std::string compute_report_csv(const ordered_json& run) {
   const ChipShape c = shape_of(run);

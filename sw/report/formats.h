@@ -12,6 +12,9 @@
 
 namespace tpu::report {
 
+// 1234567 -> "1,234,567" (fmt's {:L} follows the C locale, which has no separator).
+std::string thousands(double v);
+
 // SCALE-Sim v2's columns, one row per layer that multiplies (LayerID counts those from 0).
 std::string compute_report_csv(const nlohmann::ordered_json& run);
 std::string bandwidth_report_csv(const nlohmann::ordered_json& run);

@@ -10,19 +10,14 @@
 #include <cstring>
 #include <systemc>
 
+#include "sw/report/formats.h"
+
 namespace tpu::sim {
 
 namespace {
 
 double wall_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string thousands(std::uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3)
-    s.insert(static_cast<std::size_t>(i), ",");
-  return s;
 }
 
 }  // namespace
@@ -58,7 +53,7 @@ void run_simulation(const std::string& what, double clock_hz,
         p.total ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 0;
     std::fprintf(stderr,
                  "\rtpusim: %s: %.0f%% of %s instructions issued, %.3f ms simulated, %.1f s\033[K",
-                 what.c_str(), pct, thousands(p.total).c_str(),
+                 what.c_str(), pct, report::thousands(static_cast<double>(p.total)).c_str(),
                  1e3 * sc_core::sc_time_stamp().to_seconds(), now - t0);
     std::fflush(stderr);
     shown_at = now;
