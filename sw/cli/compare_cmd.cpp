@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <optional>
 #include <system_error>
 
@@ -48,17 +47,18 @@ class ScratchDir {
 
 // The runs' traces in one: run i's processes (its cores, host, links) get pids after run i-1's,
 // and their names start with the run's label, so Perfetto shows each run's tracks together.
-std::string merge_traces(const std::vector<std::string>& texts,
+// One run's trace is parsed at a time and its events written out as text, so memory holds the
+// joined text and a single run's events, not every run's twice.
+std::string merge_traces(const std::vector<std::string>& files,
                          const std::vector<std::string>& names,
                          const std::vector<std::string>& labels) {
-  ordered_json merged;
-  merged["displayTimeUnit"] = "ns";
-  merged["otherData"] = {{"runs", ordered_json::array()}};
-  merged["traceEvents"] = ordered_json::array();
+  ordered_json runs = ordered_json::array();
+  std::string events;
   std::uint64_t base = 0;
-  for (std::size_t i = 0; i < texts.size(); ++i) {
-    ordered_json t = ordered_json::parse(texts[i]);
-    merged["otherData"]["runs"].push_back({{"label", labels[i]}, {"otherData", t["otherData"]}});
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    std::ifstream in(files[i], std::ios::binary);
+    ordered_json t = ordered_json::parse(in);
+    runs.push_back({{"label", labels[i]}, {"otherData", t["otherData"]}});
     std::uint64_t next = base;
     for (auto& e : t.at("traceEvents")) {
       if (e.contains("pid")) {
@@ -75,11 +75,13 @@ std::string merge_traces(const std::vector<std::string>& texts,
       }
       if (e.value("ph", "") == "M" && e.value("name", "") == "process_sort_index")
         e["args"]["sort_index"] = e["pid"];
-      merged["traceEvents"].push_back(std::move(e));
+      events += (events.empty() ? "" : ",\n") + e.dump();
     }
     base = next;
   }
-  return merged.dump() + "\n";
+  const ordered_json other = {{"runs", runs}};
+  return "{\"displayTimeUnit\":\"ns\",\"otherData\":" + other.dump() + ",\"traceEvents\":[\n" +
+         events + "\n]}\n";
 }
 
 }  // namespace
@@ -193,17 +195,14 @@ int run_compare(CompareCommand& cmd) {
   const std::string md = report::compare_markdown(cmp);
   if (json) out.set(*json, cmp.dump(2) + "\n");
   if (trace) {
-    std::vector<std::string> texts;
+    std::vector<std::string> files;
     const std::vector<std::string> labels = report::compare_labels(cmp.at("runs"));
     std::vector<std::string> names;
     for (const auto& r : cmp.at("runs"))
       names.push_back((r.contains("system") ? r.at("system") : r.at("chip")).at("name"));
     for (std::size_t i = 0; i < configs.size(); ++i)
-      if (errors[i].empty()) {
-        std::ifstream in(trace_file(i), std::ios::binary);
-        texts.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-      }
-    out.set(*trace, merge_traces(texts, names, labels));
+      if (errors[i].empty()) files.push_back(trace_file(i));
+    out.set(*trace, merge_traces(files, names, labels));
   }
   if (markdown) out.set(*markdown, md);
   if (csv) out.set(*csv, report::compare_csv(cmp));
