@@ -2,6 +2,7 @@
 bad inputs raise tpusim.Error with the CLI's one-line message, crashes tpusim.Bug.
 
 Run by run_pytest.py with the build's package on the path (ctest Python.*)."""
+import importlib.util
 import json
 import os
 import stat
@@ -185,3 +186,32 @@ def test_sweep_equals_the_clis_table(tmp_path):
     kept = tmp_path / "kept"
     assert tpusim.sweep(str(spec_file), out=kept, jobs=1) == table
     assert (kept / "results.csv").exists()
+
+
+# --- installing: pip ----------------------------------------------------------------------------
+
+
+def test_pip_install_packages_the_built_extension(tmp_path):
+    """`pip install --no-build-isolation ./python`, offline, into a scratch target: the installed
+    package imports from there and runs this build's binary."""
+    # Looked up, not imported: setuptools replaces distutils in the process that imports it.
+    for needed in ("pip", "setuptools"):
+        if importlib.util.find_spec(needed) is None:
+            pytest.skip(f"{needed} missing (apt install python3-{needed}: scripts/setup.sh)")
+    build = Path(tpusim.__file__).resolve().parents[2]
+    source = Path(__file__).resolve().parents[2]
+    target = tmp_path / "site"
+    env = dict(os.environ, TPUSIM_BUILD_DIR=str(build))
+    env.pop("PYTHONPATH", None)
+    p = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "-q", "--no-build-isolation",
+                        "--no-index", "--target", str(target), str(source / "python")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                       check=False)
+    assert p.returncode == 0, p.stdout
+    env["PYTHONPATH"] = str(target)
+    probe = "import tpusim; print(tpusim.__file__); print(tpusim.load_chip('v3')['name'])"
+    out = subprocess.run(["/usr/bin/python3", "-c", probe], stdout=subprocess.PIPE, text=True,
+                         env=env, cwd=tmp_path, check=True).stdout.split()
+    assert out == [str(target / "tpusim" / "__init__.py"), tpusim.load_chip("v3")["name"]]
+    assert not (source / "python" / "build").exists()
+    assert not (source / "python" / "tpusim.egg-info").exists()
