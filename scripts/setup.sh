@@ -18,6 +18,9 @@ packages=(
   verilator               # RTL co-simulation (tb/rtl)
   dataset-fashion-mnist   # the real data set, /usr/share/datasets/fashion-mnist
   python3 python3-matplotlib  # scripts/report.py
+  python3-dev pybind11-dev python3-pybind11  # the tpusim Python package's extension (docs/python.md)
+  python3-pytest          # its tests (tb/python)
+  python3-pip python3-setuptools  # pip install --no-build-isolation ./python, and its test
   slurm-wlm munge         # the Slurm executor of `tpusim sweep` and its test (tb/system/sweep)
   clang libclang-rt-14-dev  # tb/fuzz: clang++ and libFuzzer (scripts/test.sh's fuzz stage)
   llvm                    # llvm-symbolizer: source lines in sanitizer and fuzzer reports

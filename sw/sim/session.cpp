@@ -28,6 +28,7 @@
 #include "sw/nn/weights.h"
 #include "sw/report/trace_writer.h"
 #include "sw/sim/activity.h"
+#include "sw/sim/compiled.h"
 #include "sw/sim/host_memory.h"
 #include "sw/sim/progress.h"
 #include "sw/sim/workload.h"
@@ -136,32 +137,16 @@ RunResult run_session(const ChipConfig& cfg, const RunOptions& opt) {
 RunResult run_session(const SystemConfig& sys, const RunOptions& opt) {
   const ChipConfig& cfg = sys.chip;
   const std::uint32_t chips = sys.chips();
-  if (opt.images == 0) throw InputError("--images must be >= 1");
-  // Every chip runs the same program on an equal share, as TPUStrategy's replicas do.
-  for (const auto& [flag, value] :
-       {std::pair<const char*, std::uint64_t>{"--images", opt.images}, {"--batch", opt.batch}})
-    if (value % chips != 0)
-      throw InputError(fmt::format(
-          "{} {} does not split evenly over the {} chips of {} ({}): every chip runs the same "
-          "program on an equal share, so give a multiple of {}",
-          flag, value, chips, sys.name, sys.file, chips));
-  const std::uint64_t images = opt.images / chips;
   const double t0 = now_s();
-  const std::string& model_file = opt.topology.empty() ? opt.model : opt.topology;
-  // Dropout and its kin are the identity at inference (docs/models.md).
-  importers::Imported imported =
-      opt.topology.empty() ? importers::import_model(opt.model)
-                           : importers::Imported{importers::load_topology(opt.topology), {}};
-  const ir::Graph model = compiler::remove_identities(std::move(imported.graph));
-  check_host_memory(cfg, model, opt.images, chips);
-  std::string weights_source;
-  const nn::Weights weights = load_weights(model, opt, weights_source, imported.parameters);
-  const Inputs in = load_inputs(model, opt);
-  const std::size_t n_cal = in.calibration.size() / model.input.size();
-  const nn::QuantizedModel q = compiler::prepare(model, weights, cfg.mxu.input_type, cfg.mxu.rows,
-                                                 in.calibration.data(), n_cal);
-  const compiler::Program prog =
-      compiler::compile(q, model, cfg, compiler::Options{images, opt.batch / chips});
+  const CompiledWorkload compiled = compile_workload(sys, opt);
+  const std::uint64_t images = compiled.images_per_chip;
+  const std::string& model_file = compiled.model_file;
+  const ir::Graph& model = compiled.model;
+  const std::string& weights_source = compiled.weights_source;
+  const nn::Weights& weights = compiled.weights;
+  const Inputs& in = compiled.inputs;
+  const nn::QuantizedModel& q = compiled.quantized;
+  const compiler::Program& prog = compiled.program;
   const auto encoded = nn::encode_input(q, in.images.data(), opt.images);
   // Timing only: no outputs to check.
   const bool check = opt.check && !opt.timing_only;

@@ -4,7 +4,8 @@ a scratch prefix, then one of
   virtual_platform  examples/virtual_platform configured against the prefix (find_package(tpusim),
                     CMAKE_PREFIX_PATH), built and run: its chip must compute the product it
                     checks; and the installed tpusim binary finds its shipped model in
-                    <prefix>/share/tpusim from another directory
+                    <prefix>/share/tpusim from another directory, as does the installed Python
+                    package (docs/python.md) when the build made one
   cxx20             a consumer configured with CMAKE_CXX_STANDARD 20 is stopped by
                     find_package(tpusim) with the message that names both standards and the fix
 Exit status 0 when it holds, 77 (ctest's SKIP_RETURN_CODE) in a sanitizer build: its libraries
@@ -87,6 +88,19 @@ def main():
         model = os.path.join(prefix, "share", "tpusim", "configs", "models")
         if model not in r.stdout:
             sys.exit(f"installed tpusim graph does not name its model in {model}:\n{r.stdout}")
+        # The installed Python package (docs/python.md), when the build made one: it names the
+        # installed binary and data directory, and a run through it uses them.
+        package = os.path.join(prefix, "lib", "python3", "dist-packages")
+        if os.path.isdir(os.path.join(package, "tpusim")):
+            probe = ("import tpusim; r = tpusim.run(chip='v1', model='mlp', random_weights=True, "
+                     "images=32, batch=32, timing_only=True); "
+                     "print(tpusim.binary()); print(tpusim.data_dir()); print(r['chip']['file'])")
+            r = must([sys.executable, "-c", probe], "the installed Python package", cwd=elsewhere,
+                     env=dict(os.environ, PYTHONPATH=package))
+            want = [os.path.join(prefix, "bin", "tpusim"), os.path.join(prefix, "share", "tpusim"),
+                    os.path.join(prefix, "share", "tpusim", "configs", "chips", "v1.json")]
+            if r.stdout.split() != want:
+                sys.exit(f"the installed Python package names {r.stdout.split()}, not {want}")
         print(f"install, build and run took {time.monotonic() - start:.1f} s")
     return 0
 
