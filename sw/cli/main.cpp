@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -213,7 +214,12 @@ int run_cli(int argc, char** argv) {
   // Help and --version print and succeed; any other command-line error is one `tpusim:` line and
   // status 2, as every other bad input (docs/robustness.md), not CLI11's own exit codes.
   try {
-    app.parse(argc, argv);
+    if (app.get_name().empty()) app.name(argv[0]);
+    // CLI11 takes the words last first.
+    std::vector<std::string> words =
+        tpu::cli::pair_sbatch_values(std::vector<std::string>(argv + 1, argv + argc));
+    std::reverse(words.begin(), words.end());
+    app.parse(words);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return 0;

@@ -802,6 +802,25 @@ int run_task(const SweepCommand& cmd) {
 
 }  // namespace
 
+std::vector<std::string> pair_sbatch_values(std::vector<std::string> words) {
+  std::vector<std::string> out;
+  out.reserve(words.size() + 2);
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    out.push_back(words[i]);
+    if (words[i] != "--sbatch-arg" || i + 1 >= words.size()) continue;
+    const std::string& option = words[++i];
+    out.push_back(option);
+    const bool takes_value = option.size() > 1 && option[0] == '-' &&
+                             option.find('=') == std::string::npos &&
+                             (option[1] == '-' ? option.size() > 2 : option.size() == 2);
+    if (takes_value && i + 1 < words.size() && !words[i + 1].empty() && words[i + 1][0] != '-') {
+      out.push_back("--sbatch-arg");
+      out.push_back(words[++i]);
+    }
+  }
+  return out;
+}
+
 int run_sweep(SweepCommand& cmd) {
   io::refuse_stdout_for_directory(cmd.out, "--out output");
   if (cmd.task) return run_task(cmd);
@@ -848,10 +867,19 @@ int run_sweep(SweepCommand& cmd) {
       std::cerr << "sweep: every run is finished; nothing to submit\n";
     } else {
       const std::vector<ArrayPart> parts = write_batch_scripts(s, todo, max_array_size(cmd));
+      // The command to run names the --sbatch-arg words too, each quoted for a POSIX shell.
+      std::string extra;
+      for (const std::string& a : cmd.sbatch_args) {
+        const bool plain =
+            !a.empty() && a.find_first_not_of(
+                              "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij"
+                              "klmnopqrstuvwxyz0123456789_./=:,+-@%") == std::string::npos;
+        extra += (plain ? a : shell_quote(a)) + " ";
+      }
       std::string submit;
       for (const ArrayPart& p : parts) {
         std::cout << p.script << "\n";
-        submit += (submit.empty() ? "`sbatch " : ", `sbatch ") + p.script + "`";
+        submit += (submit.empty() ? "`sbatch " : ", `sbatch ") + extra + p.script + "`";
       }
       std::cout << fmt::format(
           "Submit {} with {}; when {} finished, run this sweep again to collect the table.\n",

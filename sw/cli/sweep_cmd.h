@@ -25,6 +25,13 @@ struct SweepCommand {
   bool timing_only = false;                   // every run with --timing-only (in the plan)
 };
 
+// The command line's words (without the program name) with each `--sbatch-arg OPTION VALUE`
+// written as two --sbatch-arg words, so that `--sbatch-arg --partition big` passes both words to
+// sbatch as written: the word after `--sbatch-arg` is an sbatch argument whatever it starts with,
+// and when it is an option without `=` (`--partition`, `-p`) and the next word is not an option,
+// that word is its value. A flag that takes no value (`--exclusive`) goes before another option.
+std::vector<std::string> pair_sbatch_values(std::vector<std::string> words);
+
 // Returns the exit status: 0 when every run finished and none failed, 1 when some failed (they
 // are in the table with their errors), 130 when interrupted (SIGINT/SIGTERM).
 int run_sweep(SweepCommand& cmd);

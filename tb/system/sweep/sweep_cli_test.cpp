@@ -310,6 +310,27 @@ TEST(SweepCli, SlurmEmitOnlyWritesAJobArrayOfTheUnfinishedRuns) {
   EXPECT_EQ(res["summary"]["pending"], 7);
 }
 
+// `--sbatch-arg --partition big` passes both words as written, as `--sbatch-arg=--time=5` does
+// its one; the spec may come after them, and the command to run names them.
+TEST(SweepCli, SbatchArgTakesAnOptionAndItsValueAsWritten) {
+  test::TempDir tmp("tpusim-sweep");
+  const auto r = test::run_tpusim(
+      "sweep --executor slurm --emit-only --sbatch-arg --partition big "
+      "--sbatch-arg=--time=5 --sbatch-arg -p --sbatch-arg 'a b' " +
+      kSpec + " --out " + (tmp / "out"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("`sbatch --partition big --time=5 -p 'a b' " +
+                       (tmp / "out/slurm/sweep.sbatch") + "`"),
+            std::string::npos)
+      << r.out;
+  // A flag without a value before the spec takes the spec as its value: the spec is missing.
+  const auto flag =
+      test::run_tpusim("sweep --executor slurm --emit-only --sbatch-arg --exclusive " + kSpec +
+                       " --out " + (tmp / "out2"));
+  EXPECT_EQ(flag.status, 2) << flag.out;
+  EXPECT_NE(flag.out.find("tpusim: sweep: give a sweep spec"), std::string::npos) << flag.out;
+}
+
 TEST(SweepCli, SlurmRunsBeyondMaxArraySizeGoIntoFurtherArraysWithTheirOffsets) {
   test::TempDir tmp("tpusim-sweep");
   const std::string cmd =
