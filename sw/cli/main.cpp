@@ -70,7 +70,21 @@ std::string usage_error(const CLI::App& app, const CLI::ParseError& e) {
   std::string what = e.what();
   for (char& c : what)
     if (c == '\n') c = ' ';
+  // CLI11 prefixes a hidden option's error with its empty display name.
+  if (what.rfind(": ", 0) == 0) what.erase(0, 2);
   return fmt::format("{}{} ({} lists the options)", top ? "" : name + ": ", what, help);
+}
+
+// A flag that names a file under another name now, so that each flag means one thing in every
+// command (docs/cli.md: `--out` is sweep's directory): hidden from --help, and given, one usage
+// error that names the new flag.
+void renamed_flag(CLI::App* cmd, const std::string& old_name, const std::string& now) {
+  static std::string ignored;
+  cmd->add_option(old_name, ignored)->group("")->each([old_name, now](const std::string&) {
+    throw CLI::ValidationError(
+        old_name,
+        fmt::format("renamed: the file is {} ({} names a directory, as in sweep)", now, old_name));
+  });
 }
 
 int run_cli(int argc, char** argv) {
@@ -107,7 +121,9 @@ int run_cli(int argc, char** argv) {
       ->excludes(run_chip);
   tpu::cli::add_workload_options(run, rc);
   run->add_option("--json", rc.json, "Write the JSON report here (docs/report.md)");
-  run->add_option("--csv", rc.csv_dir,
+  run->add_option("--csv", rc.csv,
+                  "Write the per-layer table as CSV (LAYERS.csv's columns) to this file");
+  run->add_option("--scalesim-csv", rc.scalesim_dir,
                   "Write COMPUTE_REPORT.csv, BANDWIDTH_REPORT.csv (SCALE-Sim's columns) and "
                   "LAYERS.csv into this directory");
   run->add_option("--markdown", rc.markdown, "Write the report as Markdown tables here");
@@ -157,7 +173,8 @@ int run_cli(int argc, char** argv) {
   CLI::App* asm_cmd =
       app.add_subcommand("asm", "Assemble text into a binary program (docs/isa.md)");
   asm_cmd->add_option("file", asm_in, "Assembly text")->required();
-  asm_cmd->add_option("-o,--out", asm_out, "Binary program to write")->required();
+  asm_cmd->add_option("-o,--output", asm_out, "Binary program to write")->required();
+  renamed_flag(asm_cmd, "--out", "-o, --output FILE");
   CLI::App* disasm_cmd = app.add_subcommand("disasm", "Print a binary program as assembly text");
   disasm_cmd->add_option("file", disasm_in, "Binary program")->required();
 
@@ -192,8 +209,9 @@ int run_cli(int argc, char** argv) {
   CLI::App* train =
       app.add_subcommand("train", "Train a model on Fashion-MNIST and write its weights");
   train->add_option("--model", tc.model, "Model (Keras-style JSON)")->capture_default_str();
-  train->add_option("--out", tc.out, "Weights file to write (metadata goes beside it, .json)")
+  train->add_option("--save", tc.out, "Weights file to write (metadata goes beside it, .json)")
       ->capture_default_str();
+  renamed_flag(train, "--out", "--save FILE");
   train->add_option("--data-dir", tc.data_dir, "Fashion-MNIST directory (default: Debian's)");
   train->add_option("--epochs", tc.options.epochs)
       ->capture_default_str()

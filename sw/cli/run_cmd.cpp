@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -82,13 +83,22 @@ void run_run(RunCommand& cmd) {
   // Every output is resolved and its temporary created before the simulation: an impossible
   // path costs nothing, and the set is written all or nothing (sw/io/output.h).
   io::OutputSet out;
-  std::optional<std::size_t> json, markdown, trace;
-  std::vector<std::size_t> csv;
+  std::optional<std::size_t> json, csv, markdown, trace;
+  std::vector<std::size_t> scalesim;
   if (!cmd.json.empty()) json = out.add(cmd.json, "--json output");
-  if (!cmd.csv_dir.empty()) {
-    out.add_directory(cmd.csv_dir, "--csv output");
+  // --csv names one file in every command (docs/cli.md); it was run's directory of SCALE-Sim's
+  // files, which is --scalesim-csv now.
+  std::error_code ec;
+  if (!cmd.csv.empty() && cmd.csv != "-" && std::filesystem::is_directory(cmd.csv, ec))
+    throw InputError(fmt::format(
+        "--csv {}: a directory; --csv names one file (the per-layer table), and --scalesim-csv "
+        "DIR writes COMPUTE_REPORT.csv, BANDWIDTH_REPORT.csv and LAYERS.csv into a directory",
+        cmd.csv));
+  if (!cmd.csv.empty()) csv = out.add(cmd.csv, "--csv output");
+  if (!cmd.scalesim_dir.empty()) {
+    out.add_directory(cmd.scalesim_dir, "--scalesim-csv output");
     for (const auto& name : report::kCsvReportFiles)
-      csv.push_back(out.add(cmd.csv_dir + "/" + name, "--csv output"));
+      scalesim.push_back(out.add(cmd.scalesim_dir + "/" + name, "--scalesim-csv output"));
   }
   if (!cmd.markdown.empty()) markdown = out.add(cmd.markdown, "--markdown output");
   if (!cmd.options.trace.empty()) trace = out.add(cmd.options.trace, "--trace output");
@@ -97,9 +107,10 @@ void run_run(RunCommand& cmd) {
   out.check(workload_inputs(cmd));
   sim::RunResult r = sim::run_session(sys, cmd.options);
   if (json) out.set(*json, r.report.dump(2) + "\n");
-  if (!csv.empty()) {
+  if (csv) out.set(*csv, report::layers_csv(r.report));
+  if (!scalesim.empty()) {
     const auto files = report::csv_reports(r.report);
-    for (std::size_t i = 0; i < csv.size(); ++i) out.set(csv[i], files.at(i).second);
+    for (std::size_t i = 0; i < scalesim.size(); ++i) out.set(scalesim[i], files.at(i).second);
   }
   if (markdown) out.set(*markdown, report::run_markdown(r.report));
   if (trace) out.set(*trace, std::move(r.trace_json));

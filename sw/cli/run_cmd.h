@@ -17,7 +17,7 @@ struct RunCommand {
   std::string weights;
   bool no_check = false;
   // Outputs.
-  std::string json, csv_dir, markdown;
+  std::string json, csv, scalesim_dir, markdown;  // csv: the per-layer table, one file
 };
 
 // --model, --weights, --random-weights, --seed, --data-dir, --images, --batch, --no-check,

@@ -30,14 +30,14 @@ constexpr std::uint32_t kInt8TileRows = 256;  // v1; int8 sums are exact, so any
 void run_train(const TrainCommand& cmd) {
   if (cmd.out == "-")
     throw InputError(
-        "--out -: train writes its metadata beside the weights file; give a file name");
+        "--save -: train writes its metadata beside the weights file; give a file name");
   // The weights and their metadata are one set, checked before hours of training and written
   // all or nothing (sw/io/output.h).
   std::filesystem::path meta_path = cmd.out;
   meta_path.replace_extension(".json");
   io::OutputSet out;
-  const std::size_t weights_out = out.add(cmd.out, "--out weights file");
-  const std::size_t meta_out = out.add(meta_path.string(), "metadata beside --out");
+  const std::size_t weights_out = out.add(cmd.out, "--save weights file");
+  const std::size_t meta_out = out.add(meta_path.string(), "metadata beside --save");
   out.check({{cmd.model, "model"}});
   const ir::Graph model = importers::load_model(cmd.model);
   const std::string dir = cmd.data_dir.empty() ? data::kDefaultFashionMnistDir : cmd.data_dir;
@@ -87,7 +87,7 @@ void run_train(const TrainCommand& cmd) {
       "(tpu::nn::reference_step, the arithmetic tpusim fit checks the chip against) in Keras's "
       "loop, then tpu::nn::weights_bytes)";
   meta["regenerate"] = fmt::format(
-      "build/tpusim train --model {} --out {} --epochs {} --batch {} --lr {} --seed {} "
+      "build/tpusim train --model {} --save {} --epochs {} --batch {} --lr {} --seed {} "
       "--input-scale {}",
       cmd.model, cmd.out, o.epochs, o.batch, o.learning_rate, o.seed, o.input_scale);
   meta["model"] = cmd.model;

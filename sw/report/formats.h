@@ -20,7 +20,7 @@ std::string compute_report_csv(const nlohmann::ordered_json& run);
 std::string bandwidth_report_csv(const nlohmann::ordered_json& run);
 // Every per-layer figure of the run report, units in the column names, and a total row.
 std::string layers_csv(const nlohmann::ordered_json& run);
-// `--csv DIR`'s files, and their names and contents in that order.
+// `run --scalesim-csv DIR`'s files, and their names and contents in that order.
 inline const std::vector<std::string> kCsvReportFiles = {"COMPUTE_REPORT.csv",
                                                          "BANDWIDTH_REPORT.csv", "LAYERS.csv"};
 std::vector<std::pair<std::string, std::string>> csv_reports(const nlohmann::ordered_json& run);

@@ -39,7 +39,7 @@ bool is_json(const std::string& text) { return nlohmann::json::accept(text); }
 
 struct DashRow {
   std::vector<std::string> args;  // with "-" for the output under test
-  enum class Kind { Json, Markdown, Csv, Program } kind;
+  enum class Kind { Json, Markdown, Csv, LayersCsv, Program } kind;
 };
 
 TEST(CliOutputs, DashIsStandardOutputForEveryOutputThatNamesAFile) {
@@ -57,6 +57,7 @@ TEST(CliOutputs, DashIsStandardOutputForEveryOutputThatNamesAFile) {
       {with(run, {"--json", "-"}), K::Json},
       {with(run, {"--markdown", "-"}), K::Markdown},
       {with(run, {"--trace", "-"}), K::Json},
+      {with(run, {"--csv", "-"}), K::LayersCsv},
       {{"compare", "--chip", kV1, "--chip", kV3, "--images", "1", "--batch", "1", "-j", "1",
         "--json", "-"},
        K::Json},
@@ -82,6 +83,10 @@ TEST(CliOutputs, DashIsStandardOutputForEveryOutputThatNamesAFile) {
       case K::Markdown: EXPECT_THAT(o.out, StartsWith("# ")) << o.out; break;
       case K::Csv:
         EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 3) << "a header and two rows";
+        break;
+      case K::LayersCsv:
+        EXPECT_THAT(o.out, StartsWith("layer,type,cycles,span_cycles,")) << o.out;
+        EXPECT_NE(o.out.find("\ntotal,"), std::string::npos) << "ends with the total row";
         break;
       case K::Program:
         EXPECT_EQ(o.out.size(), 2 * 32u) << "two 32-byte instructions (docs/isa.md)";

@@ -186,12 +186,12 @@ TEST(Outputs, Row02_AnExistingReportKeepsItsPermissionsAndOwner) {
 TEST(Outputs, Row03_TrainRefusesMetadataThatWouldOverwriteItsModel) {
   Scratch d("row03");
   write_file(d / "tiny.json", read_file(kCnn));
-  Ended e = run({"train", "--model", d / "tiny.json", "--out", d / "tiny.bin"});
+  Ended e = run({"train", "--model", d / "tiny.json", "--save", d / "tiny.bin"});
   EXPECT_EQ(e.status, 2) << e.err;
   EXPECT_NE(e.err.find("would overwrite the model"), std::string::npos) << e.err;
   EXPECT_EQ(read_file(d / "tiny.json"), read_file(kCnn)) << "the model was overwritten";
   // Weights named *.json: weights and metadata would be one file.
-  e = run({"train", "--model", d / "tiny.json", "--out", d / "w.json"});
+  e = run({"train", "--model", d / "tiny.json", "--save", d / "w.json"});
   EXPECT_EQ(e.status, 2) << e.err;
   EXPECT_NE(e.err.find("give each output its own file"), std::string::npos) << e.err;
   EXPECT_EQ(names(d.path), std::vector<std::string>{"tiny.json"});
@@ -267,7 +267,8 @@ TEST(Outputs, Row12_Row22_AnImpossibleOutputStopsTheRunBeforeItStartsAndLeavesNo
   // the simulation), that would be the error.
   const std::string small = too_small_chip(d.path);
   const Ended e = run(small_run(
-      {"--json", d / "ok.json", "--csv", d / "plain/csv", "--trace", d / "run.trace.json"}, small));
+      {"--json", d / "ok.json", "--scalesim-csv", d / "plain/csv", "--trace", d / "run.trace.json"},
+      small));
   EXPECT_EQ(e.status, 2) << e.err;
   EXPECT_NE(e.err.find(d / "plain/csv"), std::string::npos) << e.err;
   EXPECT_NE(e.err.find("not a directory"), std::string::npos) << e.err;
@@ -294,15 +295,15 @@ TEST(Outputs, Row12_Row23_ASetOfOutputsOnAFullDiskIsAllOrNothing) {
   if (!is_root()) GTEST_SKIP() << "a full disk is a small tmpfs, and mounting one needs root";
   Scratch d("row12-full");
   fs::create_directories(d.path / "measure");
-  const auto sizes = output_sizes(d.path / "measure",
-                                  {"--json", d / "measure/r.json", "--csv", d / "measure/csv"});
+  const auto sizes = output_sizes(
+      d.path / "measure", {"--json", d / "measure/r.json", "--scalesim-csv", d / "measure/csv"});
   ASSERT_EQ(sizes.size(), 4u);
   // Room for an old report and the new JSON, not for the CSVs as well.
   const std::string old = "{\"an\": \"old report\"}\n";
   TmpFs disk(d.path / "disk", kPage + pages(sizes.at("r.json")));
   if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << disk.why();
   write_file(d / "disk/r.json", old);
-  const Ended e = run(small_run({"--json", d / "disk/r.json", "--csv", d / "disk/csv"}));
+  const Ended e = run(small_run({"--json", d / "disk/r.json", "--scalesim-csv", d / "disk/csv"}));
   EXPECT_EQ(e.status, 2) << e.err;
   EXPECT_NE(e.err.find("no space left on the device"), std::string::npos) << e.err;
   EXPECT_EQ(e.out, "");
@@ -311,7 +312,7 @@ TEST(Outputs, Row12_Row23_ASetOfOutputsOnAFullDiskIsAllOrNothing) {
   EXPECT_EQ(read_file(d / "disk/r.json"), old);
   // With room for all of it, the same command writes all of it.
   ASSERT_TRUE(disk.resize(16 * kPage + pages(sizes.at("r.json"))));
-  const Ended ok = run(small_run({"--json", d / "disk/r.json", "--csv", d / "disk/csv"}));
+  const Ended ok = run(small_run({"--json", d / "disk/r.json", "--scalesim-csv", d / "disk/csv"}));
   EXPECT_EQ(ok.status, 0) << ok.err;
   EXPECT_EQ(files(d.path / "disk").size(), 4u);
 }
@@ -342,7 +343,7 @@ TEST(Outputs, Row13_TrainOnAFullDiskKeepsTheOldWeightsAndTheirMetadata) {
                                           "1",     "--batch",    "16"};
   auto train_into = [&](const std::string& out) {
     std::vector<std::string> a = train;
-    a.insert(a.end(), {"--out", out});
+    a.insert(a.end(), {"--save", out});
     return run(a);
   };
   fs::create_directories(d.path / "measure");

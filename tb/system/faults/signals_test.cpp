@@ -51,7 +51,7 @@ TEST(Signals, Row05_RunEndedByASignalLeavesAllItsOutputsOrNone) {
             "128",
             "--json",
             (dir / "r.json").string(),
-            "--csv",
+            "--scalesim-csv",
             (dir / "csv").string(),
             "--markdown",
             (dir / "r.md").string(),
@@ -85,7 +85,7 @@ TEST(Signals, Row05_RunEndedByASignalLeavesAllItsOutputsOrNone) {
       // All or nothing: the set was renamed into place with the signals held back.
       EXPECT_TRUE(left.empty() || left.size() == 6u) << what << ": " << left.size() << " files";
       if (left.empty()) {
-        EXPECT_FALSE(fs::exists(dir / "csv")) << what << ": an empty --csv dir";
+        EXPECT_FALSE(fs::exists(dir / "csv")) << what << ": an empty --scalesim-csv dir";
       }
     }
     for (const auto& [f, text] : left)
@@ -320,7 +320,7 @@ TEST(Signals, TrainEndedByASignalLeavesTheOldWeightsOrTheNewPair) {
   }
   auto args = [&](const fs::path& out) -> std::vector<std::string> {
     return {"train",   "--data-dir", d / "data", "--epochs",  "1",
-            "--batch", "32",         "--out",    out.string()};
+            "--batch", "32",         "--save",   out.string()};
   };
   // The old pair (seed 2) and what an uninterrupted run writes (seed 1): a trial must leave one
   // or the other, whole.

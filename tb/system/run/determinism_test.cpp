@@ -39,8 +39,8 @@ TEST(Determinism, TwoRunsOfTheSameInputsWriteTheSameBytes) {
     const auto r = test::run_tpusim(
         "run --chip " + source + "/configs/chips/v3.json --model " + source +
         "/configs/models/resnet50_block.json --random-weights --images 4 --batch 4 --json " +
-        (dir / run + ".json") + " --csv " + (dir / run) + " --markdown " + (dir / run + ".md") +
-        " --trace " + (dir / run + ".trace.json"));
+        (dir / run + ".json") + " --scalesim-csv " + (dir / run) + " --markdown " +
+        (dir / run + ".md") + " --trace " + (dir / run + ".trace.json"));
     ASSERT_EQ(r.status, 0) << r.out;
   }
   const std::string a = bytes(dir / "a.json");
