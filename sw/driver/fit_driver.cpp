@@ -13,7 +13,8 @@
 namespace tpu::driver {
 
 FitDriver::FitDriver(sc_core::sc_module_name name, std::uint32_t chips,
-                     const compiler::TrainingProgram& program, Clock clock, bool timing_only,
+                     const compiler::TrainingProgram& program,
+                     std::vector<compiler::MemorySegment> image, Clock clock, bool timing_only,
                      BeforeStep before, AfterStep after)
     : sc_core::sc_module(name),
       host2chip("host2chip"),
@@ -22,6 +23,7 @@ FitDriver::FitDriver(sc_core::sc_module_name name, std::uint32_t chips,
       clock_(clock),
       timing_only_(timing_only),
       program_(program),
+      image_(std::move(image)),
       before_(std::move(before)),
       after_(std::move(after)),
       memory_(program.layout.host_bytes),
@@ -36,8 +38,9 @@ FitDriver::FitDriver(sc_core::sc_module_name name, std::uint32_t chips,
 void FitDriver::run() {
   for (std::size_t c = 0; c < interrupts_.size(); ++c) {
     auto* port = host2chip[static_cast<int>(c)];
-    write_memory_image(port, program_.setup.memory_image);
+    write_memory_image(port, image_);
   }
+  std::vector<compiler::MemorySegment>().swap(image_);
   stream(program_.setup);
   setup_end_ = clock_.now();
   for (std::uint64_t run = 0;; ++run) {

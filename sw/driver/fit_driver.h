@@ -43,10 +43,12 @@ class FitDriver : public sc_core::sc_module {
   // The program's cores are the replicas, chip-major (compiler::TrainingLayout): chip c runs
   // cores c * layout.cores ... of it. Every chip gets the same memory image. The driver knows
   // the chips by their sockets only (attach each, in chip order, with attach() in host_link.h);
-  // `clock` is theirs, `timing_only` their SimOptions'.
+  // `clock` is theirs, `timing_only` their SimOptions'. `image` is program.setup's memory image,
+  // handed over: the driver frees it once every chip holds it (for ResNet-50 it is hundreds of
+  // megabytes, the weights and the zeroed optimizer state of every replica).
   FitDriver(sc_core::sc_module_name name, std::uint32_t chips,
-            const compiler::TrainingProgram& program, Clock clock, bool timing_only,
-            BeforeStep before, AfterStep after);
+            const compiler::TrainingProgram& program, std::vector<compiler::MemorySegment> image,
+            Clock clock, bool timing_only, BeforeStep before, AfterStep after);
 
   // Chip `chip`'s off-chip memory bytes [addr, addr + bytes), read through its host interface;
   // only from within AfterStep (the driver's thread).
@@ -65,6 +67,7 @@ class FitDriver : public sc_core::sc_module {
   bool timing_only_;
   std::deque<Interrupts> interrupts_;  // per chip
   const compiler::TrainingProgram& program_;
+  std::vector<compiler::MemorySegment> image_;  // empty once written
   BeforeStep before_;
   AfterStep after_;
   std::vector<std::uint8_t> memory_;

@@ -198,8 +198,8 @@ class Fit {
       }
     };
     driver::FitDriver drv(
-        "driver", static_cast<std::uint32_t>(system.size()), prog_, system.chip(0).clock(),
-        timing_only_,
+        "driver", static_cast<std::uint32_t>(system.size()), prog_,
+        std::move(prog_.setup.memory_image), system.chip(0).clock(), timing_only_,
         [this, &guarded](std::uint64_t, std::vector<std::uint8_t>& m) {
           Next next = Next::Stop;
           guarded([&] { next = before(m); });
