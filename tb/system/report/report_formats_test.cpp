@@ -2,8 +2,10 @@
 // shaped CSVs carry the JSON's numbers under SCALE-Sim's definitions (docs/report.md), the
 // Markdown lists every layer, and the trace has a track per unit per core with one slice per
 // instruction (docs/trace.md).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -173,6 +175,58 @@ TEST(RunReport, MarkdownHasOneRowPerLayer) {
   const std::string md = report::run_markdown(r);
   for (const auto& l : r["layers"])
     EXPECT_NE(md.find("| " + l["name"].get<std::string>() + " |"), std::string::npos) << l["name"];
+}
+
+// The cells of the Markdown table row that starts with `name`.
+std::vector<std::string> md_cells(const std::string& md, const std::string& name) {
+  const auto at = md.find("\n| " + name + " |");
+  if (at == std::string::npos) return {};
+  const std::string line = md.substr(at + 2, md.find('\n', at + 1) - at - 2);
+  std::vector<std::string> cells;
+  std::size_t from = 1;
+  for (auto bar = line.find('|', from); bar != std::string::npos; bar = line.find('|', from)) {
+    cells.push_back(line.substr(from + 1, bar - from - 2));
+    from = bar + 1;
+  }
+  return cells;
+}
+
+double without_commas(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+  return std::stod(s);
+}
+
+// Issue 17: the rates were taken over a span no table showed. Each row now shows its span, and
+// the line above the table gives the clock and peak, so the row's rates recompute from it.
+TEST(RunReport, MarkdownLayerRowsShowTheSpanTheirRatesAreTakenOver) {
+  const ChipConfig cfg = shipped("v1");
+  const ordered_json r = run_cnn(cfg, 100);
+  const std::string md = report::run_markdown(r);
+  EXPECT_NE(md.find("| layer | type | span (cycles) | retired (cycles) | retired share (%) | G MAC "
+                    "| T ops/s | utilization (%) |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find(fmt::format("× {:.0f} Hz / span cycles", cfg.clock_hz())), std::string::npos);
+  EXPECT_NE(md.find(fmt::format("({} MAC/cycle × span cycles)", cfg.peak_macs_per_cycle())),
+            std::string::npos);
+  int multiplying = 0;
+  for (const auto& l : r["layers"]) {
+    const auto cells = md_cells(md, l["name"].get<std::string>());
+    ASSERT_GE(cells.size(), 8u) << l["name"];
+    const double span = without_commas(cells[2]);
+    EXPECT_EQ(span, l["span_cycles"].get<double>()) << l["name"];
+    EXPECT_EQ(without_commas(cells[3]), std::round(l["cycles"].get<double>())) << l["name"];
+    if (l["macs"].get<double>() <= 0) continue;
+    ++multiplying;
+    // From the row alone: the printed G MAC and span, and the stated clock and peak.
+    const double gmac = std::stod(cells[5]);
+    const double tops = 2 * gmac * 1e9 * cfg.clock_hz() / span / 1e12;
+    const auto peak = static_cast<double>(cfg.peak_macs_per_cycle());
+    const double util = 100 * gmac * 1e9 / (peak * span);
+    EXPECT_NEAR(std::stod(cells[6]), tops, 1e-3 + 5e-4 * tops / gmac) << l["name"];
+    EXPECT_NEAR(std::stod(cells[7]), util, 1e-2 + 5e-4 * util / gmac) << l["name"];
+  }
+  EXPECT_GT(multiplying, 0);
 }
 
 TEST(RunReport, MarkdownShowsTheSteadyStateImagesPerSecondBesideTheTotals) {
