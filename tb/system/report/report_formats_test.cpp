@@ -235,12 +235,17 @@ TEST(RunReport, MarkdownShowsTheSteadyStateImagesPerSecondBesideTheTotals) {
   EXPECT_NE(md.find("| images/s | steady images/s |"), std::string::npos) << md;
 }
 
+// A run of the CNN with --trace: its report and its parsed trace.
+std::pair<ordered_json, nlohmann::json> traced_cnn(const ChipConfig& cfg, std::uint64_t images) {
+  const test::TempDir tmp("tpusim-report-test");
+  const std::string path = tmp / "trace.json";
+  ordered_json r = run_cnn(cfg, images, path);
+  return {std::move(r), nlohmann::json::parse(test::read_file(path))};
+}
+
 TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
   const ChipConfig cfg = shipped("v3");
-  const test::TempDir tmp("tpusim-report-test");
-  const std::string path = tmp / "v3.trace.json";
-  const ordered_json r = run_cnn(cfg, 300, path);
-  const auto trace = nlohmann::json::parse(test::read_file(path));
+  const auto [r, trace] = traced_cnn(cfg, 300);
   std::set<std::pair<int, std::string>> named;
   std::map<std::pair<int, int>, std::string> tid_name;
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> slices;
@@ -248,7 +253,8 @@ TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "M" && e["name"] == "thread_name")
       tid_name[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"].get<std::string>();
-    if (e["ph"] != "X") continue;
+    // The model load's slice is the host's, not an instruction (the next test).
+    if (e["ph"] != "X" || e["cat"] == "load") continue;
     const std::pair<int, int> track{e["pid"].get<int>(), e["tid"].get<int>()};
     slices[track].emplace_back(e["args"]["begin_cycle"].get<double>(),
                                e["args"]["end_cycle"].get<double>());
@@ -282,6 +288,78 @@ TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
   std::uint64_t total = 0;
   for (const auto& l : r["layers"]) total += l["instructions"].get<std::uint64_t>();
   EXPECT_EQ(total, r["workload"]["instructions"].get<std::uint64_t>());
+}
+
+// Issue 17: the trace covers the whole run, the memory image's upload included, and carries
+// counter tracks whose bandwidth integrates to the bytes the report counted after the load.
+TEST(Trace, RunTraceStartsWithTheModelLoadAndHasBandwidthAndMxuCounters) {
+  const ChipConfig cfg = shipped("v3");
+  const auto [r, trace] = traced_cnn(cfg, 300);
+  const double us_per_cycle = 1e6 / cfg.clock_hz();
+  const double loaded = r["totals"]["memory_image_loaded_cycle"].get<double>();
+  ASSERT_GT(loaded, 0.0);
+  bool load_slice = false;
+  double first_instruction = 1e300;
+  // Per core and counter: (timestamp, value) in order.
+  std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> counters;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "load") {
+      load_slice = true;
+      EXPECT_EQ(e["ts"].get<double>(), 0.0);
+      EXPECT_EQ(e["args"]["end_cycle"].get<double>(), loaded);
+      EXPECT_EQ(e["args"]["bytes_host_link"].get<double>(),
+                r["load"]["bytes_host_link"].get<double>());
+    } else if (e["ph"] == "X" && e["cat"] != "stall") {
+      first_instruction = std::min(first_instruction, e["args"]["begin_cycle"].get<double>());
+    } else if (e["ph"] == "C") {
+      counters[{e["pid"].get<int>(), e["name"].get<std::string>()}].emplace_back(
+          e["ts"].get<double>(), e["args"]["value"].get<double>());
+    }
+  }
+  EXPECT_TRUE(load_slice);
+  // Nothing reaches the chip before the load ends: the load slice is what covers [0, L).
+  EXPECT_GE(first_instruction, loaded);
+  const double end_us = r["totals"]["cycles"].get<double>() * us_per_cycle;
+  const double window_us = trace["otherData"]["counter_window_cycles"].get<double>() * us_per_cycle;
+  // Integrates a counter: each value holds until the next sample.
+  auto integral = [&](const std::vector<std::pair<double, double>>& v) {
+    double sum = 0;
+    for (std::size_t i = 0; i + 1 < v.size(); ++i)
+      sum += v[i].second * (v[i + 1].first - v[i].first);
+    return sum;
+  };
+  double host = 0, mem = 0;
+  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c) {
+    for (const char* name : {"host link (GB/s)", "off-chip memory (GB/s)", "MXUs streaming (%)"}) {
+      const auto& v = counters[{static_cast<int>(c), name}];
+      ASSERT_GE(v.size(), 3u) << name;
+      EXPECT_EQ(v.front().first, 0.0) << name;
+      EXPECT_LE(v.back().first, end_us) << name;
+      for (const auto& [ts, value] : v) {
+        EXPECT_GE(value, 0.0) << name;
+        if (std::string(name) == "MXUs streaming (%)") {
+          EXPECT_LE(value, 100.0 + 1e-9);
+        }
+      }
+    }
+    // GB/s × µs = 10³ bytes; the last sample holds for one window.
+    auto bytes = [&](const std::string& name) {
+      auto v = counters[{static_cast<int>(c), name}];
+      v.emplace_back(v.back().first + window_us, 0.0);
+      return 1e3 * integral(v);
+    };
+    host += bytes("host link (GB/s)");
+    mem += bytes("off-chip memory (GB/s)");
+  }
+  // The instructions' bytes are what the chip counted after the load, less, over the host link,
+  // the instruction stream the driver writes (isa::kInstructionBytes per instruction).
+  const auto& b = r["totals"]["bytes"];
+  const double host_after =
+      b["host_link"].get<double>() - r["load"]["bytes_host_link"].get<double>() -
+      static_cast<double>(isa::kInstructionBytes) * r["workload"]["instructions"].get<double>();
+  const double mem_after = b["off_chip"].get<double>() - r["load"]["bytes_off_chip"].get<double>();
+  EXPECT_NEAR(host, host_after, 1e-6 * host_after);
+  EXPECT_NEAR(mem, mem_after, 1e-6 * mem_after);
 }
 
 }  // namespace
