@@ -167,6 +167,31 @@ def _energy_parts(c):
     return parts
 
 
+def _layer_rows(c, key, prefix):
+    """The rows of `key` (a run's `layers`, a fit step's `step.last.layers`), validated."""
+    rows = []
+    for i, layer in enumerate(c.need(key, LIST)):
+        where = f"{prefix}{key}[{i}]"
+        if not isinstance(layer, dict):
+            raise BadInput(c.where, where, "expected an object")
+        lc = Checked(layer, c.where, where + ".")
+        rows.append({
+            "name": lc.need("name", STRING),
+            "type": lc.want("type", STRING) or "",
+            "cycles": lc.need("cycles", NUMBER),
+            # The cycles the layer's rates are taken over (docs/report.md, "Per-layer cycles");
+            # absent from reports written before it existed.
+            "span_cycles": lc.want("span_cycles", NUMBER),
+            "ops": lc.need("ops", NUMBER),
+            "ops_per_s": lc.need("ops_per_s", NUMBER),
+            "utilization": lc.want("utilization", NUMBER),
+            "energy_j": lc.want("energy_j", NUMBER),
+            "bytes_off_chip": lc.need("bytes_off_chip", NUMBER),
+            "buckets": _buckets(lc),
+        })
+    return rows
+
+
 class Run:
     """One chip's run (tpusim.run/1), reduced to what the page shows."""
 
@@ -226,23 +251,7 @@ class Run:
         self.bytes = _bytes(t)
         self.energy = _energy_parts(c)
 
-        layers = c.need("layers", LIST)
-        self.layers = []
-        for i, layer in enumerate(layers):
-            lc = Checked(layer, where, f"{prefix}layers[{i}].")
-            if not isinstance(layer, dict):
-                raise BadInput(where, f"{prefix}layers[{i}]", "expected an object")
-            self.layers.append({
-                "name": lc.need("name", STRING),
-                "type": lc.want("type", STRING) or "",
-                "cycles": lc.need("cycles", NUMBER),
-                "ops": lc.need("ops", NUMBER),
-                "ops_per_s": lc.need("ops_per_s", NUMBER),
-                "utilization": lc.want("utilization", NUMBER),
-                "energy_j": lc.want("energy_j", NUMBER),
-                "bytes_off_chip": lc.need("bytes_off_chip", NUMBER),
-                "buckets": _buckets(lc),
-            })
+        self.layers = _layer_rows(c, "layers", prefix)
         self.label = self.chip
 
     @property
@@ -327,14 +336,17 @@ class Fit:
         self.learning_rate = c.want("learning_rate", NUMBER)
         self.steps = c.need("steps", NUMBER, why)
         self.checked = c.want("checked", BOOL)
+        # fit --timing-only computes no loss (docs/report.md, "Training"): its epochs have none.
+        timing_only = c.want("outputs_computed", BOOL) is False
+        need_or_want = (lambda ec, k: ec.want(k, NUMBER)) if timing_only else (lambda ec, k: ec.need(k, NUMBER, why))
         self.epochs = []
         for i, e in enumerate(c.need("epochs", LIST, why)):
             if not isinstance(e, dict):
                 raise BadInput(where, f"epochs[{i}]", "expected an object")
             ec = Checked(e, where, f"epochs[{i}].")
             self.epochs.append({
-                "epoch": ec.need("epoch", NUMBER, why), "loss": ec.need("loss", NUMBER, why),
-                "accuracy": ec.need("accuracy", NUMBER, why), "val_loss": ec.want("val_loss", NUMBER),
+                "epoch": ec.need("epoch", NUMBER, why), "loss": need_or_want(ec, "loss"),
+                "accuracy": need_or_want(ec, "accuracy"), "val_loss": ec.want("val_loss", NUMBER),
                 "val_accuracy": ec.want("val_accuracy", NUMBER),
                 "simulated_seconds": ec.need("simulated_seconds", NUMBER, why),
             })
@@ -351,6 +363,12 @@ class Fit:
                 self.split[part] = step.need(f"last.split_cycles.{part}", NUMBER, why)
         self.last_tflops = step.want("last.tflops", NUMBER)
         self.last_energy_j = step.want("last.energy_j", NUMBER)
+        # The last step per tag (forward and backward of each layer), as a run's layers.
+        self.step_layers = None
+        if step.want("last.layers", LIST) is not None:
+            last = step.sub("last")
+            self.step_layers = StepLayers(self, _layer_rows(last, "layers", "step.last."), last.need(
+                "cycles", POSITIVE, why), last.need("seconds", POSITIVE, why), last.need("peak_ops_per_s", POSITIVE, why))
         self.wall_seconds = c.want("host.wall_seconds", NUMBER)
         # The steps after the first (docs/report.md, the fit report's steady_state); absent after one step.
         st = c.want("steady_state", OBJECT)
@@ -359,6 +377,18 @@ class Fit:
             sc = Checked(st, where, "steady_state.")
             self.steady = {k: sc.need(k, NUMBER, "a fit report's steady_state has it") for k in (
                 "steps", "seconds_per_step", "images_per_s", "tflops", "energy_per_image_j")}
+
+
+class StepLayers:
+    """A fit's last step per tag, shaped as a Run for the layer table: its clock follows from the
+    step's cycles and seconds (a fit report names no clock), its images are the global batch."""
+
+    def __init__(self, fit, layers, cycles, seconds, peak_ops_per_s):
+        self.layers, self.peak_ops_per_s = layers, peak_ops_per_s
+        self.clock_hz = cycles / seconds
+        self.totals = {"cycles": cycles}
+        self.workload = {"images": fit.global_batch}
+        self.ops_unit = "TFLOPS"
 
 
 def _read_fit(data, where):
@@ -451,25 +481,60 @@ def _mpl():
 
 class Plot:
     def __init__(self, kind, chip, svg, alt, caption):
-        self.kind, self.chip, self.svg, self.alt, self.caption = kind, chip, svg, alt, caption
+        self.kind, self.chip, self.alt, self.caption = kind, chip, alt, caption
+        self.svg, self.labels = svg
 
     def html(self):
         uri = "data:image/svg+xml;base64," + base64.b64encode(self.svg).decode("ascii")
         chip = f' data-chip="{esc(self.chip)}"' if self.chip else ""
-        return (f'<figure class="plot" data-plot="{esc(self.kind)}"{chip}>'
+        # Every text the figure drew, as [left, top, right, bottom] fractions of the image and the
+        # text: the Chromium test checks on the rendered page that no two overlap.
+        labels = esc(json.dumps(self.labels, separators=(",", ":"), ensure_ascii=False))
+        return (f'<figure class="plot" data-plot="{esc(self.kind)}"{chip} data-labels="{labels}">'
                 f'<img src="{uri}" alt="{esc(self.alt)}">'
                 f"<figcaption>{self.caption}</figcaption></figure>")
 
 
+def drawn_texts(fig):
+    """The texts a draw of `fig` puts on the canvas (tick labels outside the view, empty and
+    hidden texts are not drawn, so not listed), with the renderer that drew them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    texts = []
+    draw_text = renderer.draw_text
+
+    def spy(gc, x, y, s, prop, angle, ismath=False, mtext=None):
+        if mtext is not None and s.strip() and mtext not in texts:
+            texts.append(mtext)
+        return draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+
+    renderer.draw_text = spy
+    try:
+        fig.draw(renderer)
+    finally:
+        del renderer.draw_text
+    return texts, renderer
+
+
+def overlapping(a, b, slack=0.5):
+    """Two display boxes overlap by more than `slack` pixels both ways."""
+    return (min(a.x1, b.x1) - max(a.x0, b.x0) > slack) and (min(a.y1, b.y1) - max(a.y0, b.y0) > slack)
+
+
 def _svg(fig):
+    """(the SVG, every drawn text's box in fractions of the image from its top left, and text)."""
+    texts, renderer = drawn_texts(fig)
+    # The tight box savefig would use, made explicit so the texts' boxes map onto the image.
+    box = fig.get_tightbbox(renderer).padded(0.1)
+    labels = []
+    for t in texts:
+        e = t.get_window_extent(renderer)
+        x0, x1 = (e.x0 / fig.dpi - box.x0) / box.width, (e.x1 / fig.dpi - box.x0) / box.width
+        y0, y1 = (box.y1 - e.y1 / fig.dpi) / box.height, (box.y1 - e.y0 / fig.dpi) / box.height
+        labels.append([round(x0, 5), round(y0, 5), round(x1, 5), round(y1, 5), t.get_text()])
     buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def _tick(v, _pos):
-    """Linear-axis ticks as plain numbers with thousands separators, never an offset or 1e6."""
-    return f"{int(v):,}" if v == int(v) else f"{v:g}"
+    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches=box, pad_inches=0)
+    return buf.getvalue(), labels
 
 
 def _log_floor(x):
@@ -478,6 +543,43 @@ def _log_floor(x):
 
 def _log_ceil(x):
     return 10 ** math.ceil(math.log10(x))
+
+
+# Layers named on a roofline at most, and layers or blocks drawn in the cycle plot before the rest
+# are summed into one bar; tables show TOP_LAYERS rows, then one for the rest.
+ROOFLINE_LABELS = 12
+CYCLE_BARS = 16
+TOP_LAYERS = 20
+SI = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+
+
+def _si(v):
+    """A tick in engineering notation: 1.5 T, 20 G, 300 k, 0.01; never 1e13."""
+    for f, p in SI:
+        if abs(v) >= f:
+            return f"{v / f:g} {p}"
+    return f"{v:g}"
+
+
+def _place_labels(fig, ax, points):
+    """Names `points` ((x, y, name) in data coordinates) beside their markers, trying four sides,
+    keeping only the names that overlap no text already on the figure. Returns how many it kept."""
+    texts, renderer = drawn_texts(fig)
+    placed = [t.get_window_extent(renderer) for t in texts]
+    kept = 0
+    for x, y, name in points:
+        for dx, dy, ha, va in ((5, -3, "left", "top"), (5, 3, "left", "bottom"),
+                               (-5, -3, "right", "top"), (-5, 3, "right", "bottom")):
+            a = ax.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7.5,
+                            ha=ha, va=va, annotation_clip=False)
+            box = a.get_window_extent(renderer)
+            inside = fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)
+            if inside and not any(overlapping(box, b) for b in placed):
+                placed.append(box)
+                kept += 1
+                break
+            a.remove()
+    return kept
 
 
 def roofline_plot(run, Figure, ticker):
@@ -523,34 +625,41 @@ def roofline_plot(run, Figure, ticker):
     ax.annotate(f"ridge {sig(ridge)} ops/B", (ridge, y_lo), xytext=(4, 4), textcoords="offset points",
                 ha="left", va="bottom")
 
-    for x, y, name in finite:
+    for x, y, _ in finite:
         ax.scatter([x], [y], s=28, color="#1f77b4", zorder=3)
-        ax.annotate(name, (x, y), xytext=(5, -3), textcoords="offset points", fontsize=8, va="top")
-    for y, name in unbounded:
+    for y, _ in unbounded:
         # No off-chip byte: the intensity is unbounded, so the point sits at the right edge.
         ax.scatter([x_hi], [y], s=40, marker=">", color="#1f77b4", zorder=3, clip_on=False)
-        ax.annotate(f"{name} (no off-chip bytes)", (x_hi, y), xytext=(-8, -3), textcoords="offset points",
-                    fontsize=8, ha="right", va="top")
     if whole:
         ax.scatter([whole[0]], [whole[1]], s=140, marker="*", color="#d62728", zorder=4)
         ax.annotate("whole run", whole, xytext=(7, 3), textcoords="offset points", fontsize=8,
                     color="#d62728", fontweight="bold")
+    # Names for the layers with the most ops, each where it overlaps no other text; the rest of
+    # the points stay unnamed (a ResNet-50 has 53 convolutions).
+    ops = {l["name"]: l["ops"] for l in run.layers}
+    candidates = sorted([(x, y, name) for x, y, name in finite] + [(x_hi, y, name) for y, name in unbounded],
+                        key=lambda p: -ops[p[2]])
+    labelled = _place_labels(fig, ax, candidates[:ROOFLINE_LABELS])
     ax.set_xlabel("operational intensity (ops per off-chip byte; 1 MAC = 2 ops)")
-    ax.set_ylabel("achieved (ops/s)")
+    ax.set_ylabel("achieved over the layer's span (ops/s)")
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _si(v)))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _si(v)))
     ax.set_title(f"{run.label}: roofline")
     ax.grid(True, which="major", lw=0.4, color="#dddddd")
 
     notes = []
     above = [name for _, y, name in finite if y > peak] + [name for y, name in unbounded if y > peak]
     if above:
-        notes.append(f"Above the compute ceiling: {', '.join(above)}. A layer's time is the cycles charged "
-                     "to it by retirement (docs/report.md): when its work overlaps an earlier layer's, "
-                     "those cycles go to the earlier layer and its own rate can exceed peak.")
+        notes.append(f"Above the compute ceiling: {', '.join(above)} (a report whose rates predate span_cycles: "
+                     "docs/report.md, \"Per-layer cycles\").")
     if unbounded:
         notes.append("Layers without off-chip traffic are drawn at the right edge (▶).")
     if not whole:
         notes.append("The whole run moved no off-chip byte and is not drawn.")
     shown = len(finite) + len(unbounded)
+    if labelled < shown:
+        notes.append(f"Named: the {labelled} of the {shown} layers with the most ops whose names fit "
+                     "without overlapping; the layer table below has every layer.")
     caption = (f"{esc(run.label)}: compute ceiling {esc(sig(peak / 1e12))} {esc(run.ops_unit)}, "
                f"off-chip bandwidth ceiling {esc(sig(bw / 1e9))} GB/s, ridge at {esc(sig(ridge))} ops/B; "
                f"{shown} layers with MACs (●){' and the whole run (★)' if whole else ''}. "
@@ -558,32 +667,64 @@ def roofline_plot(run, Figure, ticker):
     return Plot("roofline", run.label, _svg(fig), f"Roofline of {run.label}", caption)
 
 
+def block_of(name):
+    """A layer's block: `conv3_block2` for `conv3_block2_1_conv` (Keras's ResNet and MobileNet
+    names); None for a layer outside any block."""
+    m = re.match(r"(.+?_block\d+)_", name)
+    return m.group(1) if m else None
+
+
+def layer_groups(run):
+    """The units the cycle plot draws: a model with blocks (ResNet-50's conv3_block2_...) by block,
+    layers outside blocks alone; other models layer by layer. Each is (name, [layers])."""
+    groups = {}
+    for l in run.layers:
+        groups.setdefault(block_of(l["name"]) or l["name"], []).append(l)
+    return list(groups.items())
+
+
 def buckets_plot(run, Figure, ticker):
-    shown = [l for l in run.layers if any(l["buckets"][b] > 0 for b in BUCKETS)]
-    empty = [l["name"] for l in run.layers if l not in shown]
-    fig = Figure(figsize=(6.4, 4.4))
+    grouped = any(block_of(l["name"]) for l in run.layers)
+    units = []
+    for name, layers in layer_groups(run):
+        b = {k: sum(l["buckets"][k] for l in layers) for k in BUCKETS}
+        if any(v > 0 for v in b.values()):
+            units.append((name + (f" ({len(layers)} layers)" if len(layers) > 1 else ""), b))
+    empty = sum(1 for l in run.layers if not any(l["buckets"][k] > 0 for k in BUCKETS))
+    # The busiest units by MXU cycles, in model order; the rest as one bar at the end.
+    if len(units) > CYCLE_BARS:
+        top = set(sorted(range(len(units)), key=lambda i: -sum(units[i][1].values()))[:CYCLE_BARS - 1])
+        rest = [u for i, u in enumerate(units) if i not in top]
+        units = [u for i, u in enumerate(units) if i in top] + [
+            (f"the other {len(rest)}", {k: sum(b[k] for _, b in rest) for k in BUCKETS})]
+    fig = Figure(figsize=(6.4, max(3.0, 1.2 + 0.26 * len(units))))
     ax = fig.add_subplot()
-    names = [l["name"] for l in shown]
-    bottom = [0.0] * len(shown)
+    names = [n for n, _ in units][::-1]  # first at the top
+    left = [0.0] * len(units)
     for b in BUCKETS:
-        values = [l["buckets"][b] for l in shown]
-        ax.bar(names, values, bottom=bottom, color=BUCKET_COLOURS[b], label=BUCKET_LABELS[b], width=0.6)
-        bottom = [x + y for x, y in zip(bottom, values)]
+        values = [u[b] for _, u in units][::-1]
+        ax.barh(names, values, left=left, color=BUCKET_COLOURS[b], label=BUCKET_LABELS[b], height=0.65)
+        left = [x + y for x, y in zip(left, values)]
     mxus = run.mxus
-    ax.set_ylabel("MXU cycles" + (f" (summed over {mxus} MXUs)" if mxus and mxus > 1 else ""))
-    ax.set_xlabel("layer")
-    ax.yaxis.set_major_formatter(ticker.FuncFormatter(_tick))
-    ax.set_title(f"{run.label}: MXU cycles per layer")
-    ax.legend(fontsize=8, frameon=False, loc="upper right")
-    if not shown:
+    ax.set_xlabel("MXU cycles" + (f" (summed over {mxus} MXUs)" if mxus and mxus > 1 else ""))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _si(v)))
+    ax.tick_params(axis="y", labelsize=7.5)
+    ax.set_title(f"{run.label}: MXU cycles per {'block' if grouped else 'layer'}")
+    ax.legend(fontsize=7.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 1.2 / fig.get_figheight() / 4),
+              ncol=3)
+    if not units:
         ax.text(0.5, 0.5, "no MXU cycles in any layer", transform=ax.transAxes, ha="center")
 
     total = sum(run.buckets.values())
     shares = ", ".join(f"{BUCKET_LABELS[b]} {sig(100 * run.buckets[b] / total)} %"
                        for b in BUCKETS if total and run.buckets[b] > 0)
     caption = f"{esc(run.label)}, whole run: {esc(shares or 'no MXU cycles')}."
+    if grouped:
+        caption += " Layers of a block (conv3_block2_…) are summed into one bar."
+    if any(n.startswith("the other ") for n, _ in units):
+        caption += f" The {CYCLE_BARS - 1} bars with the most MXU cycles are drawn; the rest are summed in the last."
     if empty:
-        caption += f" Layers with no MXU cycles of their own: {esc(', '.join(empty))}."
+        caption += f" {empty} layers have no MXU cycles of their own (setup, pooling, fused activations) and are not drawn."
     return Plot("cycles", run.label, _svg(fig), f"MXU cycle buckets per layer of {run.label}", caption)
 
 
@@ -641,7 +782,7 @@ def _bar_panel(ax, ticker, labels, values, colours, ylabel, fmt):
         ax.annotate(fmt(v), (b.get_x() + b.get_width() / 2, b.get_height()), xytext=(0, 2),
                     textcoords="offset points", ha="center", va="bottom", fontsize=8)
     else:
-        ax.yaxis.set_major_formatter(ticker.FuncFormatter(_tick))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _si(v)))
     ax.set_ylabel(ylabel)
     ax.tick_params(axis="x", labelrotation=20)
     ax.margins(y=0.15)
@@ -793,22 +934,71 @@ def memory_table(runs):
 
 
 def layer_table(run):
-    head = ["layer", "type", "time (cycles)", "ops (M)", "off-chip (bytes)", "intensity (ops/B)",
-            f"achieved ({run.ops_unit})", "utilization (%)", "energy (µJ/image)"]
+    """Per layer: the span its rates are taken over beside its retirement cycles (docs/report.md,
+    "Per-layer cycles"), so each rate recomputes from its row. A model with more than TOP_LAYERS
+    layers shows its TOP_LAYERS longest (by span) in model order, then one row summing the rest."""
+    clock = run.clock_hz
+    head = ["layer", "type", "span (cycles)", "retired (cycles)", "retired share (%)", "ops (M)",
+            "off-chip (bytes)", "intensity (ops/B)", f"achieved ({run.ops_unit})", "utilization (%)",
+            "energy (µJ/image)"]
     rows = []
     n = run.workload["images"]
-    for l in run.layers:
+    total = run.totals["cycles"]
+    layers = run.layers
+    rest = []
+    if len(layers) > TOP_LAYERS + 1:
+        by_time = sorted(range(len(layers)), key=lambda i: -(layers[i]["span_cycles"] or layers[i]["cycles"]))
+        top = set(by_time[:TOP_LAYERS])
+        rest = [l for i, l in enumerate(layers) if i not in top]
+        layers = [l for i, l in enumerate(layers) if i in top]
+    for l in layers:
         if l["ops"] <= 0:
             intensity = "—"
         else:
             intensity = sig(l["ops"] / l["bytes_off_chip"]) if l["bytes_off_chip"] > 0 else "∞"
         rows.append([
-            l["name"], l["type"], count(l["cycles"]), sig(l["ops"] / 1e6), count(l["bytes_off_chip"]),
-            intensity,
+            l["name"], l["type"], count(l["span_cycles"]), count(l["cycles"]), sig(100 * l["cycles"] / total),
+            sig(l["ops"] / 1e6), count(l["bytes_off_chip"]), intensity,
             sig(l["ops_per_s"] / 1e12), sig(None if l["utilization"] is None else 100 * l["utilization"]),
             sig(None if l["energy_j"] is None else 1e6 * l["energy_j"] / n),
         ])
-    return _table(head, rows, [False, False] + [True] * 7)
+    if rest:
+        # Spans overlap and do not add up, so the rest has no span and no rate of its own.
+        ops = sum(l["ops"] for l in rest)
+        energy = None if any(l["energy_j"] is None for l in rest) else sum(l["energy_j"] for l in rest)
+        retired = sum(l["cycles"] for l in rest)
+        rows.append([f"the other {len(rest)} layers", "", "—", count(retired), sig(100 * retired / total),
+                     sig(ops / 1e6), count(sum(l["bytes_off_chip"] for l in rest)), "—", "—", "—",
+                     sig(None if energy is None else 1e6 * energy / n)])
+    basis = (f"Rates over each layer's span: achieved = ops × {sig(clock / 1e6, 4)} MHz ÷ span; "
+             f"utilization = ops ÷ 2 ÷ (peak {count(run.peak_ops_per_s / clock / 2)} MAC/cycle × span). "
+             if clock else "")
+    note = (f"<p>{esc(basis)}Retired cycles (each cycle charged to the layer of the oldest unfinished "
+            "instruction) add up to the run's; spans overlap and do not (docs/report.md, \"Per-layer cycles\")."
+            + (f" The {TOP_LAYERS} layers with the longest spans, in model order; the last row sums "
+               f"the other {len(rest)}." if rest else "") + "</p>")
+    return note + _table(head, rows, [False, False] + [True] * 9)
+
+
+def block_table(run):
+    """A model with blocks (ResNet-50's conv3_block2_...): per block, its layers' retired cycles,
+    ops and energy summed, and its longest layer."""
+    groups = [(name, layers) for name, layers in layer_groups(run) if block_of(layers[0]["name"])]
+    if not groups:
+        return ""
+    head = ["block", "layers", "retired (cycles)", "retired share (%)", "ops (M)", "energy (µJ/image)",
+            "longest layer (span cycles)"]
+    rows = []
+    n, total = run.workload["images"], run.totals["cycles"]
+    for name, layers in groups:
+        retired = sum(l["cycles"] for l in layers)
+        longest = max(layers, key=lambda l: l["span_cycles"] or 0)
+        energy = None if any(l["energy_j"] is None for l in layers) else sum(l["energy_j"] for l in layers)
+        rows.append([name, str(len(layers)), count(retired), sig(100 * retired / total),
+                     sig(sum(l["ops"] for l in layers) / 1e6), sig(None if energy is None else 1e6 * energy / n),
+                     f"{longest['name']} ({count(longest['span_cycles'])})"])
+    return ("<p>Per block (the layers named <code>convN_blockM_…</code>), summed over its layers.</p>"
+            + _table(head, rows, [False, True, True, True, True, True, False]))
 
 
 def training_plot(fit, Figure, ticker):
@@ -847,7 +1037,7 @@ def step_split_plot(fit, Figure, ticker):
         left += v
     ax.set_yticks([])
     ax.set_xlabel("cycles of the last step")
-    ax.xaxis.set_major_formatter(ticker.FuncFormatter(_tick))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _si(v)))
     ax.legend(fontsize=8, frameon=False, ncol=len(FIT_PARTS), loc="upper center",
               bbox_to_anchor=(0.5, -0.55))
     caption = (f"The last training step's {count(total)} cycles by part (step.last.split_cycles): "
@@ -878,7 +1068,10 @@ def training_section(fit, Figure, ticker):
         out.append(f"<p>Steady state over {steps} after the first: "
                    f"{sig(1e3 * st['seconds_per_step'], 4)} ms per step, {sig(st['images_per_s'], 4)} images/s, "
                    f"{sig(st['tflops'])} TFLOPS, {sig(1e6 * st['energy_per_image_j'])} µJ per image.</p>")
-    out.append(training_plot(fit, Figure, ticker).html())
+    if any(e["loss"] is not None for e in fit.epochs):
+        out.append(training_plot(fit, Figure, ticker).html())
+    else:
+        out.append("<p>Timing only (<code>fit --timing-only</code>): no losses or accuracies were computed.</p>")
     if fit.split:
         extra = []
         if fit.last_tflops is not None:
@@ -889,11 +1082,15 @@ def training_section(fit, Figure, ticker):
             out.append(f"<p>Last step: {esc(', '.join(extra))}.</p>")
         out.append(step_split_plot(fit, Figure, ticker).html())
     head = ["epoch", "loss", "accuracy (%)", "val_loss", "val_accuracy (%)", "simulated time (ms)"]
-    rows = [[str(e["epoch"]), sig(e["loss"], 4), f"{100 * e['accuracy']:.2f}",
+    rows = [[str(e["epoch"]), sig(e["loss"], 4), "—" if e["accuracy"] is None else f"{100 * e['accuracy']:.2f}",
              sig(e["val_loss"], 4) if e["val_loss"] is not None else "—",
              f"{100 * e['val_accuracy']:.2f}" if e["val_accuracy"] is not None else "—",
              sig(1e3 * e["simulated_seconds"], 4)] for e in fit.epochs]
     out.append(_table(head, rows, [True] * 6))
+    if fit.step_layers is not None:
+        out.append("<h3>The last step per layer, forward and backward</h3>")
+        out.append(block_table(fit.step_layers))
+        out.append(layer_table(fit.step_layers))
     return "\n".join(out)
 
 
@@ -987,6 +1184,7 @@ def comparison_page(docs, sources):
         body.append(roofline_plot(r, Figure, ticker).html())
         body.append(buckets_plot(r, Figure, ticker).html())
         body.append("</div>")
+        body.append(block_table(r))
         body.append(layer_table(r))
 
     for f in fits:

@@ -73,31 +73,47 @@ std::string md_header(const std::vector<std::string>& cells) {
   return s + "\n";
 }
 
-// `layers` rows of a run or a fit step; `total` the cycles their shares are of.
-std::string layers_markdown(const ordered_json& layers, double total) {
-  std::string s =
-      md_header({"layer", "type", "cycles", "share of cycles (%)", "G MAC", "utilization (%)",
-                 "T ops/s", "off-chip bytes", "MAC per off-chip B", "energy (µJ)",
-                 "MXU active / w.stall / w.shift / hazard / in.stall / "
-                 "idle (cycles)"});
+// What a per-layer table's rates are taken over: the clock and the peak they divide by.
+struct RateBasis {
+  double clock_hz = 0, peak_macs_per_cycle = 0;
+};
+
+// `layers` rows of a run or a fit step; `total` the cycles their retirement shares are of. The
+// rates use each row's span (docs/report.md, "Per-layer cycles"), so the span comes first and
+// the line above the table says how to recompute them from the row.
+std::string layers_markdown(const ordered_json& layers, double total, const RateBasis& basis) {
+  std::string s = fmt::format(
+      "Rates over each row's span: T ops/s = 2 × G MAC × 10⁹ × {} Hz / span cycles; "
+      "utilization = G MAC × 10⁹ / ({} MAC/cycle × span cycles). Retired cycles (each cycle "
+      "charged to the oldest unfinished instruction's layer) add up to the run's; spans overlap "
+      "and do not.\n\n",
+      cell(basis.clock_hz), cell(basis.peak_macs_per_cycle));
+  s += md_header({"layer", "type", "span (cycles)", "retired (cycles)", "retired share (%)",
+                  "G MAC", "T ops/s", "utilization (%)", "off-chip bytes", "MAC per off-chip B",
+                  "energy (µJ)",
+                  "MXU active / w.stall / w.shift / hazard / in.stall / idle (cycles)"});
   for (const auto& l : layers) {
     const auto& b = l.at("mxu_cycles");
     std::string buckets;
     for (const char* k : kBuckets) buckets += (buckets.empty() ? "" : " / ") + thousands(num(b, k));
-    s += md_row(
-        {l.at("name").get<std::string>(), l.at("type").get<std::string>(),
-         thousands(num(l, "cycles")), fmt::format("{:.1f}", 100 * ratio(num(l, "cycles"), total)),
-         fmt::format("{:.3f}", num(l, "macs") / 1e9),
-         fmt::format("{:.2f}", 100 * num(l, "utilization")),
-         fmt::format("{:.3f}", num(l, "ops_per_s") / 1e12), thousands(num(l, "bytes_off_chip")),
-         fmt::format("{:.1f}", num(l, "macs_per_off_chip_byte")),
-         fmt::format("{:.1f}", 1e6 * num(l, "energy_j")), buckets});
+    s += md_row({l.at("name").get<std::string>(), l.at("type").get<std::string>(),
+                 thousands(num(l, "span_cycles")), thousands(num(l, "cycles")),
+                 fmt::format("{:.1f}", 100 * ratio(num(l, "cycles"), total)),
+                 fmt::format("{:.3f}", num(l, "macs") / 1e9),
+                 fmt::format("{:.3f}", num(l, "ops_per_s") / 1e12),
+                 fmt::format("{:.2f}", 100 * num(l, "utilization")),
+                 thousands(num(l, "bytes_off_chip")),
+                 fmt::format("{:.1f}", num(l, "macs_per_off_chip_byte")),
+                 fmt::format("{:.1f}", 1e6 * num(l, "energy_j")), buckets});
   }
   return s;
 }
 
 std::string layers_markdown(const ordered_json& run) {
-  return layers_markdown(run.at("layers"), num(run.at("totals"), "cycles"));
+  const double chips = run.contains("system") ? num(run.at("system"), "chips") : 1;
+  const auto& chip = run.at("chip");
+  return layers_markdown(run.at("layers"), num(run.at("totals"), "cycles"),
+                         {num(chip, "clock_hz"), chips * num(chip, "peak_macs_per_cycle")});
 }
 
 struct Column {
@@ -294,7 +310,7 @@ std::string run_markdown(const ordered_json& run) {
     ev.push_back(fmt::format("{:.1f}", 1e6 * v.get<double>()));
   }
   s += md_header(eh) + md_row(ev) + "\n";
-  s += "Per layer (cycles by retirement, docs/report.md):\n\n" + layers_markdown(run);
+  s += "Per layer (docs/report.md, \"Per-layer cycles\"):\n\n" + layers_markdown(run);
   return s;
 }
 
@@ -357,8 +373,11 @@ std::string fit_markdown(const ordered_json& fit) {
         thousands(num(a, "cycles")), thousands(num(a, "exposed_cycles")),
         thousands(num(a, "hidden_cycles")), 100 * num(a, "hidden_share"));
   }
-  s += "\nPer tag (rates over each row's span, docs/report.md):\n\n" +
-       layers_markdown(last.at("layers"), cycles);
+  // The fit report names its chip only; its clock and peak follow from the step's figures.
+  const double clock_hz = ratio(cycles, num(last, "seconds"));
+  s += "\nPer tag (docs/report.md, \"Per-layer cycles\"):\n\n" +
+       layers_markdown(last.at("layers"), cycles,
+                       {clock_hz, ratio(num(last, "peak_ops_per_s"), 2 * clock_hz)});
   return s;
 }
 

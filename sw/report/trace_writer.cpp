@@ -6,7 +6,10 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 namespace tpu::report {
 namespace {
@@ -37,16 +40,74 @@ std::string link_slice_name(const LinkBusy& b) {
   return name;
 }
 
+// Counter tracks sample the run in this many windows at most: fine enough to see the layers,
+// small enough to keep the file's size set by its slices.
+constexpr std::uint64_t kCounterWindows = 500;
+
+// Spreads `amount` evenly over [begin, end) into windows of `width` cycles (an instant's amount
+// goes into its window).
+void spread(std::vector<double>& windows, Cycle width, Cycle begin, Cycle end, double amount) {
+  if (end <= begin) {
+    windows[std::min<std::size_t>(begin / width, windows.size() - 1)] += amount;
+    return;
+  }
+  const double per_cycle = amount / static_cast<double>(end - begin);
+  for (Cycle w = begin / width; w * width < end && w < windows.size(); ++w) {
+    const Cycle lo = std::max(begin, w * width), hi = std::min(end, (w + 1) * width);
+    windows[w] += per_cycle * static_cast<double>(hi - lo);
+  }
+}
+
 }  // namespace
 
+RunTracks run_tracks(const std::vector<std::vector<isa::Instruction>>& program_cores,
+                     std::uint32_t cores, std::uint32_t weight_element_bytes, Cycle load_end,
+                     std::uint64_t load_bytes) {
+  RunTracks r;
+  r.load_end = load_end;
+  r.load_bytes = load_bytes;
+  r.host_link_bytes.resize(cores);
+  r.off_chip_bytes.resize(cores);
+  for (std::uint32_t c = 0; c < cores && !program_cores.empty(); ++c) {
+    const auto& prog = program_cores[c % program_cores.size()];
+    auto& host = r.host_link_bytes[c];
+    auto& mem = r.off_chip_bytes[c];
+    host.assign(prog.size(), 0);
+    mem.assign(prog.size(), 0);
+    for (std::size_t i = 0; i < prog.size(); ++i) {
+      std::visit(
+          [&](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, isa::ReadHost> || std::is_same_v<T, isa::WriteHost>)
+              host[i] = x.bytes;
+            else if constexpr (std::is_same_v<T, isa::ReadMem> || std::is_same_v<T, isa::WriteMem>)
+              mem[i] = x.bytes;
+            else if constexpr (std::is_same_v<T, isa::Gather>)
+              mem[i] = std::uint64_t{x.count} * x.row_bytes;
+            else if constexpr (std::is_same_v<T, isa::ReadWeights>)
+              mem[i] = x.source == isa::WeightSource::OffChip
+                           ? std::uint64_t{x.rows} * x.cols * weight_element_bytes
+                           : 0;
+          },
+          prog[i]);
+    }
+  }
+  return r;
+}
+
 std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
-                              const std::vector<std::string>& layers, const FitTracks& fit) {
+                              const std::vector<std::string>& layers, const FitTracks& fit,
+                              const RunTracks& run) {
   using nlohmann::ordered_json;
   const double us_per_cycle = 1e6 / cfg.clock_hz();
+  // A run's counters sample windows of `width` cycles from cycle 0 to the last slice's end.
+  Cycle last = run.load_end;
+  for (const TraceSlice& s : trace.slices()) last = std::max(last, s.end);
+  const Cycle width = std::max<Cycle>(1, (last + kCounterWindows - 1) / kCounterWindows);
+  ordered_json other{{"chip", cfg.name}, {"clock_hz", cfg.clock_hz()}, {"time_unit", "us"}};
+  if (!run.host_link_bytes.empty()) other["counter_window_cycles"] = width;
   std::ostringstream out;
-  out << "{\"displayTimeUnit\":\"ns\",\"otherData\":"
-      << ordered_json{{"chip", cfg.name}, {"clock_hz", cfg.clock_hz()}, {"time_unit", "us"}}.dump()
-      << ",\"traceEvents\":[\n";
+  out << "{\"displayTimeUnit\":\"ns\",\"otherData\":" << other.dump() << ",\"traceEvents\":[\n";
   bool first = true;
   auto emit = [&](const ordered_json& e) {
     if (!first) out << ",\n";
@@ -97,13 +158,65 @@ std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
             {"end_cycle", s.end},
             {"cycles", s.end - s.begin}}}});
   }
+  // Per core, counter tracks over windows of the run: bandwidth over the host link (the data
+  // read_host and write_host move; the instruction stream the driver writes over it is not
+  // traced) and to or from off-chip memory (each instruction's bytes spread over its slice), and
+  // the share of the core's MXUs streaming a matmul (their array tracks' slices: active and
+  // input_stall cycles).
+  auto counters = [&](const RunTracks& r) {
+    if (last == 0) return;
+    const std::size_t n = (last + width - 1) / width;
+    const double seconds = static_cast<double>(width) / cfg.clock_hz();
+    for (std::uint32_t c = 0; c < cfg.tensor_cores && c < r.host_link_bytes.size(); ++c) {
+      std::vector<double> host(n, 0.0), mem(n, 0.0), mxu(n, 0.0);
+      for (const TraceSlice& s : trace.slices()) {
+        if (s.core != c || s.is_stall) continue;
+        if (s.index < r.host_link_bytes[c].size()) {
+          spread(host, width, s.begin, s.end, static_cast<double>(r.host_link_bytes[c][s.index]));
+          spread(mem, width, s.begin, s.end, static_cast<double>(r.off_chip_bytes[c][s.index]));
+        }
+        if (s.track >= kFirstMxuTrack && (s.track - kFirstMxuTrack) % 2 == 1)
+          spread(mxu, width, s.begin, s.end, static_cast<double>(s.end - s.begin));
+      }
+      const auto series = {std::tuple{"host link (GB/s)", &host, 1e-9 / seconds},
+                           std::tuple{"off-chip memory (GB/s)", &mem, 1e-9 / seconds},
+                           std::tuple{"MXUs streaming (%)", &mxu,
+                                      100.0 / (static_cast<double>(width) * cfg.mxu.count)}};
+      for (const auto& [name, values, scale] : series)
+        for (std::size_t w = 0; w < n; ++w)
+          // A value is drawn until the next: only changes are written, and the last window.
+          if (w == 0 || w + 1 == n || (*values)[w] != (*values)[w - 1])
+            emit({{"name", name},
+                  {"ph", "C"},
+                  {"ts", static_cast<double>(w * width) * us_per_cycle},
+                  {"pid", c},
+                  {"args", {{"value", (*values)[w] * scale}}}});
+    }
+  };
   // The fit's processes after the cores': the host's steps, then the ICI links, every link
-  // named (an idle one shows too: on a mesh, the links a ring does not use).
+  // named (an idle one shows too: on a mesh, the links a ring does not use). A run's host has
+  // the model load instead, so that the trace covers the run from cycle 0.
   const std::uint32_t host_pid = cfg.tensor_cores, ici_pid = cfg.tensor_cores + 1;
   if (!fit.steps.empty()) {
     process(host_pid, "host");
     thread(host_pid, 0, "training steps");
+  } else if (run.load_end > 0) {
+    process(host_pid, "host");
+    thread(host_pid, 0, "model load");
+    emit({{"name", "upload memory image"},
+          {"cat", "load"},
+          {"ph", "X"},
+          {"ts", 0.0},
+          {"dur", static_cast<double>(run.load_end) * us_per_cycle},
+          {"pid", host_pid},
+          {"tid", 0},
+          {"args",
+           {{"bytes_host_link", run.load_bytes},
+            {"begin_cycle", 0},
+            {"end_cycle", run.load_end},
+            {"cycles", run.load_end}}}});
   }
+  if (!run.host_link_bytes.empty()) counters(run);
   for (const StepSpan& s : fit.steps)
     emit({{"name", fmt::format("step {}", s.step)},
           {"cat", "step"},

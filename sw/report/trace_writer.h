@@ -2,7 +2,8 @@
 // one process per TensorCore, one thread (track) per unit — sequencer stalls, host link, off-chip
 // DMA, each MXU's weight path and array, the vector unit — and one complete ("X") event per
 // instruction, named by instruction and layer; for a fit, a process for the host's steps and one
-// for the ICI links, a track per link. Timestamps are microseconds of simulated time.
+// for the ICI links, a track per link; for a run, the model's upload on a host track and counter
+// tracks of bandwidth and MXU occupancy over time. Timestamps are microseconds of simulated time.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +43,27 @@ struct FitTracks {
   std::vector<LinkTrack> links;  // one per directed link, in link order
 };
 
+// What a run adds (docs/trace.md, "The model load and the counters"): the driver's upload of the
+// program's memory image, which ends at `load_end` before any instruction reaches the chip, and
+// per core (`[core][instruction index]`) the bytes each instruction moved over the host link and
+// to or from off-chip memory, from which the counter tracks draw bandwidth over time.
+struct RunTracks {
+  Cycle load_end = 0;  // 0: no load slice
+  std::uint64_t load_bytes = 0;
+  std::vector<std::vector<std::uint64_t>> host_link_bytes, off_chip_bytes;
+};
+
+// Each instruction's bytes over the host link and to or from off-chip memory, per core of
+// `program_cores` (read_host/write_host; read_mem, write_mem, gather, and read_weights from
+// off-chip memory at `weight_element_bytes` per element). A system's cores run copies of the
+// chip's programs: core c runs program_cores[c % program_cores.size()].
+RunTracks run_tracks(const std::vector<std::vector<isa::Instruction>>& program_cores,
+                     std::uint32_t cores, std::uint32_t weight_element_bytes, Cycle load_end,
+                     std::uint64_t load_bytes);
+
 // The JSON text; `layers[id]` names Tag id `id`.
 std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
-                              const std::vector<std::string>& layers, const FitTracks& fit = {});
+                              const std::vector<std::string>& layers, const FitTracks& fit = {},
+                              const RunTracks& run = {});
 
 }  // namespace tpu::report

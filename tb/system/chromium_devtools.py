@@ -6,6 +6,7 @@ it needs only Python's standard library.
 
 Protocol reference: https://chromedevtools.github.io/devtools-protocol/ (Target, Page, Runtime,
 Log, Network domains)."""
+import base64
 import fcntl
 import json
 import os
@@ -60,7 +61,7 @@ class Chromium:
                "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--mute-audio",
-               f"--user-data-dir={self.profile}", "about:blank"]
+               "--window-size=1280,1000", f"--user-data-dir={self.profile}", "about:blank"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
                                      preexec_fn=child_fds, close_fds=False)
         os.close(to_r)
@@ -121,9 +122,10 @@ class Chromium:
             if self.proc.poll() is not None:
                 raise
 
-    def load(self, url, script):
+    def load(self, url, script, screenshot=None):
         """Opens `url` in a new tab, waits for its load event, then evaluates `script` (an
-        expression, awaited if it is a promise) and collects what the page reported."""
+        expression, awaited if it is a promise) and collects what the page reported. With
+        `screenshot` (a path), also writes a PNG of the whole page, as laid out at 1280 px wide."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
@@ -139,6 +141,11 @@ class Chromium:
                                                 "returnByValue": True}, session=session)
         if "exceptionDetails" in result:
             raise DevToolsError(f"the check script failed: {result['exceptionDetails']}")
+        if screenshot:
+            shot = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
+                             session=session)
+            with open(screenshot, "wb") as f:
+                f.write(base64.b64decode(shot["data"]))
         self._pump(0.5)
 
         page = Page()

@@ -4,9 +4,14 @@
 installed by scripts/setup.sh) through the DevTools protocol. Checks that the page loads, that
 every plot the reports call for is there and decoded, that nothing is fetched from elsewhere and
 that the console stays free of errors; and that bad input exits with status 2, one line naming the
-file and the key, and no page.
+file and the key, and no page. And that the page scales (issue 17): a ResNet-50 run's page,
+screenshotted in Chromium, has no two texts of a plot overlapping on screen (the boxes each plot
+lists of the texts matplotlib's renderer drew, placed over the image as the browser laid it out),
+a bar per block rather than per layer, and a layer table of the longest layers and one row for
+the rest.
 
-Usage: report_html_test.py --tpusim BUILD/tpusim [--report scripts/report.py] [unittest options]
+Usage: report_html_test.py --tpusim BUILD/tpusim [--report scripts/report.py] [--screenshots DIR]
+       [unittest options]
 Exit status 77 (ctest's SKIP_RETURN_CODE) when Chromium is missing and the browser tests skipped."""
 import argparse
 import base64
@@ -47,6 +52,32 @@ CHECK_SCRIPT = """(async () => {
   const rows = table ? [...table.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent)) : [];
   return {title: document.title, plots: plots, rows: rows, readyState: document.readyState};
 })()"""
+
+
+# Each plot's image as the browser laid it out, in page pixels, and the texts its figure drew.
+LABELS_SCRIPT = """(async () => {
+  const out = [];
+  for (const fig of document.querySelectorAll('figure.plot')) {
+    const img = fig.querySelector('img');
+    try { await img.decode(); } catch (e) {}
+    const r = img.getBoundingClientRect();
+    out.push({kind: fig.dataset.plot, labels: JSON.parse(fig.dataset.labels || '[]'),
+              box: [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY]});
+  }
+  return out;
+})()"""
+
+
+def overlap(a, b, slack=0.5):
+    """Boxes [left, top, right, bottom] overlapping by more than `slack` px both ways."""
+    return min(a[2], b[2]) - max(a[0], b[0]) > slack and min(a[3], b[3]) - max(a[1], b[1]) > slack
+
+
+def screen_boxes(plot):
+    """A plot's texts placed over its image on the page: (text, [left, top, right, bottom] px)."""
+    x0, y0, x1, y1 = plot["box"]
+    w, h = x1 - x0, y1 - y0
+    return [(t, [x0 + l * w, y0 + u * h, x0 + r * w, y0 + d * h]) for l, u, r, d, t in plot["labels"]]
 
 
 class PageParser(HTMLParser):
@@ -152,6 +183,43 @@ def setUpModule():
         raise RuntimeError(f"report.py failed ({r.returncode}): {r.stderr}")
 
 
+RESNET_FILE = None
+
+
+def resnet50_report():
+    """ResNet-50 on v3, timing only (the layers and their cycles are what the page draws), once."""
+    global RESNET_FILE
+    if RESNET_FILE is None:
+        RESNET_FILE = os.path.join(TMP.name, "resnet50.json")
+        r = subprocess.run([ARGS.tpusim, "run", "--chip", os.path.join(ROOT, "configs", "chips", "v3.json"),
+                            "--model", os.path.join(ROOT, "configs", "models", "resnet50.json"),
+                            "--images", "8", "--timing-only", "--json", RESNET_FILE],
+                           capture_output=True, text=True, cwd=ROOT, timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError(f"tpusim run resnet50 failed ({r.returncode}): {r.stdout}{r.stderr}")
+    with open(RESNET_FILE) as f:
+        return RESNET_FILE, json.load(f)
+
+
+RESNET_FIT_FILE = None
+
+
+def resnet50_fit_report():
+    """One ResNet-50 training step on v3 (momentum, timing only, global batch 4), once."""
+    global RESNET_FIT_FILE
+    if RESNET_FIT_FILE is None:
+        RESNET_FIT_FILE = os.path.join(TMP.name, "resnet50_fit.json")
+        r = subprocess.run([ARGS.tpusim, "fit", "--chip", os.path.join(ROOT, "configs", "chips", "v3.json"),
+                            "--model", os.path.join(ROOT, "configs", "models", "resnet50.json"),
+                            "--steps", "1", "--batch", "4", "--optimizer", "momentum", "--timing-only",
+                            "--json", RESNET_FIT_FILE],
+                           capture_output=True, text=True, cwd=ROOT, timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError(f"tpusim fit resnet50 failed ({r.returncode}): {r.stdout}{r.stderr}")
+    with open(RESNET_FIT_FILE) as f:
+        return RESNET_FIT_FILE, json.load(f)
+
+
 def tearDownModule():
     TMP.cleanup()
 
@@ -219,6 +287,107 @@ class ReportHtmlInChromium(ReportFixture):
         self.assertEqual([row[0] for row in rows], [r["chip"]["name"] for r in self.reports])
         for row, r in zip(rows, self.reports):
             self.assertEqual(row[1], f"{r['totals']['cycles']:,}")
+
+
+class ReportHtmlScalesToResNet50(ReportFixture):
+    """Issue 17: the page of a ResNet-50 run (177 layers, 16 blocks) and a training step of it
+    stays readable."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.binary = chromium_devtools.find_chromium()
+        if cls.binary is None:
+            raise unittest.SkipTest("chromium is not installed (scripts/setup.sh installs it)")
+        cls.resnet_file, cls.resnet = resnet50_report()
+        cls.fit_file, cls.fit = resnet50_fit_report()
+        out = os.path.join(cls.dir, "resnet50.html")
+        r = run_report(cls.resnet_file, cls.fit_file, "--html", out)
+        if r.returncode != 0:
+            raise RuntimeError(f"report.py failed on ResNet-50 ({r.returncode}): {r.stderr}")
+        cls.page_file = out
+        shots = ARGS.screenshots or cls.dir
+        os.makedirs(shots, exist_ok=True)
+        cls.screenshot = os.path.join(shots, "resnet50_report.png")
+        browser = chromium_devtools.Chromium(cls.binary)
+        try:
+            cls.page = browser.load("file://" + out, LABELS_SCRIPT, screenshot=cls.screenshot)
+        finally:
+            browser.close()
+
+    def test_screenshot_of_the_whole_page_is_taken(self):
+        with open(self.screenshot, "rb") as f:
+            head = f.read(24)
+        self.assertEqual(head[:8], b"\x89PNG\r\n\x1a\n")
+        width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+        self.assertGreaterEqual(width, 1200)  # 1280 less a scroll bar
+        bottom = max(p["box"][3] for p in self.page.value)
+        self.assertGreaterEqual(height, bottom, "the screenshot covers every plot")
+
+    def test_no_two_texts_of_a_plot_overlap_on_the_page(self):
+        plots = self.page.value
+        self.assertEqual({p["kind"] for p in plots},
+                         {"roofline", "cycles", "energy", "comparison", "memory", "step-split"})
+        for p in plots:
+            texts = screen_boxes(p)
+            with self.subTest(plot=p["kind"]):
+                self.assertGreater(len(texts), 5, "the plot lists the texts it drew")
+                for i, (a, box_a) in enumerate(texts):
+                    for b, box_b in texts[i + 1:]:
+                        self.assertFalse(overlap(box_a, box_b), f"{a!r} overlaps {b!r} in the {p['kind']} plot")
+                    self.assertTrue(p["box"][0] - 1 <= box_a[0] and box_a[2] <= p["box"][2] + 1
+                                    and p["box"][1] - 1 <= box_a[1] and box_a[3] <= p["box"][3] + 1,
+                                    f"{a!r} lies outside the {p['kind']} plot's image")
+        # Plots do not overlap each other either.
+        for i, a in enumerate(plots):
+            for b in plots[i + 1:]:
+                self.assertFalse(overlap(a["box"], b["box"]), f"the {a['kind']} and {b['kind']} plots overlap")
+
+    def test_roofline_names_some_layers_and_the_cycle_plot_draws_blocks(self):
+        by_kind = {p["kind"]: [t for t, _ in screen_boxes(p)] for p in self.page.value}
+        names = {l["name"] for l in self.resnet["layers"]}
+        named = [t for t in by_kind["roofline"] if t in names]
+        self.assertTrue(0 < len(named) <= 12, named)
+        bars = [t for t in by_kind["cycles"] if re.match(r"conv\d_block\d+ \(\d+ layers\)$", t)]
+        self.assertGreaterEqual(len(bars), 8, by_kind["cycles"])
+        self.assertFalse(any(re.match(r"conv\d_block\d+_\d_conv$", t) for t in by_kind["cycles"]),
+                         "the cycle plot draws blocks, not their layers")
+
+    def layer_tables(self):
+        page = parse_page(self.page_file)
+        layer_head = ["layer", "type", "span (cycles)", "retired (cycles)"]
+        layers = [t for t in page.tables if [h.replace("\u00a0", " ") for h in t[0][:4]] == layer_head]
+        blocks = [t for t in page.tables if t[0][0] == "block"]
+        return layers, blocks
+
+    def check_layer_table(self, rows, layers, cycles):
+        """The 20 longest layers by span, each with its span, and a row for the rest; the retired
+        cycles of all rows add up to `cycles`."""
+        self.assertEqual(len(rows), 21)
+        self.assertEqual(rows[-1][0], f"the other {len(layers) - 20} layers")
+        by_name = {l["name"]: l for l in layers}
+        longest = sorted(l["span_cycles"] for l in layers)[-20]
+        for row in rows[:-1]:
+            l = by_name[row[0]]
+            self.assertEqual(row[2], f"{round(l['span_cycles']):,}")
+            self.assertGreaterEqual(l["span_cycles"], longest)
+        retired = sum(int(row[3].replace(",", "")) for row in rows)
+        self.assertAlmostEqual(retired, cycles, delta=len(rows))
+
+    def test_layer_tables_show_the_longest_layers_with_their_spans_and_one_row_for_the_rest(self):
+        layers, blocks = self.layer_tables()
+        self.assertEqual(len(layers), 2, "the run's layers and the training step's")
+        self.check_layer_table(layers[0][1:], self.resnet["layers"], self.resnet["totals"]["cycles"])
+        last = self.fit["step"]["last"]
+        self.check_layer_table(layers[1][1:], last["layers"], last["cycles"])
+        # ResNet-50's 16 bottleneck blocks, forward and backward together in the step's.
+        self.assertEqual([len(b) - 1 for b in blocks], [16, 16])
+
+    def test_captions_stay_short(self):
+        with open(self.page_file) as f:
+            captions = re.findall(r"<figcaption>(.*?)</figcaption>", f.read(), re.S)
+        for c in captions:
+            self.assertLess(len(c), 700, c[:200])
 
 
 class ReportHtmlContent(ReportFixture):
@@ -386,6 +555,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--tpusim", required=True, help="the tpusim binary")
     p.add_argument("--report", default=os.path.join(ROOT, "scripts", "report.py"))
+    p.add_argument("--screenshots", metavar="DIR",
+                   help="keep the ResNet-50 page's screenshot here (default: a temporary directory)")
     ARGS, rest = p.parse_known_args()
     prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
     result = prog.result

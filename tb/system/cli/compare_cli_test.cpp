@@ -152,8 +152,12 @@ TEST(CompareCli, TraceHoldsEveryRunsTracksUnderItsChipsName) {
     if (e.value("name", "") == "process_name") process[e["pid"]] = e["args"]["name"];
     if (e.value("ph", "") == "X") ++slices[e["pid"]];
   }
-  const std::map<std::uint64_t, std::string> want = {
-      {0, "tpu-v1 core 0"}, {1, "tpu-v3 core 0"}, {2, "tpu-v3 core 1"}};
+  // Each run's host process holds its model load (docs/trace.md).
+  const std::map<std::uint64_t, std::string> want = {{0, "tpu-v1 core 0"},
+                                                     {1, "tpu-v1: host"},
+                                                     {2, "tpu-v3 core 0"},
+                                                     {3, "tpu-v3 core 1"},
+                                                     {4, "tpu-v3: host"}};
   EXPECT_EQ(process, want);
   for (const auto& [pid, name] : want) EXPECT_GT(slices[pid], 0u) << name;
   ASSERT_EQ(t["otherData"]["runs"].size(), 2u);

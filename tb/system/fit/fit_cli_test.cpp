@@ -529,6 +529,9 @@ TEST(FitReport, MarkdownHasTheEpochsTheSplitAndThePerTagTable) {
   EXPECT_THAT(md, HasSubstr("\nSteady state (steps 2..2): "));
   EXPECT_THAT(md, HasSubstr("| communication | "));
   EXPECT_THAT(md, HasSubstr("| conv2d (backward) | Conv2D | "));
+  // The rates' span and basis (issue 17), the clock recovered from the step's cycles and seconds.
+  EXPECT_THAT(md, HasSubstr("| layer | type | span (cycles) | retired (cycles) |"));
+  EXPECT_THAT(md, HasSubstr("T ops/s = 2 × G MAC × 10⁹ × 940000000 Hz / span cycles"));
 }
 
 // --trace: the first and the last step only, slices named by instruction and layer.

@@ -2,8 +2,10 @@
 // shaped CSVs carry the JSON's numbers under SCALE-Sim's definitions (docs/report.md), the
 // Markdown lists every layer, and the trace has a track per unit per core with one slice per
 // instruction (docs/trace.md).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -175,18 +177,75 @@ TEST(RunReport, MarkdownHasOneRowPerLayer) {
     EXPECT_NE(md.find("| " + l["name"].get<std::string>() + " |"), std::string::npos) << l["name"];
 }
 
+// The cells of the Markdown table row that starts with `name`.
+std::vector<std::string> md_cells(const std::string& md, const std::string& name) {
+  const auto at = md.find("\n| " + name + " |");
+  if (at == std::string::npos) return {};
+  const std::string line = md.substr(at + 2, md.find('\n', at + 1) - at - 2);
+  std::vector<std::string> cells;
+  std::size_t from = 1;
+  for (auto bar = line.find('|', from); bar != std::string::npos; bar = line.find('|', from)) {
+    cells.push_back(line.substr(from + 1, bar - from - 2));
+    from = bar + 1;
+  }
+  return cells;
+}
+
+double without_commas(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+  return std::stod(s);
+}
+
+// Issue 17: the rates were taken over a span no table showed. Each row now shows its span, and
+// the line above the table gives the clock and peak, so the row's rates recompute from it.
+TEST(RunReport, MarkdownLayerRowsShowTheSpanTheirRatesAreTakenOver) {
+  const ChipConfig cfg = shipped("v1");
+  const ordered_json r = run_cnn(cfg, 100);
+  const std::string md = report::run_markdown(r);
+  EXPECT_NE(md.find("| layer | type | span (cycles) | retired (cycles) | retired share (%) | G MAC "
+                    "| T ops/s | utilization (%) |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find(fmt::format("× {:.0f} Hz / span cycles", cfg.clock_hz())), std::string::npos);
+  EXPECT_NE(md.find(fmt::format("({} MAC/cycle × span cycles)", cfg.peak_macs_per_cycle())),
+            std::string::npos);
+  int multiplying = 0;
+  for (const auto& l : r["layers"]) {
+    const auto cells = md_cells(md, l["name"].get<std::string>());
+    ASSERT_GE(cells.size(), 8u) << l["name"];
+    const double span = without_commas(cells[2]);
+    EXPECT_EQ(span, l["span_cycles"].get<double>()) << l["name"];
+    EXPECT_EQ(without_commas(cells[3]), std::round(l["cycles"].get<double>())) << l["name"];
+    if (l["macs"].get<double>() <= 0) continue;
+    ++multiplying;
+    // From the row alone: the printed G MAC and span, and the stated clock and peak.
+    const double gmac = std::stod(cells[5]);
+    const double tops = 2 * gmac * 1e9 * cfg.clock_hz() / span / 1e12;
+    const auto peak = static_cast<double>(cfg.peak_macs_per_cycle());
+    const double util = 100 * gmac * 1e9 / (peak * span);
+    EXPECT_NEAR(std::stod(cells[6]), tops, 1e-3 + 5e-4 * tops / gmac) << l["name"];
+    EXPECT_NEAR(std::stod(cells[7]), util, 1e-2 + 5e-4 * util / gmac) << l["name"];
+  }
+  EXPECT_GT(multiplying, 0);
+}
+
 TEST(RunReport, MarkdownShowsTheSteadyStateImagesPerSecondBesideTheTotals) {
   const ordered_json r = run_cnn(shipped("v1"), 100);
   const std::string md = report::run_markdown(r);
   EXPECT_NE(md.find("| images/s | steady images/s |"), std::string::npos) << md;
 }
 
+// A run of the CNN with --trace: its report and its parsed trace.
+std::pair<ordered_json, nlohmann::json> traced_cnn(const ChipConfig& cfg, std::uint64_t images) {
+  const test::TempDir tmp("tpusim-report-test");
+  const std::string path = tmp / "trace.json";
+  ordered_json r = run_cnn(cfg, images, path);
+  return {std::move(r), nlohmann::json::parse(test::read_file(path))};
+}
+
 TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
   const ChipConfig cfg = shipped("v3");
-  const test::TempDir tmp("tpusim-report-test");
-  const std::string path = tmp / "v3.trace.json";
-  const ordered_json r = run_cnn(cfg, 300, path);
-  const auto trace = nlohmann::json::parse(test::read_file(path));
+  const auto [r, trace] = traced_cnn(cfg, 300);
   std::set<std::pair<int, std::string>> named;
   std::map<std::pair<int, int>, std::string> tid_name;
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> slices;
@@ -194,7 +253,8 @@ TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "M" && e["name"] == "thread_name")
       tid_name[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"].get<std::string>();
-    if (e["ph"] != "X") continue;
+    // The model load's slice is the host's, not an instruction (the next test).
+    if (e["ph"] != "X" || e["cat"] == "load") continue;
     const std::pair<int, int> track{e["pid"].get<int>(), e["tid"].get<int>()};
     slices[track].emplace_back(e["args"]["begin_cycle"].get<double>(),
                                e["args"]["end_cycle"].get<double>());
@@ -228,6 +288,78 @@ TEST(Trace, V3TraceHasATrackPerUnitPerCoreAndASlicePerInstruction) {
   std::uint64_t total = 0;
   for (const auto& l : r["layers"]) total += l["instructions"].get<std::uint64_t>();
   EXPECT_EQ(total, r["workload"]["instructions"].get<std::uint64_t>());
+}
+
+// Issue 17: the trace covers the whole run, the memory image's upload included, and carries
+// counter tracks whose bandwidth integrates to the bytes the report counted after the load.
+TEST(Trace, RunTraceStartsWithTheModelLoadAndHasBandwidthAndMxuCounters) {
+  const ChipConfig cfg = shipped("v3");
+  const auto [r, trace] = traced_cnn(cfg, 300);
+  const double us_per_cycle = 1e6 / cfg.clock_hz();
+  const double loaded = r["totals"]["memory_image_loaded_cycle"].get<double>();
+  ASSERT_GT(loaded, 0.0);
+  bool load_slice = false;
+  double first_instruction = 1e300;
+  // Per core and counter: (timestamp, value) in order.
+  std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> counters;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "load") {
+      load_slice = true;
+      EXPECT_EQ(e["ts"].get<double>(), 0.0);
+      EXPECT_EQ(e["args"]["end_cycle"].get<double>(), loaded);
+      EXPECT_EQ(e["args"]["bytes_host_link"].get<double>(),
+                r["load"]["bytes_host_link"].get<double>());
+    } else if (e["ph"] == "X" && e["cat"] != "stall") {
+      first_instruction = std::min(first_instruction, e["args"]["begin_cycle"].get<double>());
+    } else if (e["ph"] == "C") {
+      counters[{e["pid"].get<int>(), e["name"].get<std::string>()}].emplace_back(
+          e["ts"].get<double>(), e["args"]["value"].get<double>());
+    }
+  }
+  EXPECT_TRUE(load_slice);
+  // Nothing reaches the chip before the load ends: the load slice is what covers [0, L).
+  EXPECT_GE(first_instruction, loaded);
+  const double end_us = r["totals"]["cycles"].get<double>() * us_per_cycle;
+  const double window_us = trace["otherData"]["counter_window_cycles"].get<double>() * us_per_cycle;
+  // Integrates a counter: each value holds until the next sample.
+  auto integral = [&](const std::vector<std::pair<double, double>>& v) {
+    double sum = 0;
+    for (std::size_t i = 0; i + 1 < v.size(); ++i)
+      sum += v[i].second * (v[i + 1].first - v[i].first);
+    return sum;
+  };
+  double host = 0, mem = 0;
+  for (std::uint32_t c = 0; c < cfg.tensor_cores; ++c) {
+    for (const char* name : {"host link (GB/s)", "off-chip memory (GB/s)", "MXUs streaming (%)"}) {
+      const auto& v = counters[{static_cast<int>(c), name}];
+      ASSERT_GE(v.size(), 3u) << name;
+      EXPECT_EQ(v.front().first, 0.0) << name;
+      EXPECT_LE(v.back().first, end_us) << name;
+      for (const auto& [ts, value] : v) {
+        EXPECT_GE(value, 0.0) << name;
+        if (std::string(name) == "MXUs streaming (%)") {
+          EXPECT_LE(value, 100.0 + 1e-9);
+        }
+      }
+    }
+    // GB/s × µs = 10³ bytes; the last sample holds for one window.
+    auto bytes = [&](const std::string& name) {
+      auto v = counters[{static_cast<int>(c), name}];
+      v.emplace_back(v.back().first + window_us, 0.0);
+      return 1e3 * integral(v);
+    };
+    host += bytes("host link (GB/s)");
+    mem += bytes("off-chip memory (GB/s)");
+  }
+  // The instructions' bytes are what the chip counted after the load, less, over the host link,
+  // the instruction stream the driver writes (isa::kInstructionBytes per instruction).
+  const auto& b = r["totals"]["bytes"];
+  const double host_after =
+      b["host_link"].get<double>() - r["load"]["bytes_host_link"].get<double>() -
+      static_cast<double>(isa::kInstructionBytes) * r["workload"]["instructions"].get<double>();
+  const double mem_after = b["off_chip"].get<double>() - r["load"]["bytes_off_chip"].get<double>();
+  EXPECT_NEAR(host, host_after, 1e-6 * host_after);
+  EXPECT_NEAR(mem, mem_after, 1e-6 * mem_after);
 }
 
 }  // namespace
