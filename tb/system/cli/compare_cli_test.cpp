@@ -167,12 +167,15 @@ TEST(CompareCli, TraceHoldsEveryRunsTracksUnderItsChipsName) {
 TEST(RunCli, WritesCsvMarkdownAndTraceBesideTheJson) {
   test::TempDir tmp("tpusim-cli");
   const auto r =
-      test::run_tpusim("run --chip " + chip("v1") + " --images 32 --csv " + (tmp / "csv") +
-                       " --markdown " + (tmp / "run.md") + " --trace " + (tmp / "run.trace.json"));
+      test::run_tpusim("run --chip " + chip("v1") + " --images 32 --scalesim-csv " + (tmp / "csv") +
+                       " --csv " + (tmp / "layers.csv") + " --markdown " + (tmp / "run.md") +
+                       " --trace " + (tmp / "run.trace.json"));
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* f : {"csv/COMPUTE_REPORT.csv", "csv/BANDWIDTH_REPORT.csv", "csv/LAYERS.csv",
-                        "run.md", "run.trace.json"})
+                        "layers.csv", "run.md", "run.trace.json"})
     EXPECT_TRUE(fs::exists(tmp / f)) << f;
+  // --csv is the per-layer table of the SCALE-Sim directory's LAYERS.csv.
+  EXPECT_EQ(test::read_file(tmp / "layers.csv"), test::read_file(tmp / "csv/LAYERS.csv"));
   // Nothing temporary is left behind.
   for (const auto& e : fs::recursive_directory_iterator(tmp.path))
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
