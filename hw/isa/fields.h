@@ -205,6 +205,7 @@ void visit_fields(Xent& i, F&& f) {
   f("rows", i.rows);
   f("cols", i.cols);
   f("scale", i.scale);
+  f("smoothing", i.smoothing);
 }
 template <class F>
 void visit_fields(Update& i, F&& f) {

@@ -156,6 +156,17 @@ struct Codec {
     field(off, bits);
     std::memcpy(&v, &bits, sizeof v);
   }
+  // An fp32 field in two 16-bit halves where a word has no four adjacent bytes left: the low half
+  // at `lo`, the high half at `hi` (xent's smoothing: 0 leaves both halves 0, as before it).
+  void split_field(std::size_t lo, std::size_t hi, float& v) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    auto low = static_cast<std::uint16_t>(bits), high = static_cast<std::uint16_t>(bits >> 16);
+    field(lo, low);
+    field(hi, high);
+    bits = std::uint32_t{high} << 16 | low;
+    std::memcpy(&v, &bits, sizeof v);
+  }
   template <class E>
   void enum_field(std::size_t off, E& v) {
     auto r = static_cast<std::uint8_t>(v);
@@ -330,6 +341,7 @@ struct Codec {
     field(20, i.rows);
     field(24, i.cols);
     field(26, i.scale);
+    split_field(2, 30, i.smoothing);
   }
   void operands(Update& i) {
     enum_field(2, i.kind);
@@ -588,13 +600,16 @@ std::string to_string(const Instruction& inst) {
         using T = std::decay_t<decltype(i)>;
         auto copy = i;
         // The plain forms of sync and ici_wait (no region: dst and bytes 0) read as they did
-        // before the region form.
-        bool plain = false;
+        // before the region form, and xent without smoothing (+0) as before smoothing.
+        bool plain = false, one_hot = false;
         if constexpr (std::is_same_v<T, Sync> || std::is_same_v<T, IciWait>)
           plain = i.bytes == 0 && i.dst.value() == 0;
+        if constexpr (std::is_same_v<T, Xent>)
+          one_hot = std::signbit(i.smoothing) == 0 && i.smoothing == 0.0f;
         visit_fields(copy, [&](std::string_view name, const auto& v) {
           using V = std::decay_t<decltype(v)>;
           if (plain && (name == "dst" || name == "bytes")) return;
+          if (one_hot && name == "smoothing") return;
           if constexpr (std::is_same_v<V, bool>) {
             if (v) s += fmt::format(" {}", name);
           } else if constexpr (std::is_enum_v<V>) {

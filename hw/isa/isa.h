@@ -326,8 +326,9 @@ struct IciWait {
 // Sparse softmax cross-entropy with its gradient (TF's SparseSoftmaxCrossEntropyWithLogits), one
 // example per row: for r < rows, the cols fp32 logits at src + 4*cols*r and the int32 label at
 // labels + 4*r give (numerics::softmax_xent_row) the gradient row at dst + 4*cols*r, scaled by
-// `scale` (1 / the global batch), and the record {loss, correct} of two fp32 at out + 8*r. dst may
-// equal src.
+// `scale` (1 / the global batch), and the record {loss, correct} of two fp32 at out + 8*r, the
+// targets smoothed by `smoothing` (Keras's label_smoothing; 0: the one-hot labels). dst may equal
+// src.
 struct Xent {
   UbAddr src;
   UbAddr labels;
@@ -336,6 +337,7 @@ struct Xent {
   std::uint32_t rows = 0;
   std::uint16_t cols = 0;
   float scale = 0.0f;
+  float smoothing = 0.0f;
 };
 // One optimizer step over `count` fp32 elements, in place (numerics/optimizer.h): w from g, and
 // the slots m (momentum, adam, lars) and v (adam); the fp32 record at `params` by `kind` (lars's

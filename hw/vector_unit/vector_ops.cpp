@@ -1562,6 +1562,8 @@ void VectorOps::xent(const isa::Xent& x, UbView ub) const {
   check_at_least_1(op, "cols", x.cols);
   if (!std::isfinite(x.scale))
     throw ProgramError(fmt::format("{}: scale = {} (must be finite)", op, x.scale));
+  if (!(x.smoothing >= 0.0f && x.smoothing < 1.0f))
+    throw ProgramError(fmt::format("{}: smoothing = {} (must be in [0, 1))", op, x.smoothing));
   const std::uint64_t src = x.src.value(), labels = x.labels.value(), dst = x.dst.value();
   const std::uint64_t out = x.out.value();
   const std::uint64_t row_bytes = 4ull * x.cols, logits = row_bytes * x.rows;
@@ -1598,7 +1600,7 @@ void VectorOps::xent(const isa::Xent& x, UbView ub) const {
     const std::uint8_t* in = ub.data + src + r * row_bytes;
     for (std::uint32_t c = 0; c < x.cols; ++c) row[c] = bits_to_float(load_u32(in + 4 * c));
     const numerics::XentRow rec =
-        numerics::softmax_xent_row(row.data(), row.data(), x.cols, label[r], x.scale);
+        numerics::softmax_xent_row(row.data(), row.data(), x.cols, label[r], x.scale, x.smoothing);
     std::uint8_t* g = ub.data + dst + r * row_bytes;
     for (std::uint32_t c = 0; c < x.cols; ++c) store_u32(g + 4 * c, float_to_bits(row[c]));
     std::uint8_t* o = ub.data + out + kXentRecordBytes * r;
@@ -1924,12 +1926,13 @@ VectorCost VectorOps::cost(const isa::Eltwise& e) const {
 
 // Softmax's 3 element operations per value (the row maximum, the exponentials and their sum, the
 // division), one more for subtracting the one-hot label and scaling (one lane pass, as
-// activate's bias and scale are), and one per row for the loss log(s) - (z_label - m); the
-// correct flag is the maximum pass's index and costs nothing.
+// activate's bias and scale are), and one per row for the loss log(s) - q; the correct flag is
+// the maximum pass's index and costs nothing. With smoothing, one more per value: the target's
+// product with z_c - m added into q (a multiply-add, counted once as map's).
 VectorCost VectorOps::cost(const isa::Xent& x) const {
   VectorCost c;
   const std::uint64_t elems = std::uint64_t{x.rows} * x.cols;
-  c.element_ops = 4 * elems + x.rows;
+  c.element_ops = (x.smoothing != 0.0f ? 5 : 4) * elems + x.rows;
   c.ub_bytes_read = 4 * elems + 4ull * x.rows;
   c.ub_bytes_written = 4 * elems + kXentRecordBytes * x.rows;
   finish(c, cfg_);

@@ -79,6 +79,21 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
                   "LARS's weight decay (default 1e-4, MLPerf ResNet-50's; lars only)");
   app->add_option("--lars-eta", cmd.lars_eta,
                   "LARS's trust coefficient eta (default 0.001, TF's LARSOptimizer's; lars only)");
+  app->add_option("--label-smoothing", o.label_smoothing,
+                  "Label smoothing E of the cross-entropy loss, in [0, 1): targets (1 - E) x "
+                  "onehot + E / classes, as Keras's label_smoothing (0.1 in Google's big-batch "
+                  "ResNet-50 runs)")
+      ->capture_default_str();
+  CLI::Option* warmup_epochs =
+      app->add_option("--warmup-epochs", o.warmup_epochs,
+                      "Raise the learning rate linearly over this many epochs (floor(epochs x "
+                      "steps per epoch) steps; Goyal et al. 5, Google's v3-2048 run 25), then "
+                      "the base rate");
+  app->add_option("--warmup-steps", o.optimizer.warmup_steps,
+                  "The warm-up in steps instead of epochs: step t runs at learning rate x t / "
+                  "steps until it reaches the base rate")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1000000000}))
+      ->excludes(warmup_epochs);
   app->add_option("--seed", o.seed, "Seed of the initial weights and the shuffle")
       ->capture_default_str();
   app->add_option("--validation-freq", o.validation_freq,

@@ -139,7 +139,8 @@ class TrainingCompiler {
   TrainingCompiler(const ir::Graph& g, const ir::TrainingGraph& t, const nn::Weights& w,
                    const nn::Optimizer& opt, const ChipConfig& cfg, std::uint32_t global_batch,
                    ActivationHome home, std::vector<std::uint32_t> chip_dims,
-                   std::uint32_t programmed_chips, std::uint64_t bucket_bytes)
+                   std::uint32_t programmed_chips, std::uint64_t bucket_bytes,
+                   float label_smoothing)
       : g_(g),
         t_(t),
         w_(w),
@@ -149,6 +150,7 @@ class TrainingCompiler {
         home_(home),
         dims_(std::move(chip_dims)),
         bucket_bytes_(bucket_bytes) {
+    L_.label_smoothing = label_smoothing;
     for (std::uint32_t d : dims_) chips_ *= d;
     programmed_ = programmed_chips == 0 ? chips_ : std::min(programmed_chips, chips_);
   }
@@ -203,6 +205,8 @@ class TrainingCompiler {
                       : fmt::format("--batch {}: the global batch must split evenly over the {} "
                                     "TensorCores of {} {} chips",
                                     global_, chips_ * cfg_.tensor_cores, chips_, cfg_.name));
+    if (!(L_.label_smoothing >= 0.0f && L_.label_smoothing < 1.0f))
+      throw InputError(fmt::format("--label-smoothing {}: must be in [0, 1)", L_.label_smoothing));
     for (const ir::GradOp& o : t_.ops) {
       if (o.kind != GradKind::ConvInput) continue;
       // Its window (conv_input): dY's channels per window position, the stride as in_dilation.
@@ -1515,6 +1519,7 @@ class TrainingCompiler {
           x.rows = c.count;
           x.cols = static_cast<std::uint16_t>(g_.output().size());
           x.scale = 1.0f / static_cast<float>(global_);
+          x.smoothing = L_.label_smoothing;
           oc.push_back(x);
         });
         return;
@@ -2151,9 +2156,10 @@ TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
                                  ActivationHome home, const std::vector<std::uint32_t>& chip_dims,
-                                 std::uint32_t programmed_chips, std::uint64_t bucket_bytes) {
+                                 std::uint32_t programmed_chips, std::uint64_t bucket_bytes,
+                                 float label_smoothing) {
   return TrainingCompiler(g, t, w, opt, cfg, global_batch, home, chip_dims, programmed_chips,
-                          bucket_bytes)
+                          bucket_bytes, label_smoothing)
       .run();
 }
 

@@ -64,8 +64,9 @@ struct TrainingLayout {
   // (sw/nn/all_reduce.h) as soon as the last pass's backward has finished its gradients. Empty:
   // one all-reduce after the backward pass.
   std::vector<std::uint64_t> buckets;
+  float label_smoothing = 0.0f;  // the loss's (nn::TrainPlan::label_smoothing)
   [[nodiscard]] nn::TrainPlan plan() const {
-    return {tile_rows, replicas, micro_batch, kernel_chunk, chip_dims, buckets};
+    return {tile_rows, replicas, micro_batch, kernel_chunk, chip_dims, buckets, label_smoothing};
   }
   [[nodiscard]] std::uint32_t chips() const { return replicas / cores; }
 };
@@ -89,13 +90,14 @@ struct TrainingProgram {
 // `bucket_bytes`: on several chips, the gradient's all-reduce in buckets of at least this many
 // bytes, each issued as soon as the backward pass has finished its gradients (docs/systems.md,
 // "Overlap"); 0, or a gradient that makes one bucket: one all-reduce after the backward pass.
+// `label_smoothing`: the loss's (nn::TrainPlan::label_smoothing), in [0, 1).
 // Throws InputError naming the model and what does not fit or cannot be lowered yet.
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
                                  ActivationHome home = ActivationHome::kAuto,
                                  const std::vector<std::uint32_t>& chip_dims = {},
-                                 std::uint32_t programmed_chips = 0,
-                                 std::uint64_t bucket_bytes = 0);
+                                 std::uint32_t programmed_chips = 0, std::uint64_t bucket_bytes = 0,
+                                 float label_smoothing = 0.0f);
 
 }  // namespace tpu::compiler

@@ -499,13 +499,15 @@ struct Pass {
   }
 
   // SparseSoftmaxCrossEntropyWithLogits on each row (numerics::softmax_xent_row, the xent
-  // instruction's definition), the gradient scaled by `scale`.
+  // instruction's definition), the gradient scaled by `scale`, the targets smoothed by the plan's
+  // label smoothing.
   Tensor xent(const Tensor& z, std::size_t k, const std::int32_t* labels, float scale, float* loss,
               float* correct) const {
     Tensor d(z.size());
     for (std::size_t r = 0; r < n; ++r) {
-      const numerics::XentRow row = numerics::softmax_xent_row(
-          &z[r * k], &d[r * k], k, static_cast<std::size_t>(labels[r]), scale);
+      const numerics::XentRow row =
+          numerics::softmax_xent_row(&z[r * k], &d[r * k], k, static_cast<std::size_t>(labels[r]),
+                                     scale, plan.label_smoothing);
       loss[r] = row.loss;
       correct[r] = row.correct;
     }
@@ -720,7 +722,7 @@ std::size_t micro_batch_of(const TrainPlan& plan, std::size_t share) {
 // does not scale.
 void update(const Optimizer& opt, ir::Param param, std::uint64_t t, Tensor& w, const Tensor& g,
             Tensor& m, Tensor& v) {
-  const float lr = opt.learning_rate;
+  const float lr = numerics::warmup_learning_rate(opt.learning_rate, t, opt.warmup_steps);
   switch (opt.kind) {
     case OptimizerKind::Sgd:
       for (std::size_t e = 0; e < w.size(); ++e) w[e] = numerics::sgd_step(w[e], g[e], lr);

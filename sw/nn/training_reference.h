@@ -31,6 +31,9 @@ struct TrainPlan {
   std::vector<std::uint32_t> chip_dims{};
   // The all-reduce's buckets (all_reduce.h): the element where each ends; empty: one.
   std::vector<std::uint64_t> buckets{};
+  // The loss's label smoothing E (Keras's label_smoothing): targets (1 - E)·onehot + E / classes
+  // in training and validation alike (numerics::softmax_xent_row); 0: the one-hot labels.
+  float label_smoothing = 0.0f;
 };
 
 enum class OptimizerKind { Sgd, Momentum, Adam, Lars };
@@ -43,6 +46,9 @@ struct Optimizer {
   // LARS (numerics/optimizer.h): MLPerf ResNet-50's weight decay 1e-4 (training-and-systems.md
   // §4) and tf.contrib.opt.LARSOptimizer's default eeta 0.001.
   float weight_decay = 1e-4f, lars_eta = 1e-3f;
+  // Linear warm-up of the learning rate over this many steps, then learning_rate
+  // (numerics::warmup_learning_rate); 0: none.
+  std::uint64_t warmup_steps = 0;
 };
 
 // Whether LARS scales a parameter's step by its trust ratio and decays it: every parameter but

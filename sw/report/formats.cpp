@@ -328,6 +328,18 @@ std::string fit_markdown(const ordered_json& fit) {
       : fit.value("mode", "") == "scale_out"
           ? "scale-out: chip 0 simulated, the others taken as identical; timing only"
           : "not checked (--no-check)");
+  // Big-batch practice (docs/training.md): the warm-up's schedule and the loss's smoothing.
+  if (fit.contains("warmup")) {
+    const auto steps = fit.at("warmup").at("steps").get<std::uint64_t>();
+    const double lr = num(fit, "learning_rate");
+    s += fmt::format(
+        "Warm-up: the learning rate rises linearly over the first {} steps, step t at {:g} x t / "
+        "{}, then stays at {:g} (per_step[].learning_rate in the JSON).\n\n",
+        steps, lr, steps, lr);
+  }
+  if (fit.contains("label_smoothing"))
+    s += fmt::format("Label smoothing: {:g} (targets (1 - E) x onehot + E / classes).\n\n",
+                     num(fit, "label_smoothing"));
   s += md_header({"epoch", "loss", "accuracy", "val_loss", "val_accuracy", "simulated s",
                   "validation simulated s", "energy (J)"});
   for (const auto& e : fit.at("epochs")) {

@@ -21,6 +21,7 @@
 #include "hw/common/error.h"
 #include "hw/system/system.h"
 #include "numerics/bf16.h"
+#include "numerics/optimizer.h"
 #include "sw/compiler/training.h"
 #include "sw/data/idx.h"
 #include "sw/data/shuffle.h"
@@ -123,7 +124,7 @@ class Fit {
   Fit(const SystemConfig& sys, const FitOptions& opt)
       : sys_(sys),
         cfg_(sys.chip),
-        opt_(opt),
+        opt_(resolved(opt)),
         scale_out_(opt.scale_out && sys.chips() > 1),
         // Scale-out's values are not the model's anyway: it computes none.
         timing_only_(opt.timing_only || scale_out_),
@@ -172,7 +173,7 @@ class Fit {
     prog_ =
         compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_, home,
                                    sys_.chips() > 1 ? sys_.ici.dims : std::vector<std::uint32_t>{},
-                                   scale_out_ ? 1 : 0, opt_.bucket_bytes);
+                                   scale_out_ ? 1 : 0, opt_.bucket_bytes, opt_.label_smoothing);
     // The images the host feeds each step: the batch, or the representative chip's share of it.
     fed_ = prog_.layout.programmed * prog_.layout.share;
     if (check_) ref_ = nn::initial_state(g_, t_, w0, opt_.optimizer);
@@ -269,7 +270,7 @@ class Fit {
     const auto t = static_cast<double>(iterations_ + 1);
     const bool lars = o.kind == nn::OptimizerKind::Lars;
     const float rec[6] = {
-        o.learning_rate,
+        numerics::warmup_learning_rate(o.learning_rate, iterations_ + 1, o.warmup_steps),
         o.kind == nn::OptimizerKind::Momentum || lars ? o.momentum : o.beta1,
         lars ? o.weight_decay : o.beta2,
         lars ? o.lars_eta : o.epsilon,
@@ -628,6 +629,13 @@ class Fit {
         opt_.weights.empty() ? fmt::format("random (seed {})", opt_.seed) : opt_.weights;
     j["optimizer"] = prog_.step.layers.back().type;
     j["learning_rate"] = opt_.optimizer.learning_rate;
+    if (opt_.optimizer.warmup_steps > 0) {
+      // Step t's rate is base * t / warmup_steps until the base (numerics::warmup_learning_rate);
+      // per_step[].learning_rate gives each step's.
+      j["warmup"] = {{"steps", opt_.optimizer.warmup_steps}, {"epochs", opt_.warmup_epochs}};
+      if (opt_.warmup_epochs == 0) j["warmup"].erase("epochs");
+    }
+    if (opt_.label_smoothing > 0) j["label_smoothing"] = opt_.label_smoothing;
     if (opt_.optimizer.kind == nn::OptimizerKind::Lars) {
       j["weight_decay"] = opt_.optimizer.weight_decay;
       j["lars_eta"] = opt_.optimizer.lars_eta;
@@ -683,6 +691,9 @@ class Fit {
                        {"utilization", flops / 2 / (peak_macs * cycles)},
                        {"energy_j", steps_[i].energy_j},
                        {"ici_bytes", steps_[i].ici_bytes}});
+        if (opt_.optimizer.warmup_steps > 0)
+          per.back()["learning_rate"] = numerics::warmup_learning_rate(
+              opt_.optimizer.learning_rate, i + 1, opt_.optimizer.warmup_steps);
         if (sys_.chips() > 1) {
           per.back()["all_reduce_cycles"] = steps_[i].all_reduce;
           per.back()["exposed_all_reduce_cycles"] = steps_[i].exposed;
@@ -794,7 +805,20 @@ class Fit {
   const SystemConfig& sys_;
   const ChipConfig& cfg_;
   ChipConfig all_;  // the whole system as one chip, for rates and energy
-  const FitOptions& opt_;
+  // The options with the warm-up's epochs turned into steps.
+  static FitOptions resolved(FitOptions o) {
+    if (!(o.label_smoothing >= 0.0f && o.label_smoothing < 1.0f))
+      throw InputError(fmt::format("--label-smoothing {} (must be in [0, 1))", o.label_smoothing));
+    if (!(o.warmup_epochs >= 0.0) || !std::isfinite(o.warmup_epochs))
+      throw InputError(
+          fmt::format("--warmup-epochs {} (must be a finite number >= 0)", o.warmup_epochs));
+    if (o.warmup_epochs > 0)
+      o.optimizer.warmup_steps = static_cast<std::uint64_t>(
+          std::floor(o.warmup_epochs * static_cast<double>(o.steps_per_epoch)));
+    return o;
+  }
+
+  const FitOptions opt_;
   const bool scale_out_, timing_only_, check_;
   ir::Graph g_;
   ir::TrainingGraph t_;

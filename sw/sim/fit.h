@@ -30,6 +30,13 @@ struct FitOptions {
   // the last epoch.
   std::uint32_t validation_freq = 0;
   nn::Optimizer optimizer;
+  // The learning rate's linear warm-up in epochs (Goyal et al. 5, Google's v3-2048 ResNet-50
+  // run 25): optimizer.warmup_steps = floor(warmup_epochs x steps_per_epoch) when > 0, as
+  // MLPerf's reference rounds it (docs/training.md, "Warm-up").
+  double warmup_epochs = 0.0;
+  // The loss's label smoothing in [0, 1) (Keras's label_smoothing; 0.1 in the big-batch
+  // ResNet-50 runs): nn::TrainPlan::label_smoothing.
+  float label_smoothing = 0.0f;
   // Start from this weights file (fine-tuning) instead of Keras's initialisers with `seed`.
   std::string weights;
   // Where the pass's tensors live (docs/training.md, "Memory"): the unified buffer when they fit

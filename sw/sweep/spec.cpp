@@ -323,6 +323,15 @@ Workload read_fit_workload(Fields& f, const fs::path& dir, bool check) {
     if (!(lr > 0)) f.fail("learning_rate", fmt::format("= {} (must be > 0)", lr));
     a.insert(a.end(), {"--learning-rate", fmt::format("{}", lr)});
   }
+  // Big-batch practice (docs/training.md): the loss's label smoothing and the learning rate's
+  // warm-up, in steps (the workload's run is one epoch of `steps`).
+  if (f.has("label_smoothing")) {
+    const double e = f.number("label_smoothing");
+    if (!(e >= 0 && e < 1)) f.fail("label_smoothing", fmt::format("= {} (must be in [0, 1))", e));
+    a.insert(a.end(), {"--label-smoothing", fmt::format("{}", e)});
+  }
+  if (f.has("warmup_steps"))
+    a.insert(a.end(), {"--warmup-steps", std::to_string(f.integer("warmup_steps", 0, 1000000, 0))});
   if (f.boolean("scale_out", false)) a.emplace_back("--scale-out");
   // Timing only: the one-chip point of a scaling sweep, which scale-out leaves computing values,
   // takes 20 times less (the same cycles and energy).

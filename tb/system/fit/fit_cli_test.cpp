@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -64,6 +66,18 @@ std::string v3_output(const std::string& name, const std::string& args, const st
 nlohmann::json v3_report(const std::string& name, const std::string& args) {
   const std::string text = v3_output(name, args, "--json");
   return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
+}
+
+// Each `tpusim fit --chip v3 --steps 1 <args>` is refused with status 2 in one line that holds
+// its words.
+void expect_refused_in_one_line(std::initializer_list<std::pair<const char*, const char*>> cases) {
+  const std::string fit = "fit --chip " + source("configs/chips/v3.json") + " --steps 1 ";
+  for (const auto& [args, words] : cases) {
+    const auto r = test::run_tpusim(fit + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(words)) << args;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+  }
 }
 
 class FitChips : public ::testing::TestWithParam<std::string> {};
@@ -396,23 +410,17 @@ TEST(FitLars, ATensorOfSeveralPiecesIsExchangedOnce) {
 // --weight-decay and --lars-eta are LARS's: with another optimizer, or out of their range, one
 // line and status 2.
 TEST(FitLars, ItsFlagsNeedLarsAndAValueInRange) {
-  const std::string fit = "fit --chip " + source("configs/chips/v3.json") + " --steps 1 ";
-  for (const auto& [args, words] :
-       {std::pair{"--weight-decay 1e-4",
-                  "--weight-decay is LARS's: it needs --optimizer lars "
-                  "(not adam)"},
-        std::pair{"--optimizer momentum --lars-eta 0.01",
-                  "--lars-eta is LARS's: it needs --optimizer lars (not momentum)"},
-        std::pair{"--optimizer lars --weight-decay -1",
-                  "--weight-decay -1 (must be finite and >= 0)"},
-        std::pair{"--optimizer lars --lars-eta 0", "--lars-eta 0 (must be finite and > 0)"},
-        std::pair{"--optimizer lars --lars-eta inf", "--lars-eta inf (must be finite and > 0)"},
-        std::pair{"--optimizer lars --weight-decay x", "--weight-decay"}}) {
-    const auto r = test::run_tpusim(fit + args);
-    EXPECT_EQ(r.status, 2) << args << ": " << r.out;
-    EXPECT_THAT(r.out, HasSubstr(words)) << args;
-    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
-  }
+  expect_refused_in_one_line(
+      {std::pair{"--weight-decay 1e-4",
+                 "--weight-decay is LARS's: it needs --optimizer lars "
+                 "(not adam)"},
+       std::pair{"--optimizer momentum --lars-eta 0.01",
+                 "--lars-eta is LARS's: it needs --optimizer lars (not momentum)"},
+       std::pair{"--optimizer lars --weight-decay -1",
+                 "--weight-decay -1 (must be finite and >= 0)"},
+       std::pair{"--optimizer lars --lars-eta 0", "--lars-eta 0 (must be finite and > 0)"},
+       std::pair{"--optimizer lars --lars-eta inf", "--lars-eta inf (must be finite and > 0)"},
+       std::pair{"--optimizer lars --weight-decay x", "--weight-decay"}});
 }
 
 TEST(FitCli, InferenceChipsAreRefusedInOneLine) {
@@ -672,6 +680,114 @@ TEST(FitTrace, ASystemsTraceHasATrackPerIciLinkBusyAsTheReportSays) {
     EXPECT_NEAR(busy[name], l["busy_cycles"].get<double>(), 1.0) << name;
     EXPECT_NEAR(bytes[name], l["bytes"].get<double>(), 1.0) << name;
   }
+  fs::remove_all(d);
+}
+
+// ---- big-batch practice: label smoothing and the learning rate's warm-up ----
+
+// Label smoothing (docs/training.md, "Label smoothing"): the chip's xent and the reference take
+// the smoothed targets, so every step stays bit-exact. The first step's loss is computed from
+// the initial weights, the same logits with and without smoothing: per image the smoothed loss
+// is (1 - E)·CE + E·mean_c(-log p_c), and the mean over the classes of -log p_c is at least
+// log(classes) (Jensen), so it is at least (1 - E)·CE + E·log(10). --label-smoothing 0 is the
+// default's run, loss and cycles alike.
+TEST(FitLabelSmoothing, StaysBitExactAndChangesTheLossAsTheFormulaSays) {
+  const std::string args = "--steps 1 --batch 8";
+  const auto hard = v3_report("smooth-none", args);
+  const auto zero = v3_report("smooth-zero", args + " --label-smoothing 0");
+  const auto soft = v3_report("smooth-0.1", args + " --label-smoothing 0.1");
+  ASSERT_FALSE(hard.is_null());
+  ASSERT_FALSE(zero.is_null());
+  ASSERT_FALSE(soft.is_null());
+  EXPECT_EQ(soft["checked"], true);
+  EXPECT_EQ(soft["label_smoothing"].get<float>(), 0.1f);
+  EXPECT_FALSE(hard.contains("label_smoothing"));
+  EXPECT_EQ(zero["epochs"][0]["loss"], hard["epochs"][0]["loss"]);
+  EXPECT_EQ(zero["per_step"][0]["cycles"], hard["per_step"][0]["cycles"]);
+  const double ce = hard["epochs"][0]["loss"].get<double>();
+  const double smoothed = soft["epochs"][0]["loss"].get<double>();
+  EXPECT_NE(smoothed, ce);
+  EXPECT_GE(smoothed, (1 - 0.1) * ce + 0.1 * std::log(10.0) - 1e-4 * ce);
+  // The prediction is the logits', not the targets': the same accuracy.
+  EXPECT_EQ(soft["epochs"][0]["accuracy"], hard["epochs"][0]["accuracy"]);
+  // Smoothing adds one vector operation per logit to the loss: the step is no faster.
+  EXPECT_GE(soft["per_step"][0]["cycles"].get<double>(),
+            hard["per_step"][0]["cycles"].get<double>());
+}
+
+// Warm-up (docs/training.md, "Warm-up"): step t runs at lr·t/W until the base rate; the host
+// writes each step's rate into the update's record, the reference steps with the same rate, and
+// every step is checked bit for bit. A warm-up of one step is no warm-up.
+TEST(FitWarmup, EachStepsLearningRateRisesLinearlyAndTheChipStepsWithItBitExact) {
+  const std::string args = "--steps 5 --batch 8 --optimizer sgd --learning-rate 0.01";
+  const auto warm = v3_report("warmup-4", args + " --warmup-steps 4");
+  const auto none = v3_report("warmup-none", args);
+  const auto one = v3_report("warmup-1", args + " --warmup-steps 1");
+  ASSERT_FALSE(warm.is_null());
+  ASSERT_FALSE(none.is_null());
+  ASSERT_FALSE(one.is_null());
+  EXPECT_EQ(warm["checked"], true);
+  EXPECT_EQ(warm["warmup"]["steps"], 4);
+  EXPECT_FALSE(warm["warmup"].contains("epochs"));
+  ASSERT_EQ(warm["per_step"].size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    const float want =
+        i + 1 >= 4 ? 0.01f : static_cast<float>(double{0.01f} * static_cast<double>(i + 1) / 4.0);
+    EXPECT_EQ(warm["per_step"][i]["learning_rate"].get<float>(), want) << "step " << i + 1;
+  }
+  EXPECT_FALSE(none["per_step"][0].contains("learning_rate"));
+  // Smaller first steps: a different loss; one step of warm-up: none's, bit for bit.
+  EXPECT_NE(warm["epochs"][0]["loss"], none["epochs"][0]["loss"]);
+  EXPECT_EQ(one["epochs"][0]["loss"], none["epochs"][0]["loss"]);
+}
+
+// --warmup-epochs: floor(epochs x steps per epoch) steps, as MLPerf's reference rounds them; the
+// Markdown report says the schedule.
+TEST(FitWarmup, EpochsBecomeStepsOfTheRunsEpochs) {
+  const std::string args =
+      "--epochs 2 --steps-per-epoch 2 --batch 8 --validation-freq 3 --warmup-epochs 1.5 "
+      "--learning-rate 0.004";
+  const auto j = v3_report("warmup-epochs", args);
+  EXPECT_THAT(v3_output("warmup-epochs-md", args, "--markdown"),
+              HasSubstr("Warm-up: the learning rate rises linearly over the first 3 steps, step t "
+                        "at 0.004 x t / 3, then stays at 0.004"));
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j["warmup"]["steps"], 3);
+  EXPECT_EQ(j["warmup"]["epochs"], 1.5);
+  EXPECT_EQ(j["per_step"][0]["learning_rate"].get<float>(),
+            static_cast<float>(double{0.004f} / 3.0));
+  EXPECT_EQ(j["per_step"][3]["learning_rate"].get<float>(), 0.004f);
+  EXPECT_EQ(j["checked"], true);
+}
+
+// Out of range, or both forms of the warm-up: one line naming the flag, status 2.
+TEST(FitBigBatch, BadSmoothingAndWarmupAreRefusedInOneLine) {
+  expect_refused_in_one_line(
+      {std::pair{"--label-smoothing 1", "--label-smoothing 1 (must be in [0, 1))"},
+       std::pair{"--label-smoothing -0.1", "--label-smoothing -0.1 (must be in [0, 1))"},
+       std::pair{"--label-smoothing x", "--label-smoothing"},
+       std::pair{"--warmup-epochs -1", "--warmup-epochs -1 (must be a finite number >= 0)"},
+       std::pair{"--warmup-epochs 1 --warmup-steps 2", "excludes --warmup-"},
+       std::pair{"--warmup-steps -3", "--warmup-steps"}});
+}
+
+// On a system (TPUStrategy): every replica's xent scales its share's gradient by 1/global batch
+// with the smoothed targets, the all-reduce sums them, and every replica steps with the host's
+// warmed-up rate; LARS, as the big-batch runs train. Every replica checked bit for bit.
+TEST(FitBigBatch, ASystemTrainsWithSmoothingAndWarmupBitExact) {
+  const fs::path d = scratch("system-big-batch");
+  const auto r = test::run_tpusim(
+      "fit --system " + source("configs/systems/v3-8.json") +
+      " --steps 3 --batch 64 --optimizer lars --learning-rate 0.1 --label-smoothing 0.1 "
+      "--warmup-steps 2 --json " +
+      (d / "fit.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = read_json(d / "fit.json");
+  EXPECT_EQ(j["checked"], true);
+  EXPECT_GT(j["replicas"].get<int>(), 2);
+  EXPECT_EQ(j["label_smoothing"].get<float>(), 0.1f);
+  EXPECT_EQ(j["per_step"][0]["learning_rate"].get<float>(), 0.05f);
+  EXPECT_EQ(j["per_step"][2]["learning_rate"].get<float>(), 0.1f);
   fs::remove_all(d);
 }
 

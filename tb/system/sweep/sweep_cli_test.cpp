@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -489,6 +490,29 @@ TEST(SweepCli, SystemAPointRunsByHandFromItsSystemConfigWithTheSameResult) {
   EXPECT_EQ(std::count(res["metrics"].begin(), res["metrics"].end(), "scaling_efficiency"), 0);
 }
 
+// A fit workload's label smoothing and warm-up (docs/sweeps.md) become the point's fit flags:
+// the plan's arguments carry them, and the point trains with them.
+TEST(SweepCli, SystemAFitWorkloadsLabelSmoothingAndWarmupReachFit) {
+  test::TempDir tmp("tpusim-sweep");
+  json spec = read_json(kSystemSpec);
+  spec["axes"][0]["values"] = {spec["axes"][0]["values"][0]};
+  spec["workloads"][0]["label_smoothing"] = 0.1;
+  spec["workloads"][0]["warmup_steps"] = 2;
+  ASSERT_EQ(
+      test::run_tpusim("sweep " + variant(tmp, "smooth", spec) + " -j 1 --out " + (tmp / "out"))
+          .status,
+      0);
+  const auto args = read_json(tmp / "out/sweep.json")["workloads"][0]["args"];
+  const auto flag = [&](const std::string& f) {
+    const auto at = std::find(args.begin(), args.end(), f);
+    return at == args.end() || at + 1 == args.end() ? std::string() : (at + 1)->get<std::string>();
+  };
+  EXPECT_EQ(flag("--label-smoothing"), "0.1");
+  EXPECT_EQ(flag("--warmup-steps"), "2");
+  const json row = read_json(tmp / "out/results.json")["points"][0];
+  EXPECT_TRUE(row["workloads"]["cnn"].contains("step_cycles")) << row.dump();
+}
+
 TEST(SweepCli, SystemABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
   test::TempDir tmp("tpusim-sweep");
   const json spec = read_json(kSystemSpec);
@@ -512,6 +536,12 @@ TEST(SweepCli, SystemABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
   json optimizer = spec;
   optimizer["workloads"][0]["optimizer"] = "adamw";
   cases.push_back({"optimizer", optimizer, {"/workloads/0/optimizer", "lars"}});
+  json smoothing = spec;
+  smoothing["workloads"][0]["label_smoothing"] = 1;
+  cases.push_back({"label_smoothing", smoothing, {"/workloads/0/label_smoothing = 1", "[0, 1)"}});
+  json warmup = spec;
+  warmup["workloads"][0]["warmup_steps"] = -2;
+  cases.push_back({"warmup_steps", warmup, {"/workloads/0/warmup_steps"}});
   json named = spec;
   named["workloads"][0]["name"] = "system";
   cases.push_back({"reserved_name", named, {"/workloads/0/name", "reserved"}});

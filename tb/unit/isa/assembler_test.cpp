@@ -263,6 +263,11 @@ TEST(Assembler, ReadsTheDocumentedXentAndUpdateLines) {
       "xent src=0x0 labels=0x1400 dst=0x0 out=0x1600 rows=125 cols=10 scale=0.001";
   EXPECT_EQ(to_binary(assemble(xent_line, "xent.s")), to_binary({x}));
   EXPECT_EQ(to_string(x), xent_line);
+  // With label smoothing (§4.19's second line); +0 prints nothing, as above.
+  x.smoothing = 0.1f;
+  const std::string smoothed_line = xent_line + " smoothing=0.1";
+  EXPECT_EQ(to_binary(assemble(smoothed_line, "xent.s")), to_binary({x}));
+  EXPECT_EQ(to_string(x), smoothed_line);
   Update u;
   u.w = UbAddr(0x0), u.g = UbAddr(0x10000), u.m = UbAddr(0x20000), u.v = UbAddr(0x30000);
   u.params = UbAddr(0x40000), u.count = 16384, u.kind = UpdateKind::Adam;

@@ -22,13 +22,15 @@ namespace tpu::isa {
 namespace {
 
 // One operand of a documented layout. An integer or enum field occupies bytes
-// [offset, offset + width); a flag is bit `bit` of byte 1.
+// [offset, offset + width); a flag is bit `bit` of byte 1; a split fp32 field (xent's smoothing)
+// has its low 16 bits at offset and its high 16 bits at `high`.
 struct DocField {
   std::string name;
   std::size_t offset = 0;
   std::size_t width = 0;
   int bit = -1;
   std::vector<unsigned> codes;  // enum fields: the codes §3.1 allows for this instruction
+  std::size_t high = 0;         // a split field's high half; 0: not split
 };
 
 struct DocLayout {
@@ -45,6 +47,13 @@ DocField enumeration(const std::string& name, std::size_t offset, std::vector<un
   return {name, offset, 1, -1, std::move(codes)};
 }
 DocField flag(const std::string& name, int bit) { return {name, 1, 0, bit, {}}; }
+DocField split(const std::string& name, std::size_t low, std::size_t high) {
+  return {name, low, 4, -1, {}, high};
+}
+// The word's byte that holds byte b of field d's value.
+std::size_t byte_of(const DocField& d, std::size_t b) {
+  return d.high != 0 && b >= 2 ? d.high + b - 2 : d.offset + b;
+}
 
 // docs/isa.md §3.1 enum codes: data type 0 int8, 1 int32, 2 bf16, 3 fp32; func 0..5; kind 0..1;
 // op 0..9; map func 0..8. Pool and eltwise take int8, bf16 and fp32 (§4.8, §4.9); reduce and
@@ -153,7 +162,8 @@ const std::vector<DocLayout>& doc_layouts() {
        "xent",
        Xent{},
        {integer("src", 4, 4), integer("labels", 8, 4), integer("dst", 12, 4), integer("out", 16, 4),
-        integer("rows", 20, 4), integer("cols", 24, 2), integer("scale", 26, 4)}},
+        integer("rows", 20, 4), integer("cols", 24, 2), integer("scale", 26, 4),
+        split("smoothing", 2, 30)}},
       {0x15,
        "update",
        Update{},
@@ -229,7 +239,7 @@ Word fill(const DocLayout& l, Instruction& inst) {
               v = F(static_cast<typename F::rep>(p));
             }
             for (std::size_t b = 0; b < d->width; ++b)
-              w[d->offset + b] = static_cast<std::uint8_t>(p >> (8 * b));
+              w[byte_of(*d, b)] = static_cast<std::uint8_t>(p >> (8 * b));
           }
         });
       },
@@ -310,7 +320,7 @@ TEST(IsaDecode, RejectsAnyNonZeroReservedByteOrFlagBit) {
     unsigned flag_bits = 0;
     for (const DocField& d : l.fields) {
       if (d.bit >= 0) flag_bits |= 1u << d.bit;
-      for (std::size_t b = 0; b < d.width; ++b) defined[d.offset + b] = true;
+      for (std::size_t b = 0; b < d.width; ++b) defined[byte_of(d, b)] = true;
     }
     for (std::size_t b = 0; b < kInstructionBytes; ++b) {
       if (defined[b]) continue;

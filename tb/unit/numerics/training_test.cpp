@@ -236,5 +236,98 @@ TEST(Xent, WorksInPlace) {
   EXPECT_EQ(a.correct, b.correct);
 }
 
+// ---- label smoothing ----
+
+// Against float64 with the smoothed targets t_c = (1 - E)·onehot + E / n:
+// loss = sum_c t_c·(log s - (z_c - m)), grad = (softmax - t)·scale. The sum of t_c·(z_c - m)
+// adds n roundings to the loss's error.
+TEST(XentLabelSmoothing, IsWithinTheBoundsOfFloat64WithSmoothedTargets) {
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int> grid(-20 * 1024, 20 * 1024);
+  for (const float e : {0.1f, 0.25f, 0.9f})
+    for (const std::size_t n : {std::size_t{2}, std::size_t{10}, std::size_t{1000}})
+      for (int trial = 0; trial < 10; ++trial) {
+        std::vector<float> z(n), grad(n);
+        for (float& f : z) f = std::ldexp(static_cast<float>(grid(rng)), -10);
+        const std::size_t label = std::uniform_int_distribution<std::size_t>(0, n - 1)(rng);
+        const float scale = 1.0f / 125.0f;
+        const XentRow r = softmax_xent_row(z.data(), grad.data(), n, label, scale, e);
+        const double m = *std::max_element(z.begin(), z.end());
+        double s = 0;
+        for (float f : z) s += std::exp(f - m);
+        double loss = 0, spread = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const double t = (i == label ? 1.0 - e : 0.0) + double{e} / static_cast<double>(n);
+          const double want = (std::exp(z[i] - m) / s - t) * scale;
+          ASSERT_LE(error_units(grad[i], want, scale), static_cast<double>(n + 8)) << n << " " << i;
+          loss += t * (std::log(s) - (z[i] - m));
+          spread += t * std::fabs(z[i] - m);
+        }
+        EXPECT_LE(error_units(r.loss, loss, std::log(s) + spread + 1.0),
+                  static_cast<double>(2 * n + 8))
+            << "E " << e << " n " << n;
+      }
+}
+
+// Smoothing raises the loss of a confident correct prediction (the other classes' targets are
+// no longer 0) and keeps the correct flag: the prediction is the logits', not the targets'.
+TEST(XentLabelSmoothing, RaisesAConfidentPredictionsLossAndKeepsTheCorrectFlag) {
+  const std::vector<float> z = {8.0f, -1.0f, 0.5f, -3.0f};
+  std::vector<float> grad(z.size());
+  const XentRow hard = softmax_xent_row(z.data(), grad.data(), z.size(), 0, 1.0f);
+  const XentRow soft = softmax_xent_row(z.data(), grad.data(), z.size(), 0, 1.0f, 0.1f);
+  EXPECT_GT(soft.loss, hard.loss);
+  EXPECT_EQ(soft.correct, 1.0f);
+  // The label's target is 0.9 + 0.025: its gradient is p_0 - 0.925, no longer p_0 - 1.
+  const double s = std::exp(0.0) + std::exp(-9.0) + std::exp(-7.5) + std::exp(-11.0);
+  EXPECT_NEAR(grad[0], 1.0 / s - 0.925, 1e-6);
+  EXPECT_NEAR(grad[3], std::exp(-11.0) / s - 0.025, 1e-6);
+}
+
+// E = 0 is the one-hot definition bit for bit, written out here as it stood before smoothing,
+// with logits of -inf (whose terms the one-hot loss never forms) and an in-place gradient.
+TEST(XentLabelSmoothing, ZeroIsTheOneHotDefinitionBitForBit) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> rows = {
+      {3.0f, -1.0f, 0.5f, 7.25f, 7.25f}, {-inf, 2.0f, -inf, 0.0f}, {-0.0f, 0.0f}, {1e-30f}};
+  for (const auto& z : rows)
+    for (std::size_t label = 0; label < z.size(); ++label) {
+      if (std::isinf(z[label])) continue;
+      const std::size_t n = z.size();
+      float m = z[0];
+      std::size_t k = 0;
+      for (std::size_t c = 1; c < n; ++c)
+        if (m < z[c]) m = z[c], k = c;
+      std::vector<float> want(n);
+      float s = 0.0f;
+      for (std::size_t c = 0; c < n; ++c) s += want[c] = std::exp(z[c] - m);
+      for (std::size_t c = 0; c < n; ++c)
+        want[c] = (want[c] / s - (c == label ? 1.0f : 0.0f)) * 0.125f;
+      const float want_loss = std::log(s) - (z[label] - m);
+      std::vector<float> got = z;
+      const XentRow r = softmax_xent_row(got.data(), got.data(), n, label, 0.125f, 0.0f);
+      for (std::size_t c = 0; c < n; ++c) EXPECT_EQ(bits_of(got[c]), bits_of(want[c])) << c;
+      EXPECT_EQ(bits_of(r.loss), bits_of(want_loss));
+      EXPECT_EQ(r.correct, label == k ? 1.0f : 0.0f);
+    }
+}
+
+// ---- learning-rate warm-up ----
+
+TEST(Warmup, RisesLinearlyToTheBaseRateAtTheLastWarmupStepThenStays) {
+  EXPECT_EQ(warmup_learning_rate(0.5f, 1, 4), 0.125f);
+  EXPECT_EQ(warmup_learning_rate(0.5f, 2, 4), 0.25f);
+  EXPECT_EQ(warmup_learning_rate(0.5f, 3, 4), 0.375f);
+  EXPECT_EQ(warmup_learning_rate(0.5f, 4, 4), 0.5f);
+  EXPECT_EQ(warmup_learning_rate(0.5f, 1000, 4), 0.5f);
+  // No warm-up: the base rate from the first step.
+  EXPECT_EQ(warmup_learning_rate(0.5f, 1, 0), 0.5f);
+  // In float64, rounded once: 0.1f·1/3 is not (0.1f/3) in fp32 nor 0.1f·(1/3.0f).
+  for (std::uint64_t t = 1; t < 3; ++t)
+    EXPECT_EQ(bits_of(warmup_learning_rate(0.1f, t, 3)),
+              bits_of(static_cast<float>(double{0.1f} * static_cast<double>(t) / 3.0)))
+        << t;
+}
+
 }  // namespace
 }  // namespace tpu::numerics

@@ -2288,18 +2288,26 @@ struct XentExpect {
 };
 
 // docs/isa.md's xent, as a plain loop in fp32: softmax's probabilities (ref_softmax), minus the
-// one-hot label, times scale; the loss log(s) - (z_label - m) with s summed in order; correct
-// when the label is the first index of the maximum.
-XentExpect naive_xent(const std::vector<float>& z, std::size_t label, float scale) {
+// target (the one-hot label, or with smoothing E (1 - E) + E/n for the label and E/n for the
+// rest), times scale; the loss log(s) - q with s summed in order, q = z_label - m (E = 0) or
+// the targets' sum of t_c·(z_c - m) in order; correct when the label is the first index of the
+// maximum.
+XentExpect naive_xent(const std::vector<float>& z, std::size_t label, float scale,
+                      float smoothing = 0.0f) {
   const auto first = static_cast<std::size_t>(std::max_element(z.begin(), z.end()) - z.begin());
   const float m = z[first];
   XentExpect x;
   const std::vector<float> p = ref_softmax(z);
-  for (std::size_t c = 0; c < z.size(); ++c)
-    x.grad.push_back((p[c] - (c == label ? 1.0f : 0.0f)) * scale);
+  const float off = smoothing / static_cast<float>(z.size()), on = (1.0f - smoothing) + off;
+  float q = 0.0f;
+  for (std::size_t c = 0; c < z.size(); ++c) {
+    x.grad.push_back((p[c] - (c == label ? on : off)) * scale);
+    q += (c == label ? on : off) * (z[c] - m);
+  }
+  if (smoothing == 0.0f) q = z[label] - m;
   float s = 0.0f;
   for (float v : z) s += std::exp(v - m);
-  x.loss = std::log(s) - (z[label] - m);
+  x.loss = std::log(s) - q;
   x.correct = label == first ? 1.0f : 0.0f;
   return x;
 }
@@ -2318,24 +2326,27 @@ TEST(VectorXent, GivesEachRowsScaledGradientLossAndCorrectFlagInPlaceOrNot) {
   }
   z[0][3] = z[0][5] = 40.0f, label[0] = 3;  // tied maximum: the first index is the prediction
   z[1][3] = z[1][5] = 40.0f, label[1] = 5;
-  for (const bool in_place : {false, true}) {
-    for (std::uint32_t r = 0; r < x.rows; ++r) {
-      for (std::uint32_t c = 0; c < x.cols; ++c)
-        core.put32(x.src.value() + 4 * (r * x.cols + c), bits_of(z[r][c]));
-      core.put32(x.labels.value() + 4 * r, static_cast<std::uint32_t>(label[r]));
+  for (const float smoothing : {0.0f, 0.1f})
+    for (const bool in_place : {false, true}) {
+      for (std::uint32_t r = 0; r < x.rows; ++r) {
+        for (std::uint32_t c = 0; c < x.cols; ++c)
+          core.put32(x.src.value() + 4 * (r * x.cols + c), bits_of(z[r][c]));
+        core.put32(x.labels.value() + 4 * r, static_cast<std::uint32_t>(label[r]));
+      }
+      isa::Xent run = x;
+      run.smoothing = smoothing;
+      if (in_place) run.dst = run.src;
+      ops.xent(run, core.ub_view());
+      for (std::uint32_t r = 0; r < x.rows; ++r) {
+        const XentExpect e =
+            naive_xent(z[r], static_cast<std::size_t>(label[r]), x.scale, smoothing);
+        for (std::uint32_t c = 0; c < x.cols; ++c)
+          ASSERT_EQ(core.get32(run.dst.value() + 4 * (r * x.cols + c)), bits_of(e.grad[c]))
+              << "row " << r << " col " << c;
+        EXPECT_EQ(core.get32(x.out.value() + 8 * r), bits_of(e.loss)) << r;
+        EXPECT_EQ(core.get32(x.out.value() + 8 * r + 4), bits_of(e.correct)) << r;
+      }
     }
-    isa::Xent run = x;
-    if (in_place) run.dst = run.src;
-    ops.xent(run, core.ub_view());
-    for (std::uint32_t r = 0; r < x.rows; ++r) {
-      const XentExpect e = naive_xent(z[r], static_cast<std::size_t>(label[r]), x.scale);
-      for (std::uint32_t c = 0; c < x.cols; ++c)
-        ASSERT_EQ(core.get32(run.dst.value() + 4 * (r * x.cols + c)), bits_of(e.grad[c]))
-            << "row " << r << " col " << c;
-      EXPECT_EQ(core.get32(x.out.value() + 8 * r), bits_of(e.loss)) << r;
-      EXPECT_EQ(core.get32(x.out.value() + 8 * r + 4), bits_of(e.correct)) << r;
-    }
-  }
   EXPECT_EQ(float_of(core.get32(x.out.value() + 4)), 1.0f);
   EXPECT_EQ(float_of(core.get32(x.out.value() + 12)), 0.0f);
 }
@@ -2354,6 +2365,8 @@ TEST(VectorXent, RejectsBadFieldsLabelsAndOverlapsBeforeWritingAnything) {
           {[](isa::Xent& x) { x.rows = 0; }, {"xent: rows = 0"}},
           {[](isa::Xent& x) { x.cols = 0; }, {"xent: cols = 0"}},
           {[&](isa::Xent& x) { x.scale = inf; }, {"xent: scale = inf", "finite"}},
+          {[](isa::Xent& x) { x.smoothing = 1.0f; }, {"xent: smoothing = 1", "[0, 1)"}},
+          {[](isa::Xent& x) { x.smoothing = -0.5f; }, {"xent: smoothing = -0.5", "[0, 1)"}},
           {[](isa::Xent& x) { x.cols = 9; }, {"labels[2] = 9", "row 2", "[0, cols = 9)"}},
           {[&](isa::Xent& x) {
              x.src = UbAddr(static_cast<std::uint32_t>(core.ub.size() - logits + 4));
