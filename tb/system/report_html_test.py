@@ -183,41 +183,33 @@ def setUpModule():
         raise RuntimeError(f"report.py failed ({r.returncode}): {r.stderr}")
 
 
-RESNET_FILE = None
+RESNET50_REPORTS = {}
+
+
+def resnet50_report_of(name, command, *args):
+    """tpusim `command` of ResNet-50 on v3 with `args`, its report written once into `name`."""
+    path = os.path.join(TMP.name, name)
+    if path not in RESNET50_REPORTS:
+        r = subprocess.run([ARGS.tpusim, command, "--chip", os.path.join(ROOT, "configs", "chips", "v3.json"),
+                            "--model", os.path.join(ROOT, "configs", "models", "resnet50.json"),
+                            *args, "--json", path],
+                           capture_output=True, text=True, cwd=ROOT, timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError(f"tpusim {command} resnet50 failed ({r.returncode}): {r.stdout}{r.stderr}")
+        with open(path) as f:
+            RESNET50_REPORTS[path] = json.load(f)
+    return path, RESNET50_REPORTS[path]
 
 
 def resnet50_report():
-    """ResNet-50 on v3, timing only (the layers and their cycles are what the page draws), once."""
-    global RESNET_FILE
-    if RESNET_FILE is None:
-        RESNET_FILE = os.path.join(TMP.name, "resnet50.json")
-        r = subprocess.run([ARGS.tpusim, "run", "--chip", os.path.join(ROOT, "configs", "chips", "v3.json"),
-                            "--model", os.path.join(ROOT, "configs", "models", "resnet50.json"),
-                            "--images", "8", "--timing-only", "--json", RESNET_FILE],
-                           capture_output=True, text=True, cwd=ROOT, timeout=900)
-        if r.returncode != 0:
-            raise RuntimeError(f"tpusim run resnet50 failed ({r.returncode}): {r.stdout}{r.stderr}")
-    with open(RESNET_FILE) as f:
-        return RESNET_FILE, json.load(f)
-
-
-RESNET_FIT_FILE = None
+    """ResNet-50 on v3, timing only (the layers and their cycles are what the page draws)."""
+    return resnet50_report_of("resnet50.json", "run", "--images", "8", "--timing-only")
 
 
 def resnet50_fit_report():
-    """One ResNet-50 training step on v3 (momentum, timing only, global batch 4), once."""
-    global RESNET_FIT_FILE
-    if RESNET_FIT_FILE is None:
-        RESNET_FIT_FILE = os.path.join(TMP.name, "resnet50_fit.json")
-        r = subprocess.run([ARGS.tpusim, "fit", "--chip", os.path.join(ROOT, "configs", "chips", "v3.json"),
-                            "--model", os.path.join(ROOT, "configs", "models", "resnet50.json"),
-                            "--steps", "1", "--batch", "4", "--optimizer", "momentum", "--timing-only",
-                            "--json", RESNET_FIT_FILE],
-                           capture_output=True, text=True, cwd=ROOT, timeout=900)
-        if r.returncode != 0:
-            raise RuntimeError(f"tpusim fit resnet50 failed ({r.returncode}): {r.stdout}{r.stderr}")
-    with open(RESNET_FIT_FILE) as f:
-        return RESNET_FIT_FILE, json.load(f)
+    """One ResNet-50 training step on v3 (momentum, timing only, global batch 4)."""
+    return resnet50_report_of("resnet50_fit.json", "fit", "--steps", "1", "--batch", "4",
+                              "--optimizer", "momentum", "--timing-only")
 
 
 def tearDownModule():
