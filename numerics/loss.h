@@ -22,7 +22,10 @@ struct XentRow {
   float correct = 0.0f;
 };
 
-// For n >= 1 logits z, label < n and label smoothing E (0 <= E < 1):
+// The label smoothings the loss is defined for (below): 0 <= E < 1 (a NaN is none of them).
+constexpr bool valid_label_smoothing(float e) { return e >= 0.0f && e < 1.0f; }
+
+// For n >= 1 logits z, label < n and label smoothing E (valid_label_smoothing):
 //   1. m = max z_c, scanning in c order as numerics::softmax_row does (a later value replaces m
 //      only if m < it: equal values keep the first, a NaN at c = 0 stays, later NaNs are
 //      skipped), and k = the index m was taken from, the first index of the maximum.

@@ -1562,7 +1562,7 @@ void VectorOps::xent(const isa::Xent& x, UbView ub) const {
   check_at_least_1(op, "cols", x.cols);
   if (!std::isfinite(x.scale))
     throw ProgramError(fmt::format("{}: scale = {} (must be finite)", op, x.scale));
-  if (!(x.smoothing >= 0.0f && x.smoothing < 1.0f))
+  if (!numerics::valid_label_smoothing(x.smoothing))
     throw ProgramError(fmt::format("{}: smoothing = {} (must be in [0, 1))", op, x.smoothing));
   const std::uint64_t src = x.src.value(), labels = x.labels.value(), dst = x.dst.value();
   const std::uint64_t out = x.out.value();

@@ -205,8 +205,6 @@ class TrainingCompiler {
                       : fmt::format("--batch {}: the global batch must split evenly over the {} "
                                     "TensorCores of {} {} chips",
                                     global_, chips_ * cfg_.tensor_cores, chips_, cfg_.name));
-    if (!(L_.label_smoothing >= 0.0f && L_.label_smoothing < 1.0f))
-      throw InputError(fmt::format("--label-smoothing {}: must be in [0, 1)", L_.label_smoothing));
     for (const ir::GradOp& o : t_.ops) {
       if (o.kind != GradKind::ConvInput) continue;
       // Its window (conv_input): dY's channels per window position, the stride as in_dilation.

@@ -21,6 +21,7 @@
 #include "hw/common/error.h"
 #include "hw/system/system.h"
 #include "numerics/bf16.h"
+#include "numerics/loss.h"
 #include "numerics/optimizer.h"
 #include "sw/compiler/training.h"
 #include "sw/data/idx.h"
@@ -807,7 +808,7 @@ class Fit {
   ChipConfig all_;  // the whole system as one chip, for rates and energy
   // The options with the warm-up's epochs turned into steps.
   static FitOptions resolved(FitOptions o) {
-    if (!(o.label_smoothing >= 0.0f && o.label_smoothing < 1.0f))
+    if (!numerics::valid_label_smoothing(o.label_smoothing))
       throw InputError(fmt::format("--label-smoothing {} (must be in [0, 1))", o.label_smoothing));
     if (!(o.warmup_epochs >= 0.0) || !std::isfinite(o.warmup_epochs))
       throw InputError(

@@ -235,13 +235,19 @@ class ReportFixture(unittest.TestCase):
         return out
 
 
+def chromium_or_skip():
+    """Chromium's binary, or the test class skipped (scripts/setup.sh installs it)."""
+    binary = chromium_devtools.find_chromium()
+    if binary is None:
+        raise unittest.SkipTest("chromium is not installed (scripts/setup.sh installs it)")
+    return binary
+
+
 class ReportHtmlInChromium(ReportFixture):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.binary = chromium_devtools.find_chromium()
-        if cls.binary is None:
-            raise unittest.SkipTest("chromium is not installed (scripts/setup.sh installs it)")
+        cls.binary = chromium_or_skip()
         cls.page_file = PAGE_FILE
         browser = chromium_devtools.Chromium(cls.binary)
         try:
@@ -288,9 +294,7 @@ class ReportHtmlScalesToResNet50(ReportFixture):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.binary = chromium_devtools.find_chromium()
-        if cls.binary is None:
-            raise unittest.SkipTest("chromium is not installed (scripts/setup.sh installs it)")
+        cls.binary = chromium_or_skip()
         cls.resnet_file, cls.resnet = resnet50_report()
         cls.fit_file, cls.fit = resnet50_fit_report()
         out = os.path.join(cls.dir, "resnet50.html")
