@@ -39,7 +39,9 @@ void FitDriver::run() {
   for (std::size_t c = 0; c < interrupts_.size(); ++c) {
     auto* port = host2chip[static_cast<int>(c)];
     write_memory_image(port, image_);
+    for (const compiler::MemorySegment& s : image_) image_bytes_ += s.bytes.size();
   }
+  loaded_at_ = clock_.now();
   std::vector<compiler::MemorySegment>().swap(image_);
   stream(program_.setup);
   setup_end_ = clock_.now();

@@ -56,6 +56,9 @@ class FitDriver : public sc_core::sc_module {
                                         std::uint64_t bytes);
   [[nodiscard]] bool done() const { return done_; }
   [[nodiscard]] Cycle setup_end() const { return setup_end_; }
+  // When every chip holds the memory image, and the bytes the host wrote for it (all chips).
+  [[nodiscard]] Cycle loaded_at() const { return loaded_at_; }
+  [[nodiscard]] std::uint64_t image_bytes() const { return image_bytes_; }
 
  private:
   void run();  // SC_THREAD
@@ -72,7 +75,8 @@ class FitDriver : public sc_core::sc_module {
   AfterStep after_;
   std::vector<std::uint8_t> memory_;
   std::vector<std::uint64_t> halts_;  // per replica (chip-major), halts streamed so far
-  Cycle setup_end_ = 0;
+  Cycle setup_end_ = 0, loaded_at_ = 0;
+  std::uint64_t image_bytes_ = 0;
   bool done_ = false;
 };
 

@@ -197,19 +197,19 @@ std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
   // named (an idle one shows too: on a mesh, the links a ring does not use). A run's host has
   // the model load instead, so that the trace covers the run from cycle 0.
   const std::uint32_t host_pid = cfg.tensor_cores, ici_pid = cfg.tensor_cores + 1;
-  if (!fit.steps.empty()) {
-    process(host_pid, "host");
-    thread(host_pid, 0, "training steps");
-  } else if (run.load_end > 0) {
-    process(host_pid, "host");
-    thread(host_pid, 0, "model load");
+  // A fit's host has both: its steps on thread 0, the model load on thread 1.
+  const std::size_t load_tid = fit.steps.empty() ? 0 : 1;
+  if (!fit.steps.empty() || run.load_end > 0) process(host_pid, "host");
+  if (!fit.steps.empty()) thread(host_pid, 0, "training steps");
+  if (run.load_end > 0) {
+    thread(host_pid, load_tid, "model load");
     emit({{"name", "upload memory image"},
           {"cat", "load"},
           {"ph", "X"},
           {"ts", 0.0},
           {"dur", static_cast<double>(run.load_end) * us_per_cycle},
           {"pid", host_pid},
-          {"tid", 0},
+          {"tid", load_tid},
           {"args",
            {{"bytes_host_link", run.load_bytes},
             {"begin_cycle", 0},

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/cli.h"
+#include "hw/config/chip_config.h"
 #include "sw/nn/training_reference.h"
 
 namespace tpu {
@@ -553,10 +554,19 @@ TEST(FitTrace, TracesTheFirstAndTheLastStep) {
   bool backward = false, exchange = false, infeed = false;
   std::set<std::uint64_t> core0;  // instruction indices: they count on from step to step
   std::set<std::uint64_t> steps;  // the host's track
+  std::uint64_t first_step_begin = 0, load_end = 0, loads = 0, load_bytes = 0;
   for (const auto& e : t["traceEvents"]) {
     if (e["ph"] != "X") continue;
     if (e["cat"] == "step") {
       steps.insert(e["args"]["step"].get<std::uint64_t>());
+      if (e["args"]["step"] == 1) first_step_begin = e["args"]["begin_cycle"].get<std::uint64_t>();
+      continue;
+    }
+    if (e["cat"] == "load") {  // the host's model load, from cycle 0
+      ++loads;
+      EXPECT_EQ(e["args"]["begin_cycle"], 0);
+      load_end = e["args"]["end_cycle"].get<std::uint64_t>();
+      load_bytes = e["args"]["bytes_host_link"].get<std::uint64_t>();
       continue;
     }
     ++slices;
@@ -568,6 +578,15 @@ TEST(FitTrace, TracesTheFirstAndTheLastStep) {
   }
   EXPECT_GT(slices, 0u);
   EXPECT_EQ(steps, (std::set<std::uint64_t>{1, 3}));
+  // The trace covers the fit from cycle 0: the memory image's upload, then (after the setup
+  // program) the first step. The upload takes at least its bytes over the host link.
+  const ChipConfig cfg = load_chip_config(test::source("configs/chips/v3.json"));
+  EXPECT_EQ(loads, 1u);
+  EXPECT_GT(load_bytes, 0u);
+  EXPECT_GE(
+      static_cast<double>(load_end),
+      static_cast<double>(load_bytes) / (cfg.host_link.bandwidth_gbps * 1e9) * cfg.clock_hz());
+  EXPECT_LE(load_end, first_step_begin);
   EXPECT_TRUE(backward);
   EXPECT_TRUE(exchange);
   EXPECT_TRUE(infeed);
@@ -621,7 +640,7 @@ TEST(FitTrace, ASystemsTraceHasATrackPerIciLinkBusyAsTheReportSays) {
   // The traced steps, as the host saw them.
   std::map<std::uint64_t, std::pair<double, double>> steps;
   for (const auto& e : t["traceEvents"])
-    if (e["ph"] == "X" && e["pid"] == host)
+    if (e["ph"] == "X" && e["pid"] == host && e["cat"] == "step")
       steps[e["args"]["step"].get<std::uint64_t>()] = {e["args"]["begin_cycle"].get<double>(),
                                                        e["args"]["end_cycle"].get<double>()};
   ASSERT_EQ(steps.size(), 2U);
