@@ -188,6 +188,10 @@ def _layer_rows(c, key, prefix):
             "energy_j": lc.want("energy_j", NUMBER),
             "bytes_off_chip": lc.need("bytes_off_chip", NUMBER),
             "buckets": _buckets(lc),
+            # A fit step's row: its part of the step split and, forward and backward rows, the
+            # Keras layer it belongs to.
+            "phase": lc.want("phase", STRING),
+            "layer": lc.want("layer", STRING),
         })
     return rows
 
@@ -1046,6 +1050,46 @@ def step_split_plot(fit, Figure, ticker):
     return Plot("step-split", fit.on, _svg(fig), f"Step split of {fit.model} on {fit.on}", caption)
 
 
+def step_cycles_plot(fit, Figure, ticker):
+    """The last step's retired cycles per block (ResNet-50's conv3_block2_...) or per layer, each
+    bar stacked by the parts of the step split its rows belong to; the step's own rows (infeed,
+    loss, gradient exchange, update, ...) are bars of their own."""
+    units = {}
+    for l in fit.step_layers.layers:
+        name = (block_of(l["layer"]) or l["layer"]) if l["layer"] else l["name"]
+        part = l["phase"] if l["phase"] in FIT_PARTS else "forward"
+        units.setdefault(name, {p: 0.0 for p in FIT_PARTS})[part] += l["cycles"]
+    units = [(n, u) for n, u in units.items() if sum(u.values()) > 0]
+    grouped = any(l["layer"] and block_of(l["layer"]) for l in fit.step_layers.layers)
+    if len(units) > CYCLE_BARS:
+        top = set(sorted(range(len(units)), key=lambda i: -sum(units[i][1].values()))[:CYCLE_BARS - 1])
+        rest = [u for i, u in enumerate(units) if i not in top]
+        units = [u for i, u in enumerate(units) if i in top] + [
+            (f"the other {len(rest)}", {p: sum(u[p] for _, u in rest) for p in FIT_PARTS})]
+    fig = Figure(figsize=(6.4, max(3.0, 1.2 + 0.26 * len(units))))
+    ax = fig.add_subplot()
+    names = [n for n, _ in units][::-1]  # first at the top
+    left = [0.0] * len(units)
+    used = [p for p in FIT_PARTS if any(u[p] > 0 for _, u in units)]
+    for p in used:
+        values = [u[p] for _, u in units][::-1]
+        ax.barh(names, values, left=left, color=FIT_PART_COLOURS[p], label=p, height=0.65)
+        left = [x + y for x, y in zip(left, values)]
+    ax.set_xlabel("cycles of the last step (retired, averaged over the cores)")
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _si(v)))
+    ax.tick_params(axis="y", labelsize=7.5)
+    ax.set_title(f"{fit.model} on {fit.on}: the step per {'block' if grouped else 'layer'}")
+    ax.legend(fontsize=7.5, frameon=False, loc="upper center",
+              bbox_to_anchor=(0.5, -0.12 - 1.2 / fig.get_figheight() / 4), ncol=len(used) or 1)
+    caption = ("The last training step's cycles per " + ("block (its layers' forward and backward rows summed)"
+               if grouped else "layer (its forward and backward rows)") +
+               " and per row of the step's own (step.last.layers[].cycles), coloured by their part of the step split.")
+    if any(n.startswith("the other ") for n, _ in units):
+        caption += f" The {CYCLE_BARS - 1} bars with the most cycles are drawn; the rest are summed in the last."
+    return Plot("step-cycles", fit.on, _svg(fig), f"Cycles per {'block' if grouped else 'layer'} of a step of "
+                f"{fit.model} on {fit.on}", caption)
+
+
 def training_section(fit, Figure, ticker):
     out = [f"<h2>Training: {esc(fit.model)} on {esc(fit.on)}</h2>"]
     desc = [f"{fit.replicas:,} replicas (TensorCores)", f"global batch {fit.global_batch:,}"]
@@ -1089,6 +1133,7 @@ def training_section(fit, Figure, ticker):
     out.append(_table(head, rows, [True] * 6))
     if fit.step_layers is not None:
         out.append("<h3>The last step per layer, forward and backward</h3>")
+        out.append(step_cycles_plot(fit, Figure, ticker).html())
         out.append(block_table(fit.step_layers))
         out.append(layer_table(fit.step_layers))
     return "\n".join(out)

@@ -323,7 +323,7 @@ class ReportHtmlScalesToResNet50(ReportFixture):
     def test_no_two_texts_of_a_plot_overlap_on_the_page(self):
         plots = self.page.value
         self.assertEqual({p["kind"] for p in plots},
-                         {"roofline", "cycles", "energy", "comparison", "memory", "step-split"})
+                         {"roofline", "cycles", "energy", "comparison", "memory", "step-split", "step-cycles"})
         for p in plots:
             texts = screen_boxes(p)
             with self.subTest(plot=p["kind"]):
@@ -348,6 +348,11 @@ class ReportHtmlScalesToResNet50(ReportFixture):
         self.assertGreaterEqual(len(bars), 8, by_kind["cycles"])
         self.assertFalse(any(re.match(r"conv\d_block\d+_\d_conv$", t) for t in by_kind["cycles"]),
                          "the cycle plot draws blocks, not their layers")
+        # The training step's plot too: blocks, the step's own rows, at most 16 bars.
+        step = by_kind["step-cycles"]
+        self.assertGreaterEqual(len([t for t in step if re.match(r"conv\d_block\d+$", t)]), 8, step)
+        self.assertIn("update", step)
+        self.assertFalse(any(re.match(r"conv\d_block\d+_\d_conv$", t) for t in step), step)
 
     def layer_tables(self):
         page = parse_page(self.page_file)
@@ -453,6 +458,7 @@ class ReportHtmlContent(ReportFixture):
         want = expected_plots(self.reports)
         want[("training", FIT_REPORT["chip"])] = 1
         want[("step-split", FIT_REPORT["chip"])] = 1
+        want[("step-cycles", FIT_REPORT["chip"])] = 1  # its step.last.layers
         self.assertEqual(count_plots(page.plots), want)
         with open(out) as f:
             text = f.read()
@@ -466,7 +472,8 @@ class ReportHtmlContent(ReportFixture):
     def test_a_fit_report_alone_makes_a_training_page(self):
         page = parse_page(self.render("fit_only.html", FIT_FILE))
         self.assertEqual(count_plots(page.plots), {("training", FIT_REPORT["chip"]): 1,
-                                                   ("step-split", FIT_REPORT["chip"]): 1})
+                                                   ("step-split", FIT_REPORT["chip"]): 1,
+                                                   ("step-cycles", FIT_REPORT["chip"]): 1})
 
     def test_a_system_fit_report_names_the_system_and_its_chips(self):
         # fit --system, as scripts/demo.sh runs it on the v2-8 (one short step here).
@@ -479,7 +486,8 @@ class ReportHtmlContent(ReportFixture):
             report = json.load(f)
         on = f"{report['system']['name']} ({report['system']['chips']} × {report['chip']})"
         out = self.render("fit_system.html", fit)
-        self.assertEqual(count_plots(parse_page(out).plots), {("training", on): 1, ("step-split", on): 1})
+        self.assertEqual(count_plots(parse_page(out).plots),
+                         {("training", on): 1, ("step-split", on): 1, ("step-cycles", on): 1})
         with open(out) as f:
             self.assertIn(f"<h2>Training: {report['model']} on {on}</h2>", f.read())
 
