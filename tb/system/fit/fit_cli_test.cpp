@@ -871,8 +871,12 @@ TEST(FitDistributedBatchNorm, AGroupThatDoesNotSplitTheReplicasIsRefusedInOneLin
       {std::pair{"--bn-group 2", "has no BatchNormalization whose statistics a group could share"},
        std::pair{"--bn-group 0", "--bn-group"}});
   const std::string four = "--bn-group 4" + mini;
+  // A group's statistics are over every replica's whole share: one pass, which the unified
+  // buffer cannot hold here (auto takes the tensors off-chip).
+  const std::string forced = "--bn-group 2 --batch 1024 --activations unified-buffer" + mini;
   expect_refused_in_one_line(
-      {std::pair{four.c_str(), "--bn-group 4: a group must be a divisor of the 2 replicas"}});
+      {std::pair{four.c_str(), "--bn-group 4: a group must be a divisor of the 2 replicas"},
+       std::pair{forced.c_str(), "takes a replica's 512 images in one pass"}});
   const auto r = test::run_tpusim("fit --system " + source("configs/systems/v3-8.json") + mini +
                                   " --steps 1 --bn-group 3");
   EXPECT_EQ(r.status, 2) << r.out;
