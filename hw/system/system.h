@@ -29,9 +29,10 @@ class System : public sc_core::sc_module {
 
  public:
   enum class Scale { kEveryChip, kRepresentative };
-  // `options` reach every chip.
+  // `options` reach every chip; `rings`: kRepresentative's rings of one message a step
+  // (IciRouter's MirroredRing).
   System(sc_core::sc_module_name name, SystemConfig cfg, Scale scale = Scale::kEveryChip,
-         SimOptions options = {});
+         SimOptions options = {}, std::vector<MirroredRing> rings = {});
 
   [[nodiscard]] const SystemConfig& config() const { return cfg_; }
   [[nodiscard]] std::size_t size() const { return chips_.size(); }

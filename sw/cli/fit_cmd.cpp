@@ -84,6 +84,12 @@ void add_fit_options(CLI::App* app, FitCommand& cmd) {
                   "onehot + E / classes, as Keras's label_smoothing (0.1 in Google's big-batch "
                   "ResNet-50 runs)")
       ->capture_default_str();
+  app->add_option("--bn-group", o.bn_group,
+                  "Distributed BatchNormalization: the statistics of every BatchNormalization over "
+                  "groups of this many replicas (TensorCores; 8 in Google's v3-2048 ResNet-50 "
+                  "run), one pass a step; 1: each replica's own")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint32_t{1}, std::uint32_t{1} << 20));
   CLI::Option* warmup_epochs =
       app->add_option("--warmup-epochs", o.warmup_epochs,
                       "Raise the learning rate linearly over this many epochs (floor(epochs x "

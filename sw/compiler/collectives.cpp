@@ -35,10 +35,15 @@ class AllReduceEmitter {
  public:
   AllReduceEmitter(const AllReduceLayout& l, std::uint32_t chip, std::uint32_t core, Code& out)
       : l_(l), chip_(chip), core_(core), out_(out) {
+    // This chip's coordinates in the system's torus, then in its box and the box's corner.
+    const std::vector<std::uint32_t>& torus = l_.torus.empty() ? l_.dims : l_.torus;
     at_.resize(l_.dims.size());
+    corner_.resize(l_.dims.size());
     for (std::size_t d = l_.dims.size(), c = chip; d-- > 0;) {
-      at_[d] = static_cast<std::uint32_t>(c % l_.dims[d]);
-      c /= l_.dims[d];
+      const auto x = static_cast<std::uint32_t>(c % torus[d]);
+      at_[d] = x % l_.dims[d];
+      corner_[d] = x - at_[d];
+      c /= torus[d];
     }
     for (std::uint32_t d : l_.dims) dims_used_ += d > 1 ? 1 : 0;
   }
@@ -136,13 +141,16 @@ class AllReduceEmitter {
   }
   // Per core, stage, phase (0 reduce-scatter, 1 all-gather) and direction.
   std::uint8_t sem(std::size_t stage, int phase, int dir) const {
-    return static_cast<std::uint8_t>((core_ * dims_used_ + stage) * 4 + phase * 2 + dir);
+    return static_cast<std::uint8_t>(l_.first_semaphore + (core_ * dims_used_ + stage) * 4 +
+                                     phase * 2 + dir);
   }
-  // The chip at coordinate `c` along dimension d, the others this chip's.
+  // The chip at coordinate `c` of the box along dimension d, the others this chip's (its id in
+  // the system).
   std::uint32_t chip_along(std::size_t d, std::uint32_t c) const {
+    const std::vector<std::uint32_t>& torus = l_.torus.empty() ? l_.dims : l_.torus;
     std::uint32_t chip = 0;
     for (std::size_t k = 0; k < l_.dims.size(); ++k)
-      chip = chip * l_.dims[k] + (k == d ? c : at_[k]);
+      chip = chip * torus[k] + corner_[k] + (k == d ? c : at_[k]);
     return chip;
   }
   std::uint32_t next(std::size_t d, int dir) const {
@@ -221,7 +229,8 @@ class AllReduceEmitter {
   const AllReduceLayout& l_;
   const std::uint32_t chip_, core_;
   Code& out_;
-  std::vector<std::uint32_t> at_;  // this chip's coordinates
+  std::vector<std::uint32_t> at_;      // this chip's coordinates in its box
+  std::vector<std::uint32_t> corner_;  // the box's first chip's coordinates in the torus
   std::size_t dims_used_ = 0;
   std::uint32_t turn_ = 0;
 };
@@ -399,6 +408,24 @@ AllReduceCost all_reduce_cost(const SystemConfig& sys, const AllReduceLayout& l)
     }
   }
   return cost;
+}
+
+std::vector<std::uint32_t> group_box(const std::vector<std::uint32_t>& torus, std::uint32_t chips) {
+  std::vector<std::uint32_t> box(torus.size(), 1);
+  std::uint32_t left = chips;
+  for (std::size_t d = torus.size(); d-- > 0 && left > 1;) {
+    if (left >= torus[d]) {
+      if (left % torus[d] != 0) return {};
+      box[d] = torus[d];
+      left /= torus[d];
+    } else {
+      if (torus[d] % left != 0) return {};
+      box[d] = left;
+      left = 1;
+    }
+  }
+  if (left != 1) return {};
+  return box;
 }
 
 std::uint64_t all_reduce_semaphores(const AllReduceLayout& l) {

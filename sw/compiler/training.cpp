@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -128,6 +129,15 @@ struct BatchNormState {
   std::uint64_t constants = 0;
 };
 
+// A distributed BatchNormalization's exchange of two per-channel sums (forward: Σx and Σx²;
+// backward: Σdy and Σdy·(x − mean)) in off-chip memory, as collectives.h lays an all-reduce out:
+// per core of the chip its sums, the group's total, per dimension of the box a landing area.
+struct BnExchange {
+  std::vector<std::uint64_t> slots;
+  std::uint64_t area = 0;
+  std::vector<std::uint64_t> landing;
+};
+
 // A bucket of the gradient's all-reduce: parameters [first, end), issued after GradOp `after`
 // of the step's last pass.
 struct Bucket {
@@ -140,7 +150,7 @@ class TrainingCompiler {
                    const nn::Optimizer& opt, const ChipConfig& cfg, std::uint32_t global_batch,
                    ActivationHome home, std::vector<std::uint32_t> chip_dims,
                    std::uint32_t programmed_chips, std::uint64_t bucket_bytes,
-                   float label_smoothing)
+                   float label_smoothing, std::uint32_t bn_group)
       : g_(g),
         t_(t),
         w_(w),
@@ -151,6 +161,7 @@ class TrainingCompiler {
         dims_(std::move(chip_dims)),
         bucket_bytes_(bucket_bytes) {
     L_.label_smoothing = label_smoothing;
+    L_.bn_group = bn_group;
     for (std::uint32_t d : dims_) chips_ *= d;
     programmed_ = programmed_chips == 0 ? chips_ : std::min(programmed_chips, chips_);
   }
@@ -162,6 +173,7 @@ class TrainingCompiler {
     L_.replicas = chips_ * L_.cores;
     L_.share = global_ / L_.replicas;
     L_.programmed = programmed_ * L_.cores;
+    if (L_.bn_group > L_.cores) L_.bn_dims = group_box(dims_, L_.bn_group / L_.cores);
     L_.tile_rows = cfg_.mxu.rows;
     L_.kernel_chunk.assign(g_.ops.size(), 0);
     acc_slot_ = cfg_.accumulators.entries / (2 * cfg_.mxu.count);
@@ -205,6 +217,7 @@ class TrainingCompiler {
                       : fmt::format("--batch {}: the global batch must split evenly over the {} "
                                     "TensorCores of {} {} chips",
                                     global_, chips_ * cfg_.tensor_cores, chips_, cfg_.name));
+    check_bn_group();
     for (const ir::GradOp& o : t_.ops) {
       if (o.kind != GradKind::ConvInput) continue;
       // Its window (conv_input): dY's channels per window position, the stride as in_dilation.
@@ -216,6 +229,40 @@ class TrainingCompiler {
              "filters <= 65536 window elements and strides <= 255");
     }
   }
+
+  // A distributed BatchNormalization group (docs/training.md): whole chips' cores, or one core,
+  // and its chips a box of the torus.
+  void check_bn_group() const {
+    const std::uint32_t G = L_.bn_group, cores = cfg_.tensor_cores, replicas = chips_ * cores;
+    const auto refuse = [&](const std::string& why) {
+      throw InputError(fmt::format("--bn-group {}: {}", G, why));
+    };
+    if (G > 1 && !has_batch_norm())
+      refuse(fmt::format("{} has no BatchNormalization whose statistics a group could share",
+                         g_.file.empty() ? g_.name : g_.file));
+    if (G == 0 || replicas % G != 0)
+      refuse(fmt::format("a group must be a divisor of the {} replicas (TensorCores)", replicas));
+    if (G > 1 && G % cores != 0)
+      refuse(fmt::format("a group takes whole chips' TensorCores: 1 or a multiple of {}'s {}",
+                         cfg_.name, cores));
+    if (G > cores && group_box(dims_, G / cores).empty()) {
+      std::string torus;
+      for (std::uint32_t d : dims_) torus += (torus.empty() ? "" : " x ") + std::to_string(d);
+      refuse(
+          fmt::format("{} chips do not make a box of the {} torus filled from its last "
+                      "dimension (a divisor of the last extent, or a multiple of it that "
+                      "divides the rest the same way)",
+                      G / cores, torus));
+    }
+  }
+
+  bool has_batch_norm() const {
+    return std::any_of(g_.ops.begin(), g_.ops.end(),
+                       [](const Op& l) { return l.kind == OpKind::BatchNormalization; });
+  }
+  // Whether BatchNormalization's statistics are the group's (distributed): a group of several
+  // replicas (check_bn_group: of a model with a BatchNormalization).
+  bool distributed_bn() const { return L_.bn_group > 1; }
 
   // ---- planning ----------------------------------------------------------------------------
 
@@ -323,6 +370,19 @@ class TrainingCompiler {
     // and added once (several chips read the all-reduce area twice; one core its own sums).
     if (chips_ == 1 && L_.cores > 1 && lars_resums())
       for (std::uint32_t r = 0; r < L_.cores; ++r) lars_sums_.push_back(mem_take(grad_bytes_));
+    // Distributed BatchNormalization: per layer, the forward's and the backward's exchange of
+    // their two sums (each 2 x channels fp32 values), apart, so that no layer's all-reduce waits
+    // for another's to be read.
+    if (distributed_bn())
+      for (std::size_t i = 0; i < g_.ops.size(); ++i) {
+        if (g_.ops[i].kind != OpKind::BatchNormalization) continue;
+        const std::uint64_t bytes = 2 * std::uint64_t{g_.ops[i].out.c} * kF;
+        for (BnExchange& x : bn_exchange_[i]) {
+          for (std::uint32_t r = 0; r < L_.cores; ++r) x.slots.push_back(mem_take(bytes));
+          x.area = mem_take(bytes);
+          for (std::uint32_t d : bn_box()) x.landing.push_back(d > 1 ? mem_take(bytes) : 0);
+        }
+      }
     check_memory();
   }
 
@@ -383,8 +443,19 @@ class TrainingCompiler {
       s.constants = alloc(8 * kF);
       widest_bn = std::max(widest_bn, l.out.c);
     }
+    widest_bn_ = widest_bn;
     // Per channel temporaries of the BatchNormalization running (the sums, the backward's).
     for (auto& t : bn_temp_) t = widest_bn ? alloc(std::uint64_t{widest_bn} * kF) : 0;
+    // Distributed: the backward's group sums beside its own, and the all-reduce's four staging
+    // buffers, each a layer's whole vector (one piece).
+    if (distributed_bn()) {
+      for (auto& t : bn_group_sums_) t = alloc(std::uint64_t{widest_bn} * kF);
+      for (auto& t : bn_stage_) t = alloc(2 * std::uint64_t{widest_bn} * kF);
+      bn_stage_elems_ = 2 * std::uint64_t{widest_bn};
+      check_semaphores();
+      L_.bn_first_semaphore = static_cast<std::uint32_t>(gradient_semaphores());
+      L_.bn_semaphores = static_cast<std::uint32_t>(all_reduce_semaphores(bn_layout({})));
+    }
     optimizer_ub_ = alloc(L_.optimizer_bytes);
     // LARS's lane sums of squares, the weights' then the gradient's.
     if (opt_.kind == nn::OptimizerKind::Lars) lars_lanes_ub_ = alloc(2 * kLanes * kF);
@@ -429,11 +500,18 @@ class TrainingCompiler {
         cfg_.unified_buffer.bytes > ub_high_ ? cfg_.unified_buffer.bytes - ub_high_ : 0;
     const std::uint64_t fit =
         free / (bytes + (6 + (temp_per_image() ? 1 : 0) + (images_fp32() ? 1 : 0)) * kAlign);
-    if (fit == 0) {
-      resident_failure_ = fmt::format(
-          "one image's tensors of a training pass take {} bytes; {} leaves {} of its "
-          "{}-byte unified buffer after the weights and gradient sums",
-          bytes, cfg_.name, free, cfg_.unified_buffer.bytes);
+    // A distributed BatchNormalization's group sums its statistics once a step: one pass.
+    if (fit == 0 || (distributed_bn() && fit < L_.share)) {
+      resident_failure_ =
+          fit == 0 ? fmt::format(
+                         "one image's tensors of a training pass take {} bytes; {} leaves {} of "
+                         "its {}-byte unified buffer after the weights and gradient sums",
+                         bytes, cfg_.name, free, cfg_.unified_buffer.bytes)
+                   : fmt::format(
+                         "distributed BatchNormalization (--bn-group {}) takes a replica's {} "
+                         "images in one pass; {}'s unified buffer holds the tensors of {} (use "
+                         "--activations off-chip)",
+                         L_.bn_group, L_.share, cfg_.name, fit);
       ub_high_ = mark;
       kernel_ub_.clear();
       for (std::size_t k = 0; k < t_.parameters.size(); ++k)
@@ -636,7 +714,8 @@ class TrainingCompiler {
 
   std::vector<LayerInfo> layers() const {
     // Tag ids: 0 setup and host I/O; 1 + i the forward of operation i; 1 + n + i its backward;
-    // 1 + 2n the loss; 2 + 2n the gradient exchange; 3 + 2n the update.
+    // 1 + 2n the loss; 2 + 2n the gradient exchange; 3 + 2n the update; 4 + 2n distributed
+    // BatchNormalization's all-reduces (only then).
     std::vector<LayerInfo> out = {{"setup", "", 0}};
     for (const Op& l : g_.ops) out.push_back({l.name, std::string(ir::name_of(l.kind)), l.macs()});
     // A backward row's MACs: the forward's per matrix product its gradient ops run (a Conv2D's
@@ -653,6 +732,7 @@ class TrainingCompiler {
     out.push_back({"loss", "SparseCategoricalCrossentropy", 0});
     out.push_back({"gradient exchange", "all-reduce", 0});
     out.push_back({"update", optimizer_name(), 0});
+    if (distributed_bn()) out.push_back({"BatchNormalization group sums", "all-reduce", 0});
     return out;
   }
   std::string optimizer_name() const {
@@ -671,6 +751,7 @@ class TrainingCompiler {
   std::uint32_t loss_tag() const { return static_cast<std::uint32_t>(1 + 2 * g_.ops.size()); }
   std::uint32_t exchange_tag() const { return loss_tag() + 1; }
   std::uint32_t update_tag() const { return loss_tag() + 2; }
+  std::uint32_t bn_exchange_tag() const { return loss_tag() + 3; }
 
   void tag(Code& out, std::uint32_t id) {
     if (id == tag_) return;
@@ -1058,7 +1139,9 @@ class TrainingCompiler {
       std::vector<std::uint8_t> bytes;
       const std::uint64_t pixels = std::uint64_t{l.out.h} * l.out.w;
       const std::uint64_t last = L_.share % L_.micro_batch ? L_.share % L_.micro_batch : 0;
-      for (float v : {l.epsilon, static_cast<float>(L_.micro_batch * pixels),
+      // Distributed: the group's rows (one pass a step).
+      const std::uint64_t group = distributed_bn() ? L_.bn_group : 1;
+      for (float v : {l.epsilon, static_cast<float>(L_.micro_batch * pixels * group),
                       static_cast<float>(last * pixels), l.momentum, 1.0f, l.epsilon, 0.0f,
                       1.0f - l.momentum})
         put_f32(bytes, v);
@@ -1412,6 +1495,7 @@ class TrainingCompiler {
       chunked(
           out, n, {value(l.inputs[0])},
           [&](Code& o, const Chunk& c) { batch_norm_sums(o, i, c, c.at[0]); }, l.out.size() * kF);
+    if (distributed_bn()) bn_all_reduce(out, i, 0, sum, squares, sum, squares);
     // mean = Σx / M; variance = Σx² / M − mean²; rsqrt(variance + ε); variance + ε.
     const std::uint64_t rows = rows_constant(s), eps = s.constants;
     broadcast(out, isa::EltOp::Div, sum, rows, s.mean, C, 1);
@@ -1790,6 +1874,67 @@ class TrainingCompiler {
           oc.push_back(column_sum(c.temp, bn_temp_[3], count / C, C, c.first > 0));
         },
         l.out.size() * kF);
+    // Distributed: the group's sums for dx beside the replica's own, which its dgamma and dbeta
+    // take (the gradient all-reduce sums those over every replica).
+    if (distributed_bn())
+      bn_all_reduce(out, i, 1, bn_temp_[2], bn_temp_[3], bn_group_sums_[0], bn_group_sums_[1]);
+  }
+
+  // A distributed BatchNormalization's two sums (C fp32 values each at a and b, this replica's
+  // over its rows) all-reduced over the group (collectives.h, over its box of chips; exchange
+  // `which`: 0 the forward's, 1 the backward's), the totals into da and db: each core's pair into
+  // its slot, a barrier, the all-reduce, a barrier (the total is in the area), the total read.
+  void bn_all_reduce(Code& out, std::size_t i, int which, std::uint64_t a, std::uint64_t b,
+                     std::uint64_t da, std::uint64_t db) {
+    const std::uint64_t C = g_.ops[i].out.c, bytes = C * kF;
+    const BnExchange& x = bn_exchange_.at(i)[which];
+    const std::uint32_t layer = tag_;  // the layer's work goes on under its tag afterwards
+    tag(out, bn_exchange_tag());
+    write_mem(out, a, x.slots[core_], bytes);
+    write_mem(out, b, x.slots[core_] + bytes, bytes);
+    out.push_back(isa::Sync{true});
+    AllReduceLayout l = bn_layout(x);
+    l.elements = 2 * C;
+    compiler::emit_all_reduce(l, chip_, core_, out);
+    out.push_back(isa::Sync{true});
+    read_mem(out, x.area, da, bytes);
+    read_mem(out, x.area + bytes, db, bytes);
+    tag(out, layer);
+  }
+
+  // The chips' box a group takes (its extents along the torus's dimensions; all 1: one chip).
+  std::vector<std::uint32_t> bn_box() const {
+    return L_.bn_dims.empty() ? std::vector<std::uint32_t>(dims_.size(), 1) : L_.bn_dims;
+  }
+  AllReduceLayout bn_layout(const BnExchange& x) const {
+    AllReduceLayout l;
+    l.dims = bn_box();
+    l.torus = dims_;
+    l.cores = L_.cores;
+    l.elements = 2 * std::uint64_t{widest_bn_};
+    l.slots = x.slots;
+    l.area = x.area;
+    l.landing = x.landing;
+    std::copy(std::begin(bn_stage_), std::end(bn_stage_), l.stage.begin());
+    l.stage_elements = bn_stage_elems_;
+    l.first_semaphore = static_cast<std::uint32_t>(gradient_semaphores());
+    return l;
+  }
+  // The semaphores the gradient's all-reduce takes (several chips), before the groups'.
+  std::uint64_t gradient_semaphores() const {
+    if (chips_ == 1) return 0;
+    AllReduceLayout l;
+    l.dims = dims_;
+    l.cores = L_.cores;
+    return all_reduce_semaphores(l);
+  }
+  void check_semaphores() const {
+    const std::uint64_t grad = gradient_semaphores(), bn = all_reduce_semaphores(bn_layout({}));
+    if (grad + bn > isa::kIciSemaphores)
+      fail(
+          fmt::format("the gradient's all-reduce takes {} of a chip's {} ICI semaphores and "
+                      "distributed BatchNormalization's {} more",
+                      grad, isa::kIciSemaphores, bn));
   }
 
   // BatchNormalization's gamma and input gradients (numerics/batch_norm.h): the sums over the
@@ -1798,16 +1943,20 @@ class TrainingCompiler {
     const Op& l = g_.ops[o.op];
     const BatchNormState& s = bn_.at(o.op);
     const std::uint32_t C = l.out.c;
-    const std::uint64_t dsum = bn_temp_[2], dot = bn_temp_[3], k = bn_temp_[4];
+    const std::uint64_t k = bn_temp_[4];
     const Operand x = value(o.inputs[0].op), dy = in_grad(o.inputs[1]);
     batch_norm_grad_sums(out, o.op, dy, n);
     if (o.kind == GradKind::BatchNormGamma) {
-      // dgamma = dot * rsqrt, added to the running sum.
+      // dgamma = dot * rsqrt (the replica's own dot), added to the running sum.
       const std::uint64_t g = grad_ub_[param_index(o.output)];
-      eltwise(out, isa::EltOp::Mul, dot, s.rsqrt, k, C);
+      eltwise(out, isa::EltOp::Mul, bn_temp_[3], s.rsqrt, k, C);
       eltwise(out, isa::EltOp::Add, g, k, g, C);
       return;
     }
+    // dx from the group's sums (distributed) or the replica's.
+    const bool group = distributed_bn();
+    const std::uint64_t dsum = group ? bn_group_sums_[0] : bn_temp_[2];
+    const std::uint64_t dot = group ? bn_group_sums_[1] : bn_temp_[3];
     // k = (gamma * rsqrt) / M; dx = k * ((dy * M - dsum) - ((x - mean) * dot) / (variance + eps)).
     const std::uint64_t rows = rows_constant(s);
     eltwise(out, isa::EltOp::Mul, s.gamma, s.rsqrt, k, C);
@@ -2129,6 +2278,13 @@ class TrainingCompiler {
   std::map<std::size_t, std::uint64_t> value_ub_, grad_ub_t_, value_bf_, grad_bf_;
   std::map<std::size_t, BatchNormState> bn_;
   std::uint64_t bn_temp_[5] = {0, 0, 0, 0, 0};
+  // Distributed BatchNormalization (bn_all_reduce): per layer its two exchanges; the backward's
+  // group sums; the all-reduce's staging buffers; the widest layer's channels.
+  std::map<std::size_t, std::array<BnExchange, 2>> bn_exchange_;
+  std::uint64_t bn_group_sums_[2] = {0, 0};
+  std::uint64_t bn_stage_[4] = {0, 0, 0, 0};
+  std::uint64_t bn_stage_elems_ = 0;
+  std::uint32_t widest_bn_ = 0;
   std::map<std::vector<std::uint8_t>, std::uint64_t> constants_;
   // Off-chip tensors: the arena; per replica the bf16 kernels and the pass's tensors' homes.
   std::uint64_t arena_ = 0, arena_bytes_ = 0, fixed_ = 0;
@@ -2155,9 +2311,9 @@ TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const ChipConfig& cfg, std::uint32_t global_batch,
                                  ActivationHome home, const std::vector<std::uint32_t>& chip_dims,
                                  std::uint32_t programmed_chips, std::uint64_t bucket_bytes,
-                                 float label_smoothing) {
+                                 float label_smoothing, std::uint32_t bn_group) {
   return TrainingCompiler(g, t, w, opt, cfg, global_batch, home, chip_dims, programmed_chips,
-                          bucket_bytes, label_smoothing)
+                          bucket_bytes, label_smoothing, bn_group)
       .run();
 }
 

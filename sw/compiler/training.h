@@ -65,8 +65,16 @@ struct TrainingLayout {
   // one all-reduce after the backward pass.
   std::vector<std::uint64_t> buckets;
   float label_smoothing = 0.0f;  // the loss's (nn::TrainPlan::label_smoothing)
+  // Distributed BatchNormalization (nn::TrainPlan::bn_group): replicas per group, and the box of
+  // chip_dims a group's chips take (collectives.h group_box; empty: the group is one chip's).
+  std::uint32_t bn_group = 1;
+  std::vector<std::uint32_t> bn_dims;
+  // The chip's ICI semaphores the groups' all-reduces take (after the gradient's; none on one
+  // chip).
+  std::uint32_t bn_first_semaphore = 0, bn_semaphores = 0;
   [[nodiscard]] nn::TrainPlan plan() const {
-    return {tile_rows, replicas, micro_batch, kernel_chunk, chip_dims, buckets, label_smoothing};
+    return {tile_rows, replicas,        micro_batch, kernel_chunk, chip_dims,
+            buckets,   label_smoothing, bn_group,    bn_dims};
   }
   [[nodiscard]] std::uint32_t chips() const { return replicas / cores; }
 };
@@ -91,6 +99,9 @@ struct TrainingProgram {
 // bytes, each issued as soon as the backward pass has finished its gradients (docs/systems.md,
 // "Overlap"); 0, or a gradient that makes one bucket: one all-reduce after the backward pass.
 // `label_smoothing`: the loss's (nn::TrainPlan::label_smoothing), in [0, 1).
+// `bn_group`: replicas per distributed BatchNormalization group (nn::TrainPlan::bn_group): 1, or
+// a multiple of the chip's TensorCores whose chips make a box of the torus (group_box); the step
+// is then one pass per replica.
 // Throws InputError naming the model and what does not fit or cannot be lowered yet.
 TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  const nn::Weights& w, const nn::Optimizer& opt,
@@ -98,6 +109,6 @@ TrainingProgram compile_training(const ir::Graph& g, const ir::TrainingGraph& t,
                                  ActivationHome home = ActivationHome::kAuto,
                                  const std::vector<std::uint32_t>& chip_dims = {},
                                  std::uint32_t programmed_chips = 0, std::uint64_t bucket_bytes = 0,
-                                 float label_smoothing = 0.0f);
+                                 float label_smoothing = 0.0f, std::uint32_t bn_group = 1);
 
 }  // namespace tpu::compiler

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -299,6 +300,11 @@ struct Pass {
   Moving* moving = nullptr;
   std::map<TensorId, Tensor> t;
   std::map<std::size_t, std::vector<numerics::BatchStats>> stats;  // per BatchNormalization
+  // Distributed BatchNormalization (TrainPlan::bn_group): per layer, the group's sums, {Σx, Σx²}
+  // for the forward and {Σdy, dot} for dx (each channel's, the first C values then the next C),
+  // over `group` times this pass's rows. None: the pass's own.
+  std::map<std::size_t, Tensor> group_sums, group_grad_sums;
+  std::size_t group = 1;
 
   Tensor& value(std::size_t op) { return t[{Role::Value, op}]; }
   [[nodiscard]] const Op& op(std::size_t i) const { return g.ops[i]; }
@@ -325,17 +331,13 @@ struct Pass {
       for (std::size_t e = 0; e < x.size(); ++e) y[e] = x[e] * scale[e % c] + shift[e % c];
       return y;
     }
-    Tensor sum(c, 0.0f), squares(c, 0.0f);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t k = 0; k < c; ++k) {
-        const float v = x[r * c + k];
-        sum[k] += v;
-        squares[k] += v * v;
-      }
+    const auto it = group_sums.find(i);
+    const Tensor sums = it != group_sums.end() ? it->second : batch_norm_sums(i);
+    const std::size_t count = it != group_sums.end() ? rows * group : rows;
     std::vector<numerics::BatchStats>& s = stats[i];
     s.resize(c);
     for (std::size_t k = 0; k < c; ++k)
-      s[k] = numerics::batch_stats(sum[k], squares[k], static_cast<float>(rows), l.epsilon);
+      s[k] = numerics::batch_stats(sums[k], sums[c + k], static_cast<float>(count), l.epsilon);
     if (moving) {
       MovingStats& m = moving->at(i);
       const float rest = 1.0f - l.momentum;
@@ -349,31 +351,59 @@ struct Pass {
     return y;
   }
 
+  // BatchNormalization i's sums over this pass's rows, each channel's in row order from +0:
+  // {Σx (C values), Σx·x (C values)}.
+  Tensor batch_norm_sums(std::size_t i) {
+    const Tensor& x = value(op(i).inputs[0]);
+    const std::size_t c = op(i).out.c, rows = x.size() / c;
+    Tensor sums(2 * c, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < c; ++k) {
+        const float v = x[r * c + k];
+        sums[k] += v;
+        sums[c + k] += v * v;
+      }
+    return sums;
+  }
+
+  // Its backward's sums over this pass's rows, in row order from +0: {dbeta = Σdy, dot = Σdy·(x
+  // − mean)}.
+  Tensor batch_norm_grad_sums(std::size_t i, const Tensor& x, const Tensor& dy) const {
+    const std::vector<numerics::BatchStats>& s = stats.at(i);
+    const std::size_t c = op(i).out.c, rows = x.size() / c;
+    Tensor sums(2 * c, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < c; ++k) {
+        sums[k] += dy[r * c + k];
+        sums[c + k] += dy[r * c + k] * (x[r * c + k] - s[k].mean);
+      }
+    return sums;
+  }
+
   // dgamma, or dx (numerics/batch_norm.h), from this pass's statistics and the channel sums
-  // dbeta = sum of dy and dot = sum of dy (x - mean), each over the rows in order from +0.
+  // dbeta and dot: dgamma from the pass's own, dx from the group's when distributed.
   Tensor batch_norm_grad(std::size_t i, const Tensor& x, const Tensor& dy, bool input) const {
     const Op& l = op(i);
     const std::vector<numerics::BatchStats>& s = stats.at(i);
     const std::size_t c = l.out.c, rows = x.size() / c;
-    Tensor dbeta(c, 0.0f), dot(c, 0.0f);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t k = 0; k < c; ++k) {
-        dbeta[k] += dy[r * c + k];
-        dot[k] += dy[r * c + k] * (x[r * c + k] - s[k].mean);
-      }
     if (!input) {
+      const Tensor sums = batch_norm_grad_sums(i, x, dy);
       Tensor dgamma(c);
-      for (std::size_t k = 0; k < c; ++k) dgamma[k] = numerics::batch_norm_gamma_grad(dot[k], s[k]);
+      for (std::size_t k = 0; k < c; ++k)
+        dgamma[k] = numerics::batch_norm_gamma_grad(sums[c + k], s[k]);
       return dgamma;
     }
-    const auto count = static_cast<float>(rows);
+    const auto it = group_grad_sums.find(i);
+    const Tensor sums = it != group_grad_sums.end() ? it->second : batch_norm_grad_sums(i, x, dy);
+    const auto count = static_cast<float>(it != group_grad_sums.end() ? rows * group : rows);
     const Tensor& gamma = w.layers[i].gamma;
     Tensor scale(c), dx(x.size());
     for (std::size_t k = 0; k < c; ++k)
       scale[k] = numerics::batch_norm_input_scale(gamma[k], s[k], count);
     for (std::size_t e = 0; e < x.size(); ++e) {
       const std::size_t k = e % c;
-      dx[e] = numerics::batch_norm_input_grad(x[e], dy[e], s[k], count, dbeta[k], dot[k], scale[k]);
+      dx[e] =
+          numerics::batch_norm_input_grad(x[e], dy[e], s[k], count, sums[k], sums[c + k], scale[k]);
     }
     return dx;
   }
@@ -698,18 +728,71 @@ struct Pass {
   }
 };
 
+// The parameters' tensors a pass's backward reads.
+void add_parameters(Pass& p) {
+  for (std::size_t i = 0; i < p.g.ops.size(); ++i)
+    for (const ir::ParamSpec& s : ir::op_info(p.g.ops[i].kind).params(p.g.ops[i]))
+      p.t[{Role::Parameter, i, s.param}] = tensor_of(p.w.layers[i], s.param);
+}
+
+bool has_batch_norm(const Graph& g) {
+  return std::any_of(g.ops.begin(), g.ops.end(),
+                     [](const Op& l) { return l.kind == OpKind::BatchNormalization; });
+}
+
+// A pass over `n` images; `forward`: its forward pass run, and the parameters in place for the
+// backward (else the caller runs the forward and then gives the parameters, add_parameters).
 Pass make_pass(const Graph& g, const ir::TrainingGraph& tg, const TrainPlan& plan, const Weights& w,
-               const float* images, std::size_t n, Moving* moving, bool training = true) {
-  Pass p{g, plan, w, n, training, moving, {}, {}, {}};
+               const float* images, std::size_t n, Moving* moving, bool training = true,
+               bool forward = true) {
+  Pass p{g, plan, w, n, training, moving, {}, {}, {}, {}, 1, {}};
   p.plan_drops(tg);
   // The chip receives the images as bf16.
   Tensor x(images, images + n * g.input.size());
   p.value(kGraphInput) = bf(x);
+  if (!forward) return p;
   p.forward(tg.loss_op);
-  for (std::size_t i = 0; i < g.ops.size(); ++i)
-    for (const ir::ParamSpec& s : ir::op_info(g.ops[i].kind).params(g.ops[i]))
-      p.t[{Role::Parameter, i, s.param}] = tensor_of(w.layers[i], s.param);
+  add_parameters(p);
   return p;
+}
+
+// A distributed BatchNormalization group's passes (TrainPlan::bn_group), one per replica, taken
+// through the step together: at each BatchNormalization the group's sums replace each pass's own
+// (all_reduce.h, over the group's box of chips), forward and backward.
+void group_step(std::vector<Pass>& group, const ir::TrainingGraph& tg, std::uint32_t cores,
+                const std::vector<std::uint32_t>& dims, const std::int32_t* labels, float scale,
+                std::vector<std::map<TensorId, Tensor>>& grads, float* loss, float* correct) {
+  const Graph& g = group.front().g;
+  const auto all_reduced = [&](const std::function<Tensor(Pass&)>& sums) {
+    std::vector<Tensor> each;
+    for (Pass& p : group) each.push_back(sums(p));
+    return all_reduce(each, cores, dims);
+  };
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
+    if (g.ops[i].kind == OpKind::BatchNormalization) {
+      const Tensor total = all_reduced([&](Pass& p) { return p.batch_norm_sums(i); });
+      for (Pass& p : group) p.group_sums[i] = total;
+    }
+    for (Pass& p : group) {
+      p.forward_op(i, tg.loss_op);
+      p.drop(i);
+    }
+  }
+  for (Pass& p : group) add_parameters(p);
+  for (std::size_t j = 0; j < tg.ops.size(); ++j) {
+    const ir::GradOp& o = tg.ops[j];
+    if (o.kind == GradKind::BatchNormInput) {
+      const Tensor total = all_reduced([&](Pass& p) {
+        return p.batch_norm_grad_sums(o.op, p.t.at(o.inputs[0]), p.t.at(o.inputs[1]));
+      });
+      for (Pass& p : group) p.group_grad_sums[o.op] = total;
+    }
+    for (std::size_t k = 0; k < group.size(); ++k) {
+      const std::size_t at = k * group[k].n;
+      group[k].backward_op(o, labels + at, scale, grads[k], loss + at, correct + at);
+      group[k].drop(g.ops.size() + j);
+    }
+  }
 }
 
 std::size_t micro_batch_of(const TrainPlan& plan, std::size_t share) {
@@ -797,16 +880,43 @@ StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const Tra
         if (g.ops[i].kind == ir::OpKind::BatchNormalization)
           m[i] = {s.weights.layers[i].moving_mean, s.weights.layers[i].moving_variance};
   }
-  for (std::uint32_t r = 0; r < plan.replicas; ++r) {
+  std::uint32_t chips = 1;
+  for (std::uint32_t d : plan.chip_dims) chips *= d;
+  if (plan.replicas % chips != 0)
+    throw std::invalid_argument(fmt::format(
+        "training reference: {} replicas do not split over {} chips", plan.replicas, chips));
+  for (std::uint32_t r = 0; r < plan.replicas; ++r)
     for (const TensorId& p : t.parameters)
       replica[r][{Role::ParameterGradient, p.op, p.param}] =
           Tensor(tensor_of(s.weights.layers[p.op], p.param).size(), 0.0f);
-    for (std::size_t first = r * share; first < (r + 1) * share; first += micro) {
-      const std::size_t n = std::min(micro, (r + 1) * share - first);
-      Pass pass = make_pass(g, t, plan, s.weights, images + first * size, n, &s.moving[r]);
-      pass.backward(t, labels + first, scale, replica[r], rec.loss.data() + first,
-                    rec.correct.data() + first);
+  const std::uint32_t G = plan.bn_group;
+  if (G > 1 && has_batch_norm(g)) {  // distributed BatchNormalization: the groups in lockstep
+    if (plan.replicas % G != 0 || micro != share)
+      throw std::invalid_argument(fmt::format(
+          "training reference: BatchNormalization groups of {} need the {} replicas to split "
+          "into them and one pass a step",
+          G, plan.replicas));
+    for (std::uint32_t r0 = 0; r0 < plan.replicas; r0 += G) {
+      std::vector<Pass> group;
+      for (std::uint32_t r = r0; r < r0 + G; ++r) {
+        group.push_back(make_pass(g, t, plan, s.weights, images + r * share * size, share,
+                                  &s.moving[r], true, false));
+        group.back().group = G;
+      }
+      std::vector<std::map<TensorId, Tensor>> grads(replica.begin() + r0, replica.begin() + r0 + G);
+      group_step(group, t, plan.bn_dims.empty() ? G : plan.replicas / chips, plan.bn_dims,
+                 labels + r0 * share, scale, grads, rec.loss.data() + r0 * share,
+                 rec.correct.data() + r0 * share);
+      std::move(grads.begin(), grads.end(), replica.begin() + r0);
     }
+  } else {
+    for (std::uint32_t r = 0; r < plan.replicas; ++r)
+      for (std::size_t first = r * share; first < (r + 1) * share; first += micro) {
+        const std::size_t n = std::min(micro, (r + 1) * share - first);
+        Pass pass = make_pass(g, t, plan, s.weights, images + first * size, n, &s.moving[r]);
+        pass.backward(t, labels + first, scale, replica[r], rec.loss.data() + first,
+                      rec.correct.data() + first);
+      }
   }
   // The replicas' gradients summed as the system sums them (all_reduce.h: each chip's cores in
   // order, then the chips over the torus), the parameters one after the other; every replica
@@ -817,11 +927,6 @@ StepRecords reference_step(const Graph& g, const ir::TrainingGraph& t, const Tra
       const Tensor& grad = replica[r].at({Role::ParameterGradient, p.op, p.param});
       flat[r].insert(flat[r].end(), grad.begin(), grad.end());
     }
-  std::uint32_t chips = 1;
-  for (std::uint32_t d : plan.chip_dims) chips *= d;
-  if (plan.replicas % chips != 0)
-    throw std::invalid_argument(fmt::format(
-        "training reference: {} replicas do not split over {} chips", plan.replicas, chips));
   const Tensor total = all_reduce(flat, plan.replicas / chips, plan.chip_dims, plan.buckets);
   ++s.iterations;
   std::size_t at = 0;

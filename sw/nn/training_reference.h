@@ -34,6 +34,14 @@ struct TrainPlan {
   // The loss's label smoothing E (Keras's label_smoothing): targets (1 - E)·onehot + E / classes
   // in training and validation alike (numerics::softmax_xent_row); 0: the one-hot labels.
   float label_smoothing = 0.0f;
+  // Distributed BatchNormalization (docs/training.md): the replicas in groups of `bn_group`
+  // consecutive ones; each BatchNormalization's statistics, and its backward's two sums, over the
+  // group's rows: every replica's sums over its own rows (row order from +0), the group's vectors
+  // of them all-reduced as all_reduce.h sums a gradient, over the box `bn_dims` of chip_dims its
+  // chips take (empty: a group of one chip's cores). 1: each replica's own statistics. A group
+  // needs one pass per step (micro_batch the share).
+  std::uint32_t bn_group = 1;
+  std::vector<std::uint32_t> bn_dims{};
 };
 
 enum class OptimizerKind { Sgd, Momentum, Adam, Lars };

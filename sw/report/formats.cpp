@@ -340,6 +340,11 @@ std::string fit_markdown(const ordered_json& fit) {
   if (fit.contains("label_smoothing"))
     s += fmt::format("Label smoothing: {:g} (targets (1 - E) x onehot + E / classes).\n\n",
                      num(fit, "label_smoothing"));
+  if (fit.contains("bn_group"))
+    s += fmt::format(
+        "Distributed BatchNormalization: statistics over groups of {:g} replicas, all-reduced "
+        "by the chips (the `BatchNormalization group sums` row, in communication).\n\n",
+        num(fit, "bn_group"));
   s += md_header({"epoch", "loss", "accuracy", "val_loss", "val_accuracy", "simulated s",
                   "validation simulated s", "energy (J)"});
   for (const auto& e : fit.at("epochs")) {

@@ -171,19 +171,25 @@ class Fit {
                       : opt_.activations == FitOptions::Activations::kOffChip
                           ? compiler::ActivationHome::kOffChip
                           : compiler::ActivationHome::kAuto;
-    prog_ =
-        compiler::compile_training(g_, t_, w0, opt_.optimizer, cfg_, batch_, home,
-                                   sys_.chips() > 1 ? sys_.ici.dims : std::vector<std::uint32_t>{},
-                                   scale_out_ ? 1 : 0, opt_.bucket_bytes, opt_.label_smoothing);
+    prog_ = compiler::compile_training(
+        g_, t_, w0, opt_.optimizer, cfg_, batch_, home,
+        sys_.chips() > 1 ? sys_.ici.dims : std::vector<std::uint32_t>{}, scale_out_ ? 1 : 0,
+        opt_.bucket_bytes, opt_.label_smoothing, opt_.bn_group);
     // The images the host feeds each step: the batch, or the representative chip's share of it.
     fed_ = prog_.layout.programmed * prog_.layout.share;
     if (check_) ref_ = nn::initial_state(g_, t_, w0, opt_.optimizer);
     order_.resize(train_.count());
     shuffle_rng_.seed(opt_.seed ^ data::kShuffleStream);
 
+    // Scale-out: distributed BatchNormalization's all-reduces run rings of one message a step
+    // over each group's box of chips (hw/system/ici_router.h).
+    std::vector<MirroredRing> rings;
+    if (prog_.layout.bn_semaphores > 0)
+      rings.push_back(
+          {prog_.layout.bn_first_semaphore, prog_.layout.bn_semaphores, prog_.layout.bn_dims});
     System system("system", sys_,
                   scale_out_ ? System::Scale::kRepresentative : System::Scale::kEveryChip,
-                  SimOptions{timing_only_});
+                  SimOptions{timing_only_}, std::move(rings));
     system_ = &system;
     // An error in the host loop (a mismatch with the reference is a bug in tpusim) stops the
     // run and leaves the simulation as itself: thrown inside the kernel it would come out as an
@@ -417,16 +423,18 @@ class Fit {
   // ---- the step's accounting (docs/training.md, "The report's step split") ------------------
 
   // Tag ids (compiler::compile_training): 0 the host I/O, 1 + i the forward of operation i,
-  // 1 + n + i its backward, then the loss, the gradient exchange and the update.
+  // 1 + n + i its backward, then the loss, the gradient exchange, the update and distributed
+  // BatchNormalization's all-reduces (communication too).
   Part part_of(std::uint32_t tag) const {
     const std::size_t n = g_.ops.size();
     if (tag == 0) return Part::Infeed;
     if (tag <= n) return Part::Forward;
     if (tag <= 2 * n) return Part::Backward;
     if (tag == 2 * n + 1) return Part::Loss;
-    if (tag == 2 * n + 2) return Part::Communication;
-    return Part::Update;
+    if (tag == 2 * n + 3) return Part::Update;
+    return Part::Communication;
   }
+  bool gradient_exchange(std::uint32_t tag) const { return tag == 2 * g_.ops.size() + 2; }
 
   // The operation a forward or backward tag belongs to.
   std::optional<std::size_t> op_of(std::uint32_t tag) const {
@@ -490,8 +498,9 @@ class Fit {
     for (const auto& [tag, c] : counters.by_layer()) {
       st.parts[static_cast<std::size_t>(part_of(tag))] +=
           static_cast<double>(c.cycles) / all_.tensor_cores;
-      if (part_of(tag) != Part::Communication) continue;
-      // Per core (scale-out's counters count the representative once per chip).
+      if (!gradient_exchange(tag)) continue;
+      // The gradient's all-reduce (what overlap hides). Per core (scale-out's counters count the
+      // representative once per chip).
       st.all_reduce += static_cast<double>(c.busy_cycles) / all_.tensor_cores;
       st.exposed += static_cast<double>(c.exposed_cycles) / all_.tensor_cores;
     }
@@ -638,6 +647,7 @@ class Fit {
       if (opt_.warmup_epochs == 0) j["warmup"].erase("epochs");
     }
     if (opt_.label_smoothing > 0) j["label_smoothing"] = opt_.label_smoothing;
+    if (opt_.bn_group > 1) j["bn_group"] = opt_.bn_group;
     if (opt_.optimizer.kind == nn::OptimizerKind::Lars) {
       j["weight_decay"] = opt_.optimizer.weight_decay;
       j["lars_eta"] = opt_.optimizer.lars_eta;

@@ -37,6 +37,9 @@ struct FitOptions {
   // The loss's label smoothing in [0, 1) (Keras's label_smoothing; 0.1 in the big-batch
   // ResNet-50 runs): nn::TrainPlan::label_smoothing.
   float label_smoothing = 0.0f;
+  // Distributed BatchNormalization: replicas (TensorCores) per group whose statistics are one
+  // (nn::TrainPlan::bn_group; 8 in Google's v3-2048 ResNet-50 run); 1: each replica's own.
+  std::uint32_t bn_group = 1;
   // Start from this weights file (fine-tuning) instead of Keras's initialisers with `seed`.
   std::string weights;
   // Where the pass's tensors live (docs/training.md, "Memory"): the unified buffer when they fit

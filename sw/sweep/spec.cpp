@@ -332,6 +332,10 @@ Workload read_fit_workload(Fields& f, const fs::path& dir, bool check) {
   }
   if (f.has("warmup_steps"))
     a.insert(a.end(), {"--warmup-steps", std::to_string(f.integer("warmup_steps", 0, 1000000, 0))});
+  // Distributed BatchNormalization's group of replicas (fit checks it against each point's
+  // system).
+  if (f.has("bn_group"))
+    a.insert(a.end(), {"--bn-group", std::to_string(f.integer("bn_group", 1, 1u << 20, 1))});
   if (f.boolean("scale_out", false)) a.emplace_back("--scale-out");
   // Timing only: the one-chip point of a scaling sweep, which scale-out leaves computing values,
   // takes 20 times less (the same cycles and energy).

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/cli.h"
+#include "common/files.h"
 #include "hw/config/chip_config.h"
 #include "sw/nn/training_reference.h"
 
@@ -808,6 +809,78 @@ TEST(FitBigBatch, ASystemTrainsWithSmoothingAndWarmupBitExact) {
   EXPECT_EQ(j["per_step"][0]["learning_rate"].get<float>(), 0.05f);
   EXPECT_EQ(j["per_step"][2]["learning_rate"].get<float>(), 0.1f);
   fs::remove_all(d);
+}
+
+// Distributed BatchNormalization (docs/training.md, "Distributed BatchNormalization"): every
+// BatchNormalization's statistics, and its backward's two sums, over a group of replicas — one
+// chip's two cores, two chips, the whole v3-8 — all-reduced by the chips in the order the
+// reference sums them; every replica checked bit for bit after every step. A larger group
+// normalises over more rows, so the loss moves; its all-reduces take time in the step.
+TEST(FitDistributedBatchNorm, EveryGroupTrainsBitExactWithTheGroupsStatistics) {
+  const fs::path d = scratch("bn-group");
+  const auto fit = [&](int group) {
+    const fs::path file = d / ("fit-" + std::to_string(group) + ".json");
+    const auto r = test::run_tpusim(
+        "fit --system " + source("configs/systems/v3-8.json") + " --model " +
+        source("configs/models/resnet_mini.json") +
+        " --steps 2 --batch 32 --optimizer momentum --learning-rate 0.01 --bn-group " +
+        std::to_string(group) + " --json " + file.string() + " --markdown " +
+        (d / ("fit-" + std::to_string(group) + ".md")).string());
+    EXPECT_EQ(r.status, 0) << group << ": " << r.out;
+    return r.status == 0 ? read_json(file) : nlohmann::json();
+  };
+  const auto alone = fit(1);
+  ASSERT_FALSE(alone.is_null());
+  EXPECT_FALSE(alone.contains("bn_group"));
+  for (int group : {2, 4, 8}) {
+    const auto j = fit(group);
+    ASSERT_FALSE(j.is_null()) << group;
+    EXPECT_EQ(j["checked"], true) << group;
+    EXPECT_EQ(j["bn_group"], group);
+    EXPECT_EQ(j["micro_batch"], 4) << group;  // the replica's share, one pass
+    EXPECT_NE(j["epochs"][0]["loss"], alone["epochs"][0]["loss"]) << group;
+    EXPECT_GT(j["step"]["last"]["cycles"].get<double>(),
+              alone["step"]["last"]["cycles"].get<double>())
+        << group;
+    // The groups' all-reduces are communication, in a row of their own.
+    const auto& rows = j["step"]["last"]["layers"];
+    const auto row = std::find_if(rows.begin(), rows.end(), [](const nlohmann::json& l) {
+      return l["name"] == "BatchNormalization group sums";
+    });
+    ASSERT_NE(row, rows.end()) << group;
+    EXPECT_EQ((*row)["phase"], "communication");
+    EXPECT_GT((*row)["cycles"].get<double>(), 0.0);
+    EXPECT_THAT(test::read_file((d / ("fit-" + std::to_string(group) + ".md")).string()),
+                HasSubstr("statistics over groups of " + std::to_string(group) + " replicas"));
+  }
+  fs::remove_all(d);
+}
+
+// One chip's two cores make a group on a chip alone.
+TEST(FitDistributedBatchNorm, AChipsCoresMakeAGroup) {
+  const auto j = v3_report("bn-chip", "--model " + source("configs/models/resnet_mini.json") +
+                                          " --steps 2 --batch 16 --bn-group 2");
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j["checked"], true);
+  EXPECT_EQ(j["bn_group"], 2);
+}
+
+TEST(FitDistributedBatchNorm, AGroupThatDoesNotSplitTheReplicasIsRefusedInOneLine) {
+  const std::string mini = " --model " + source("configs/models/resnet_mini.json");
+  expect_refused_in_one_line(
+      {std::pair{"--bn-group 2", "has no BatchNormalization whose statistics a group could share"},
+       std::pair{"--bn-group 0", "--bn-group"}});
+  const std::string four = "--bn-group 4" + mini;
+  // A group's statistics are over every replica's whole share: one pass, which the unified
+  // buffer cannot hold here (auto takes the tensors off-chip).
+  const std::string forced = "--bn-group 2 --batch 1024 --activations unified-buffer" + mini;
+  expect_refused_in_one_line(
+      {std::pair{four.c_str(), "--bn-group 4: a group must be a divisor of the 2 replicas"},
+       std::pair{forced.c_str(), "takes a replica's 512 images in one pass"}});
+  const auto r = test::run_tpusim("fit --system " + source("configs/systems/v3-8.json") + mini +
+                                  " --steps 1 --bn-group 3");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--bn-group 3: a group must be a divisor of the 8 replicas"));
 }
 
 }  // namespace

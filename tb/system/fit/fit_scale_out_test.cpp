@@ -30,6 +30,7 @@ struct Case {
   int batch;
   const char* optimizer = "adam";
   const char* bucket_bytes = nullptr;  // --bucket-bytes; none: the default
+  const char* bn_group = nullptr;      // --bn-group; none: each replica's own statistics
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.system << " " << c.model; }
@@ -47,7 +48,8 @@ nlohmann::json fit(const Case& c, const std::string& mode, test::CliResult* out 
       source(std::string("configs/models/") + c.model + ".json") + " --steps 2 --batch " +
       std::to_string(c.batch) + " --optimizer " + c.optimizer + " --no-check " + mode +
       (c.bucket_bytes ? std::string(" --bucket-bytes ") + c.bucket_bytes : std::string()) +
-      " --json " + file.string());
+      (c.bn_group ? std::string(" --bn-group ") + c.bn_group : std::string()) + " --json " +
+      file.string());
   if (out) *out = r;
   if (r.status != 0) {
     ADD_FAILURE() << r.out;
@@ -107,11 +109,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"v3-8", "resnet_mini", 64, "lars"},
                       // Buckets: the all-reduce overlaps the backward pass.
                       Case{"v2-8", "fashion_mnist_cnn", 1000, "adam", "262144"},
-                      Case{"v3-8", "fashion_mnist_cnn", 1000, "adam", "262144"}),
+                      Case{"v3-8", "fashion_mnist_cnn", 1000, "adam", "262144"},
+                      // Distributed BatchNormalization: the groups' all-reduces, rings of one
+                      // message a step over the whole v3-8 and over v3-32's rows.
+                      Case{"v3-8", "resnet_mini", 64, "adam", nullptr, "8"},
+                      Case{"v3-32", "resnet_mini", 128, "adam", nullptr, "8"}),
     [](const auto& p) {
       std::string n = std::string(p.param.system) + "_" + p.param.model;
       if (std::string(p.param.optimizer) != "adam") n += std::string("_") + p.param.optimizer;
       if (p.param.bucket_bytes) n += "_buckets";
+      if (p.param.bn_group) n += std::string("_bn_group_") + p.param.bn_group;
       std::replace(n.begin(), n.end(), '-', '_');
       return n;
     });

@@ -513,6 +513,27 @@ TEST(SweepCli, SystemAFitWorkloadsLabelSmoothingAndWarmupReachFit) {
   EXPECT_TRUE(row["workloads"]["cnn"].contains("step_cycles")) << row.dump();
 }
 
+// A fit workload's distributed BatchNormalization group becomes the point's --bn-group; every
+// point's system (one chip of two cores, two chips) splits into groups of two.
+TEST(SweepCli, SystemAFitWorkloadsBatchNormGroupReachesFit) {
+  test::TempDir tmp("tpusim-sweep");
+  json spec = read_json(kSystemSpec);
+  spec["axes"][0]["values"] = {spec["axes"][0]["values"][0], spec["axes"][0]["values"][1]};
+  spec["workloads"][0]["model"] = "../../../../configs/models/resnet_mini.json";
+  spec["workloads"][0]["name"] = "resnet";
+  spec["workloads"][0]["bn_group"] = 2;
+  ASSERT_EQ(
+      test::run_tpusim("sweep " + variant(tmp, "bn", spec) + " -j 1 --out " + (tmp / "out")).status,
+      0);
+  const auto args = read_json(tmp / "out/sweep.json")["workloads"][0]["args"];
+  const auto at = std::find(args.begin(), args.end(), "--bn-group");
+  ASSERT_NE(at, args.end());
+  ASSERT_NE(at + 1, args.end());
+  EXPECT_EQ(*(at + 1), "2");
+  for (const json& row : read_json(tmp / "out/results.json")["points"])
+    EXPECT_TRUE(row["workloads"]["resnet"].contains("step_cycles")) << row.dump();
+}
+
 TEST(SweepCli, SystemABadSpecNamesTheAxisAndValueBeforeAnythingRuns) {
   test::TempDir tmp("tpusim-sweep");
   const json spec = read_json(kSystemSpec);

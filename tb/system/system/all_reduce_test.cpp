@@ -42,12 +42,19 @@ struct Measured {
 };
 
 // Runs the all-reduce of `elements` values per core on `cfg`, checks every chip's total against
-// the reference and measures its time.
-Measured run_all_reduce(const SystemConfig& cfg, std::uint64_t elements) {
+// the reference and measures its time. `group`: each group of that many consecutive chips (a box
+// of the torus, compiler::group_box) all-reduces on its own, all at once, on semaphores after
+// the first four; the reference sums each group's vectors over its box.
+Measured run_all_reduce(const SystemConfig& cfg, std::uint64_t elements, std::uint32_t group = 0) {
   constexpr std::uint64_t kStage = 48 * 1024;
   const std::uint32_t chips = cfg.chips(), cores = cfg.chip.tensor_cores;
   compiler::AllReduceLayout l;
   l.dims = cfg.ici.dims;
+  if (group > 0) {
+    l.dims = compiler::group_box(cfg.ici.dims, group);
+    l.torus = cfg.ici.dims;
+    l.first_semaphore = 4;
+  }
   l.cores = cores;
   l.elements = elements;
   const std::uint64_t bytes = elements * 4;
@@ -95,12 +102,17 @@ Measured run_all_reduce(const SystemConfig& cfg, std::uint64_t elements) {
     for (Cycle t : h->halted_at) last = std::max(last, t);
   m.cycles = Cycles(last - first);
   m.formula = compiler::all_reduce_cost(cfg, l);
-  const std::vector<float> want = nn::all_reduce(grads, cores, cfg.ici.dims);
   m.bit_exact = true;
+  const std::uint32_t per = group > 0 ? group : chips;  // chips per all-reduce
   std::vector<float> got(elements);
-  for (std::uint32_t chip = 0; chip < chips; ++chip) {
-    test::read_memory(*hosts[chip], l.area, got.data(), bytes);
-    if (std::memcmp(got.data(), want.data(), bytes) != 0) m.bit_exact = false;
+  for (std::uint32_t box = 0; box < chips; box += per) {
+    const std::vector<std::vector<float>> mine(grads.begin() + box * cores,
+                                               grads.begin() + (box + per) * cores);
+    const std::vector<float> want = nn::all_reduce(mine, cores, l.dims);
+    for (std::uint32_t chip = box; chip < box + per; ++chip) {
+      test::read_memory(*hosts[chip], l.area, got.data(), bytes);
+      if (std::memcmp(got.data(), want.data(), bytes) != 0) m.bit_exact = false;
+    }
   }
   return m;
 }
@@ -167,6 +179,50 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mesh2x2", {2, 2}, {false, false}, 2, 1 << 20},
                       Case{"line8", {8}, {false}, 2, 4 << 20}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// Distributed BatchNormalization's all-reduces (docs/training.md): the torus cut into boxes of
+// consecutive chips, each all-reducing its own cores' vectors at once, a box's ring along an axis
+// it does not span closing over the links between its ends. Every chip holds its box's sum bit
+// for bit as the reference sums that box's vectors.
+struct GroupCase {
+  const char* name;
+  std::vector<std::uint32_t> dims;
+  std::vector<bool> wraparound;
+  std::uint32_t group;  // chips
+};
+void PrintTo(const GroupCase& c, std::ostream* os) { *os << c.name; }
+
+class AllReduceInGroups : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(AllReduceInGroups, EveryBoxHoldsItsOwnSumBitExact) {
+  const GroupCase& c = GetParam();
+  ASSERT_FALSE(compiler::group_box(c.dims, c.group).empty());
+  const Measured m = run_all_reduce(v3_on(c.dims, c.wraparound), 3000, c.group);
+  std::printf("%s: %.0f cycles\n", c.name, static_cast<double>(m.cycles.value()));
+  EXPECT_TRUE(m.bit_exact);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Boxes, AllReduceInGroups,
+    ::testing::Values(GroupCase{"torus4x4_pairs", {4, 4}, {true, true}, 2},
+                      GroupCase{"torus4x4_rows", {4, 4}, {true, true}, 4},
+                      GroupCase{"torus4x4_halves", {4, 4}, {true, true}, 8},
+                      GroupCase{"ring8_fours", {8}, {true}, 4},
+                      GroupCase{"line8_fours", {8}, {false}, 4},
+                      GroupCase{"mesh2x2_one_chip", {2, 2}, {false, false}, 1}),
+    [](const ::testing::TestParamInfo<GroupCase>& i) { return std::string(i.param.name); });
+
+TEST(GroupBox, FillsTheTorusFromItsLastDimension) {
+  using V = std::vector<std::uint32_t>;
+  EXPECT_EQ(compiler::group_box({2, 4}, 4), (V{1, 4}));
+  EXPECT_EQ(compiler::group_box({4, 2}, 4), (V{2, 2}));
+  EXPECT_EQ(compiler::group_box({32, 32}, 4), (V{1, 4}));
+  EXPECT_EQ(compiler::group_box({16, 16, 16}, 512), (V{2, 16, 16}));
+  EXPECT_EQ(compiler::group_box({2, 2, 1}, 2), (V{1, 2, 1}));
+  EXPECT_EQ(compiler::group_box({2, 4}, 1), (V{1, 1}));
+  EXPECT_TRUE(compiler::group_box({2, 4}, 3).empty());
+  EXPECT_TRUE(compiler::group_box({3, 4}, 8).empty());
+}
 
 // Two collectives on the same links: a chip of four cores has two pairs, each all-reducing its
 // half of the vector over the same rings at once. Their rings take about twice as long as one
