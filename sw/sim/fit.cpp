@@ -114,6 +114,9 @@ struct StepLog {
   std::array<double, kParts> parts{};  // cycles, averaged over the cores: they add up to `cycles`
   double energy_j = 0;
   std::uint64_t ici_bytes = 0;  // carried by the ICI links, each link's bytes counted
+  // Over every chip: bytes over the host links (the instruction stream's among them) and to or
+  // from off-chip memory, and the instructions the sequencers issued.
+  std::uint64_t host_link_bytes = 0, off_chip_bytes = 0, instructions = 0;
   // The gradient exchange's work (the communication part's tags), averaged over the cores:
   // cycles it kept a unit busy or its sequencer waiting, and of those the cycles nothing else
   // ran (Counters::busy_cycles, exposed_cycles; docs/systems.md, "Overlap").
@@ -495,8 +498,11 @@ class Fit {
       st.all_reduce += static_cast<double>(c.busy_cycles) / all_.tensor_cores;
       st.exposed += static_cast<double>(c.exposed_cycles) / all_.tensor_cores;
     }
-    st.energy_j =
-        energy_of(all_.energy, counters.total(), seconds(static_cast<double>(cycles))).total_j();
+    const Counters total = counters.total();
+    st.energy_j = energy_of(all_.energy, total, seconds(static_cast<double>(cycles))).total_j();
+    st.host_link_bytes = total.host_bytes_in + total.host_bytes_out;
+    st.off_chip_bytes = total.off_chip_bytes_read + total.off_chip_bytes_written;
+    st.instructions = total.instructions;
     EpochLog& e = epochs_.back();
     for (std::size_t k = 0; k < kParts; ++k) e.parts[k] += st.parts[k];
     e.energy_j += st.energy_j;
@@ -692,6 +698,9 @@ class Fit {
                        {"tflops", flops / seconds(cycles) / 1e12},
                        {"utilization", flops / 2 / (peak_macs * cycles)},
                        {"energy_j", steps_[i].energy_j},
+                       {"bytes_host_link", steps_[i].host_link_bytes},
+                       {"bytes_off_chip", steps_[i].off_chip_bytes},
+                       {"instructions", steps_[i].instructions},
                        {"ici_bytes", steps_[i].ici_bytes}});
         if (opt_.optimizer.warmup_steps > 0)
           per.back()["learning_rate"] = numerics::warmup_learning_rate(
