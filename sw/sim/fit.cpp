@@ -223,7 +223,7 @@ class Fit {
     r.report = report(now_s() - t0);
     if (!opt_.trace.empty())
       r.trace_json = report::chrome_trace_json(trace_, all_, tag_names(), fit_tracks(),
-                                               {drv.loaded_at(), drv.image_bytes(), {}, {}});
+                                               {drv.loaded_at(), drv.image_bytes(), {}, {}, {}});
     system_ = nullptr;
     return r;
   }
