@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -40,8 +41,8 @@ std::string link_slice_name(const LinkBusy& b) {
   return name;
 }
 
-// Counter tracks sample the run in this many windows at most: fine enough to see the layers,
-// small enough to keep the file's size set by its slices.
+// Counter tracks sample a span (the run, or a fit's traced step) in this many windows at most:
+// fine enough to see the layers, small enough to keep the file's size set by its slices.
 constexpr std::uint64_t kCounterWindows = 500;
 
 // Spreads `amount` evenly over [begin, end) into windows of `width` cycles (an instant's amount
@@ -60,10 +61,10 @@ void spread(std::vector<double>& windows, Cycle width, Cycle begin, Cycle end, d
 
 }  // namespace
 
-RunTracks run_tracks(const std::vector<std::vector<isa::Instruction>>& program_cores,
-                     std::uint32_t cores, std::uint32_t weight_element_bytes, Cycle load_end,
-                     std::uint64_t load_bytes) {
-  RunTracks r;
+LoadAndCounters load_and_counters(const std::vector<std::vector<isa::Instruction>>& program_cores,
+                                  std::uint32_t cores, std::uint32_t weight_element_bytes,
+                                  Cycle load_end, std::uint64_t load_bytes) {
+  LoadAndCounters r;
   r.load_end = load_end;
   r.load_bytes = load_bytes;
   r.host_link_bytes.resize(cores);
@@ -97,15 +98,28 @@ RunTracks run_tracks(const std::vector<std::vector<isa::Instruction>>& program_c
 
 std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
                               const std::vector<std::string>& layers, const FitTracks& fit,
-                              const RunTracks& run) {
+                              const LoadAndCounters& run) {
   using nlohmann::ordered_json;
   const double us_per_cycle = 1e6 / cfg.clock_hz();
-  // A run's counters sample windows of `width` cycles from cycle 0 to the last slice's end.
-  Cycle last = run.load_end;
-  for (const TraceSlice& s : trace.slices()) last = std::max(last, s.end);
-  const Cycle width = std::max<Cycle>(1, (last + kCounterWindows - 1) / kCounterWindows);
+  // The counters' spans, each sampled in windows of its own width; a run's is one from cycle 0 to
+  // the last slice's end.
+  std::vector<CounterSpan> spans = run.spans;
+  if (spans.empty() && !run.host_link_bytes.empty()) {
+    Cycle last = run.load_end;
+    for (const TraceSlice& s : trace.slices()) last = std::max(last, s.end);
+    spans.push_back({0, last, std::vector<std::uint64_t>(cfg.tensor_cores, 0)});
+  }
+  const auto width_of = [](const CounterSpan& sp) {
+    return std::max<Cycle>(1, (sp.end - sp.begin + kCounterWindows - 1) / kCounterWindows);
+  };
   ordered_json other{{"chip", cfg.name}, {"clock_hz", cfg.clock_hz()}, {"time_unit", "us"}};
-  if (!run.host_link_bytes.empty()) other["counter_window_cycles"] = width;
+  if (!run.host_link_bytes.empty()) {
+    if (spans.size() == 1) other["counter_window_cycles"] = width_of(spans[0]);
+    other["counter_spans"] = ordered_json::array();
+    for (const CounterSpan& sp : spans)
+      other["counter_spans"].push_back(
+          {{"begin_cycle", sp.begin}, {"end_cycle", sp.end}, {"window_cycles", width_of(sp)}});
+  }
   std::ostringstream out;
   out << "{\"displayTimeUnit\":\"ns\",\"otherData\":" << other.dump() << ",\"traceEvents\":[\n";
   bool first = true;
@@ -158,40 +172,69 @@ std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
             {"end_cycle", s.end},
             {"cycles", s.end - s.begin}}}});
   }
-  // Per core, counter tracks over windows of the run: bandwidth over the host link (the data
+  // Per core, counter tracks over windows of each span: bandwidth over the host link (the data
   // read_host and write_host move; the instruction stream the driver writes over it is not
   // traced) and to or from off-chip memory (each instruction's bytes spread over its slice), and
   // the share of the core's MXUs streaming a matmul (their array tracks' slices: active and
-  // input_stall cycles).
-  auto counters = [&](const RunTracks& r) {
-    if (last == 0) return;
-    const std::size_t n = (last + width - 1) / width;
-    const double seconds = static_cast<double>(width) / cfg.clock_hz();
-    for (std::uint32_t c = 0; c < cfg.tensor_cores && c < r.host_link_bytes.size(); ++c) {
-      std::vector<double> host(n, 0.0), mem(n, 0.0), mxu(n, 0.0);
+  // input_stall cycles). A slice belongs to the span whose program holds its instruction index.
+  auto counters = [&] {
+    constexpr std::size_t kHost = 0, kMem = 1, kMxu = 2;
+    const std::uint32_t cores = std::min<std::uint32_t>(
+        cfg.tensor_cores, static_cast<std::uint32_t>(run.host_link_bytes.size()));
+    // [span][core][series][window]
+    std::vector<std::vector<std::array<std::vector<double>, 3>>> values(spans.size());
+    for (std::size_t k = 0; k < spans.size(); ++k) {
+      const CounterSpan& sp = spans[k];
+      const Cycle width = width_of(sp);
+      const std::size_t n = (sp.end - sp.begin + width - 1) / width;
+      values[k].resize(cores);
+      if (n == 0) continue;
+      for (auto& series : values[k]) series.fill(std::vector<double>(n, 0.0));
       for (const TraceSlice& s : trace.slices()) {
-        if (s.core != c || s.is_stall) continue;
-        if (s.index < r.host_link_bytes[c].size()) {
-          spread(host, width, s.begin, s.end, static_cast<double>(r.host_link_bytes[c][s.index]));
-          spread(mem, width, s.begin, s.end, static_cast<double>(r.off_chip_bytes[c][s.index]));
-        }
+        if (s.core >= cores || s.is_stall || s.core >= sp.first_index.size()) continue;
+        const std::uint64_t base = sp.first_index[s.core];
+        const auto& host = run.host_link_bytes[s.core];
+        if (s.index < base || s.index - base >= host.size()) continue;
+        const std::uint64_t i = s.index - base;
+        const Cycle begin = std::max(s.begin, sp.begin) - sp.begin;
+        const Cycle end = std::max(s.end, sp.begin) - sp.begin;
+        auto& v = values[k][s.core];
+        spread(v[kHost], width, begin, end, static_cast<double>(host[i]));
+        spread(v[kMem], width, begin, end, static_cast<double>(run.off_chip_bytes[s.core][i]));
         if (s.track >= kFirstMxuTrack && (s.track - kFirstMxuTrack) % 2 == 1)
-          spread(mxu, width, s.begin, s.end, static_cast<double>(s.end - s.begin));
+          spread(v[kMxu], width, begin, end, static_cast<double>(end - begin));
       }
-      const auto series = {std::tuple{"host link (GB/s)", &host, 1e-9 / seconds},
-                           std::tuple{"off-chip memory (GB/s)", &mem, 1e-9 / seconds},
-                           std::tuple{"MXUs streaming (%)", &mxu,
-                                      100.0 / (static_cast<double>(width) * cfg.mxu.count)}};
-      for (const auto& [name, values, scale] : series)
-        for (std::size_t w = 0; w < n; ++w)
-          // A value is drawn until the next: only changes are written, and the last window.
-          if (w == 0 || w + 1 == n || (*values)[w] != (*values)[w - 1])
-            emit({{"name", name},
-                  {"ph", "C"},
-                  {"ts", static_cast<double>(w * width) * us_per_cycle},
-                  {"pid", c},
-                  {"args", {{"value", (*values)[w] * scale}}}});
     }
+    const std::array<const char*, 3> names = {"host link (GB/s)", "off-chip memory (GB/s)",
+                                              "MXUs streaming (%)"};
+    for (std::uint32_t c = 0; c < cores; ++c)
+      for (std::size_t series = 0; series < names.size(); ++series)
+        for (std::size_t k = 0; k < spans.size(); ++k) {
+          const CounterSpan& sp = spans[k];
+          const std::vector<double>& v = values[k][c][series];
+          const Cycle width = width_of(sp);
+          auto sample = [&](Cycle at, double value) {
+            emit({{"name", names[series]},
+                  {"ph", "C"},
+                  {"ts", static_cast<double>(at) * us_per_cycle},
+                  {"pid", c},
+                  {"args", {{"value", value}}}});
+          };
+          // A value is drawn until the next: only changes are written, and the last window, which
+          // ends with the span (it may be shorter); there the counter drops to 0, unless the next
+          // span begins right away.
+          double previous = 0;
+          for (std::size_t w = 0; w < v.size(); ++w) {
+            const Cycle at = sp.begin + w * width;
+            const auto cycles = static_cast<double>(std::min(width, sp.end - at));
+            const double value = series == kMxu ? v[w] * 100.0 / (cycles * cfg.mxu.count)
+                                                : v[w] * 1e-9 / (cycles / cfg.clock_hz());
+            if (w == 0 || w + 1 == v.size() || value != previous) sample(at, value);
+            previous = value;
+          }
+          if (!v.empty() && (k + 1 == spans.size() || spans[k + 1].begin > sp.end))
+            sample(sp.end, 0.0);
+        }
   };
   // The fit's processes after the cores': the host's steps, then the ICI links, every link
   // named (an idle one shows too: on a mesh, the links a ring does not use). A run's host has
@@ -216,7 +259,7 @@ std::string chrome_trace_json(const Trace& trace, const ChipConfig& cfg,
             {"end_cycle", run.load_end},
             {"cycles", run.load_end}}}});
   }
-  if (!run.host_link_bytes.empty()) counters(run);
+  if (!run.host_link_bytes.empty()) counters();
   for (const StepSpan& s : fit.steps)
     emit({{"name", fmt::format("step {}", s.step)},
           {"cat", "step"},

@@ -114,6 +114,9 @@ struct StepLog {
   std::array<double, kParts> parts{};  // cycles, averaged over the cores: they add up to `cycles`
   double energy_j = 0;
   std::uint64_t ici_bytes = 0;  // carried by the ICI links, each link's bytes counted
+  // Over every chip: bytes over the host links (the instruction stream's among them) and to or
+  // from off-chip memory, and the instructions the sequencers issued.
+  std::uint64_t host_link_bytes = 0, off_chip_bytes = 0, instructions = 0;
   // The gradient exchange's work (the communication part's tags), averaged over the cores:
   // cycles it kept a unit busy or its sequencer waiting, and of those the cycles nothing else
   // ran (Counters::busy_cycles, exposed_cycles; docs/systems.md, "Overlap").
@@ -224,9 +227,14 @@ class Fit {
     FitResult r;
     if (!timing_only_) r.weights = chip_weights(drv_weights_);
     r.report = report(now_s() - t0);
-    if (!opt_.trace.empty())
-      r.trace_json = report::chrome_trace_json(trace_, all_, tag_names(), fit_tracks(),
-                                               {drv.loaded_at(), drv.image_bytes(), {}, {}});
+    if (!opt_.trace.empty()) {
+      // The model load, and counters over the traced steps (docs/trace.md).
+      report::LoadAndCounters load = report::load_and_counters(prog_.step.cores, all_.tensor_cores,
+                                                               size_of(cfg_.mxu.input_type),
+                                                               drv.loaded_at(), drv.image_bytes());
+      load.spans = counter_spans_;
+      r.trace_json = report::chrome_trace_json(trace_, all_, tag_names(), fit_tracks(), load);
+    }
     system_ = nullptr;
     return r;
   }
@@ -286,8 +294,15 @@ class Fit {
         lars ? 0.0f : static_cast<float>(std::pow(static_cast<double>(o.beta2), t))};
     for (int k = 0; k < 6; ++k) put_f32(&m[prog_.layout.optimizer_addr + 4 * k], rec[k]);
     if (!opt_.trace.empty() && traced_step(iterations_ + 1)) {
-      for (std::size_t c = 0; c < system_->size(); ++c)
+      // The step's instructions continue each core's stream (the setup's, earlier steps' and
+      // validations'): the trace's counters find them by their index from here on.
+      traced_first_index_.assign(all_.tensor_cores, 0);
+      for (std::size_t c = 0; c < system_->size(); ++c) {
         system_->chip(c).enable_trace(trace_, static_cast<std::uint32_t>(c) * cfg_.tensor_cores);
+        for (std::uint32_t k = 0; k < cfg_.tensor_cores; ++k)
+          traced_first_index_[c * cfg_.tensor_cores + k] =
+              system_->chip(c).cores[k]->sequencer->issued();
+      }
       system_->fabric().record_busy(true);
     }
     if (check_) start_reference();
@@ -349,8 +364,10 @@ class Fit {
     e.loss += loss, e.correct += correct, e.images += static_cast<double>(batch_index_.size());
     e.cycles += end - begin;
     log_step(counters, end - begin);
-    if (!opt_.trace.empty() && traced_step(iterations_ + 1))
+    if (!opt_.trace.empty() && traced_step(iterations_ + 1)) {
       traced_steps_.push_back({iterations_ + 1, begin, end});
+      counter_spans_.push_back({begin, end, traced_first_index_});
+    }
     ++iterations_;
     if (check_) check_step(drv, m);
     if (++step_in_epoch_ == opt_.steps_per_epoch) {
@@ -504,8 +521,11 @@ class Fit {
       st.all_reduce += static_cast<double>(c.busy_cycles) / all_.tensor_cores;
       st.exposed += static_cast<double>(c.exposed_cycles) / all_.tensor_cores;
     }
-    st.energy_j =
-        energy_of(all_.energy, counters.total(), seconds(static_cast<double>(cycles))).total_j();
+    const Counters total = counters.total();
+    st.energy_j = energy_of(all_.energy, total, seconds(static_cast<double>(cycles))).total_j();
+    st.host_link_bytes = total.host_bytes_in + total.host_bytes_out;
+    st.off_chip_bytes = total.off_chip_bytes_read + total.off_chip_bytes_written;
+    st.instructions = total.instructions;
     EpochLog& e = epochs_.back();
     for (std::size_t k = 0; k < kParts; ++k) e.parts[k] += st.parts[k];
     e.energy_j += st.energy_j;
@@ -702,6 +722,9 @@ class Fit {
                        {"tflops", flops / seconds(cycles) / 1e12},
                        {"utilization", flops / 2 / (peak_macs * cycles)},
                        {"energy_j", steps_[i].energy_j},
+                       {"bytes_host_link", steps_[i].host_link_bytes},
+                       {"bytes_off_chip", steps_[i].off_chip_bytes},
+                       {"instructions", steps_[i].instructions},
                        {"ici_bytes", steps_[i].ici_bytes}});
         if (opt_.optimizer.warmup_steps > 0)
           per.back()["learning_rate"] = numerics::warmup_learning_rate(
@@ -860,6 +883,8 @@ class Fit {
   System* system_ = nullptr;  // while run() simulates
   Trace trace_;
   std::vector<report::StepSpan> traced_steps_;
+  std::vector<std::uint64_t> traced_first_index_;  // per core: the traced step's first instruction
+  std::vector<report::CounterSpan> counter_spans_;
   bool validating_ = false;
   std::uint64_t val_first_ = 0, val_real_ = 0;  // first test image of the batch, images counted
   double val_loss_ = 0, val_correct_ = 0;

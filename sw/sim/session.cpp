@@ -194,8 +194,8 @@ RunResult run_session(const SystemConfig& sys, const RunOptions& opt) {
     // The trace starts at cycle 0 with the memory image's upload (docs/trace.md).
     result.trace_json = report::chrome_trace_json(
         trace, all, names, {},
-        report::run_tracks(prog.cores, all.tensor_cores, size_of(cfg.mxu.input_type), sim.loaded_at,
-                           sim.load.host_bytes_in + sim.load.host_bytes_out));
+        report::load_and_counters(prog.cores, all.tensor_cores, size_of(cfg.mxu.input_type),
+                                  sim.loaded_at, sim.load.host_bytes_in + sim.load.host_bytes_out));
   }
 
   const Counters tot = sim.counters.total();

@@ -23,6 +23,7 @@
 #include "common/cli.h"
 #include "common/files.h"
 #include "hw/config/chip_config.h"
+#include "hw/isa/isa.h"
 #include "sw/nn/training_reference.h"
 
 namespace tpu {
@@ -600,19 +601,125 @@ TEST(FitTrace, TracesTheFirstAndTheLastStep) {
   EXPECT_GT(jump, (*core0.rbegin() - *core0.begin()) / 4);
 }
 
+// `tpusim fit <args> --json --trace`: the report and the trace (nulls when the run fails).
+std::pair<nlohmann::json, nlohmann::json> traced_fit(const std::string& name,
+                                                     const std::string& args) {
+  const fs::path d = scratch(name);
+  const auto r = test::run_tpusim("fit " + args + " --json " + (d / "fit.json").string() +
+                                  " --trace " + (d / "fit.trace.json").string());
+  if (r.status != 0) {
+    ADD_FAILURE() << r.out;
+    return {};
+  }
+  auto out = std::pair{read_json(d / "fit.json"), read_json(d / "fit.trace.json")};
+  fs::remove_all(d);
+  return out;
+}
+
+// Issue 17: a fit's trace has the run trace's counter tracks for every one of its `cores`, over
+// each traced step (docs/trace.md, "The model load and the counters"). Within a step the
+// bandwidth counters integrate to the bytes the report counted in it: over the host links all of
+// them but the instruction stream's (isa::kInstructionBytes per instruction), to or from off-chip
+// memory all but what other chips wrote into it over the ICI (the ring all-reduce writes to
+// neighbours only, so that is the links' bytes). Outside the steps every counter is 0.
+void expect_counters_integrate_to_each_steps_bytes(const nlohmann::json& j, const nlohmann::json& t,
+                                                   std::uint32_t cores) {
+  const double us_per_cycle = 1e6 / t["otherData"]["clock_hz"].get<double>();
+  std::map<std::uint64_t, std::pair<double, double>> steps;  // step -> [begin, end) in µs
+  std::map<std::pair<std::uint32_t, std::string>, std::vector<std::pair<double, double>>> counters;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "step")
+      steps[e["args"]["step"].get<std::uint64_t>()] = {
+          e["args"]["begin_cycle"].get<double>() * us_per_cycle,
+          e["args"]["end_cycle"].get<double>() * us_per_cycle};
+    if (e["ph"] == "C")
+      counters[{e["pid"].get<std::uint32_t>(), e["name"].get<std::string>()}].emplace_back(
+          e["ts"].get<double>(), e["args"]["value"].get<double>());
+  }
+  ASSERT_FALSE(steps.empty());
+  // One sampled span per traced step, from its first cycle to its last.
+  const auto& spans = t["otherData"]["counter_spans"];
+  ASSERT_EQ(spans.size(), steps.size());
+  auto step = steps.begin();
+  for (const auto& sp : spans) {
+    EXPECT_EQ(sp["begin_cycle"].get<double>() * us_per_cycle, step->second.first);
+    EXPECT_EQ(sp["end_cycle"].get<double>() * us_per_cycle, step->second.second);
+    ++step;
+  }
+  // A counter's integral over [t0, t1): each value holds until the next sample.
+  auto integral = [](const std::vector<std::pair<double, double>>& v, double t0, double t1) {
+    double sum = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const double lo = std::max(t0, v[i].first);
+      const double hi = std::min(t1, i + 1 < v.size() ? v[i + 1].first : t1);
+      if (hi > lo) sum += v[i].second * (hi - lo);
+    }
+    return sum;
+  };
+  const char* const names[] = {"host link (GB/s)", "off-chip memory (GB/s)", "MXUs streaming (%)"};
+  std::map<std::uint64_t, double> host, mem;  // per step: bytes, every core's
+  for (std::uint32_t c = 0; c < cores; ++c)
+    for (const std::string name : names) {
+      const auto& v = counters[{c, name}];
+      ASSERT_GE(v.size(), 2 * steps.size()) << "core " << c << " " << name;
+      EXPECT_EQ(v.front().first, steps.begin()->second.first) << "core " << c << " " << name;
+      EXPECT_EQ(v.back().second, 0.0) << "core " << c << " " << name;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        EXPECT_GE(v[i].second, 0.0) << "core " << c << " " << name;
+        if (name == names[2]) {
+          EXPECT_LE(v[i].second, 100.0 + 1e-9);
+        }
+        if (i > 0) {
+          EXPECT_LE(v[i - 1].first, v[i].first) << "core " << c << " " << name;
+        }
+      }
+      // 0 before the first traced step, between the traced steps and after the last.
+      double gap_from = 0;
+      for (const auto& [n, span] : steps) {
+        EXPECT_EQ(integral(v, gap_from, span.first), 0.0) << "core " << c << " " << name;
+        gap_from = span.second;
+        // GB/s × µs = 10³ bytes.
+        const double in_step = integral(v, span.first, span.second);
+        if (name == names[0]) host[n] += 1e3 * in_step;
+        if (name == names[1]) mem[n] += 1e3 * in_step;
+        if (name == names[2]) {
+          EXPECT_GT(in_step, 0.0) << "core " << c << " step " << n;
+        }
+      }
+      EXPECT_EQ(integral(v, gap_from, 2 * gap_from), 0.0) << "core " << c << " " << name;
+    }
+  for (const auto& [n, span] : steps) {
+    const auto& s = j["per_step"][n - 1];
+    const double host_bytes =
+        s["bytes_host_link"].get<double>() -
+        static_cast<double>(isa::kInstructionBytes) * s["instructions"].get<double>();
+    const double mem_bytes = s["bytes_off_chip"].get<double>() - s["ici_bytes"].get<double>();
+    EXPECT_GT(host_bytes, 0.0) << "step " << n;
+    EXPECT_GT(mem_bytes, 0.0) << "step " << n;
+    EXPECT_NEAR(host[n], host_bytes, 1e-6 * host_bytes) << "step " << n;
+    EXPECT_NEAR(mem[n], mem_bytes, 1e-6 * mem_bytes) << "step " << n;
+  }
+}
+
+// The first and the last step of a three-step fit: the last one's instructions begin two
+// programs (and the setup's) further on in each core's stream than the first one's.
+TEST(FitTrace, CountersIntegrateToEachTracedStepsBytesAndDropToZeroBetween) {
+  const auto [j, t] = traced_fit("counters", "--chip " + source("configs/chips/v3.json") +
+                                                 " --epochs 1 --steps-per-epoch 3 --batch 16");
+  ASSERT_FALSE(j.is_null());
+  const ChipConfig cfg = load_chip_config(test::source("configs/chips/v3.json"));
+  expect_counters_integrate_to_each_steps_bytes(j, t, cfg.tensor_cores);
+}
+
 // --trace on a system: a track per directed ICI link under "ICI links", its slices the intervals
 // the link streamed bytes in with the transfers (chips and bytes) that moved them, within the
 // traced steps (the host's "training steps" track), and
 // per link as busy as the report's last step says (its busy cycles are the exact sum rounded up
 // to a whole cycle, so they agree within one).
 TEST(FitTrace, ASystemsTraceHasATrackPerIciLinkBusyAsTheReportSays) {
-  const fs::path d = scratch("ici-trace");
-  const auto r = test::run_tpusim("fit --system " + source("configs/systems/v2-8.json") +
-                                  " --steps 2 --batch 64 --json " + (d / "fit.json").string() +
-                                  " --trace " + (d / "fit.trace.json").string());
-  ASSERT_EQ(r.status, 0) << r.out;
-  const auto j = read_json(d / "fit.json");
-  const auto t = read_json(d / "fit.trace.json");
+  const auto [j, t] = traced_fit(
+      "ici-trace", "--system " + source("configs/systems/v2-8.json") + " --steps 2 --batch 64");
+  ASSERT_FALSE(j.is_null());
   const double cycles_per_us = t["otherData"]["clock_hz"].get<double>() / 1e6;
 
   std::map<int, std::string> processes;
@@ -700,7 +807,8 @@ TEST(FitTrace, ASystemsTraceHasATrackPerIciLinkBusyAsTheReportSays) {
     EXPECT_NEAR(busy[name], l["busy_cycles"].get<double>(), 1.0) << name;
     EXPECT_NEAR(bytes[name], l["bytes"].get<double>(), 1.0) << name;
   }
-  fs::remove_all(d);
+  // Every chip's cores have their counters (a replica per core).
+  expect_counters_integrate_to_each_steps_bytes(j, t, j["replicas"].get<std::uint32_t>());
 }
 
 // ---- big-batch practice: label smoothing and the learning rate's warm-up ----
