@@ -687,6 +687,26 @@ def layer_groups(run):
     return list(groups.items())
 
 
+def _stacked_bars(Figure, units, keys, colours, labels):
+    """Horizontal bars, one per unit (name, {key: value}) in order, first at the top, each stacked
+    by `keys`: the CYCLE_BARS - 1 largest units, in order, and the rest summed into one bar at the
+    end. Returns the figure, its axes and the units drawn."""
+    if len(units) > CYCLE_BARS:
+        top = set(sorted(range(len(units)), key=lambda i: -sum(units[i][1].values()))[:CYCLE_BARS - 1])
+        rest = [u for i, u in enumerate(units) if i not in top]
+        units = [u for i, u in enumerate(units) if i in top] + [
+            (f"the other {len(rest)}", {k: sum(u[k] for _, u in rest) for k in keys})]
+    fig = Figure(figsize=(6.4, max(3.0, 1.2 + 0.26 * len(units))))
+    ax = fig.add_subplot()
+    names = [n for n, _ in units][::-1]
+    left = [0.0] * len(units)
+    for k in keys:
+        values = [u[k] for _, u in units][::-1]
+        ax.barh(names, values, left=left, color=colours[k], label=labels[k], height=0.65)
+        left = [x + y for x, y in zip(left, values)]
+    return fig, ax, units
+
+
 def buckets_plot(run, Figure, ticker):
     grouped = any(block_of(l["name"]) for l in run.layers)
     units = []
@@ -695,20 +715,7 @@ def buckets_plot(run, Figure, ticker):
         if any(v > 0 for v in b.values()):
             units.append((name + (f" ({len(layers)} layers)" if len(layers) > 1 else ""), b))
     empty = sum(1 for l in run.layers if not any(l["buckets"][k] > 0 for k in BUCKETS))
-    # The busiest units by MXU cycles, in model order; the rest as one bar at the end.
-    if len(units) > CYCLE_BARS:
-        top = set(sorted(range(len(units)), key=lambda i: -sum(units[i][1].values()))[:CYCLE_BARS - 1])
-        rest = [u for i, u in enumerate(units) if i not in top]
-        units = [u for i, u in enumerate(units) if i in top] + [
-            (f"the other {len(rest)}", {k: sum(b[k] for _, b in rest) for k in BUCKETS})]
-    fig = Figure(figsize=(6.4, max(3.0, 1.2 + 0.26 * len(units))))
-    ax = fig.add_subplot()
-    names = [n for n, _ in units][::-1]  # first at the top
-    left = [0.0] * len(units)
-    for b in BUCKETS:
-        values = [u[b] for _, u in units][::-1]
-        ax.barh(names, values, left=left, color=BUCKET_COLOURS[b], label=BUCKET_LABELS[b], height=0.65)
-        left = [x + y for x, y in zip(left, values)]
+    fig, ax, units = _stacked_bars(Figure, units, BUCKETS, BUCKET_COLOURS, BUCKET_LABELS)
     mxus = run.mxus
     ax.set_xlabel("MXU cycles" + (f" (summed over {mxus} MXUs)" if mxus and mxus > 1 else ""))
     ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _si(v)))
@@ -1061,20 +1068,8 @@ def step_cycles_plot(fit, Figure, ticker):
         units.setdefault(name, {p: 0.0 for p in FIT_PARTS})[part] += l["cycles"]
     units = [(n, u) for n, u in units.items() if sum(u.values()) > 0]
     grouped = any(l["layer"] and block_of(l["layer"]) for l in fit.step_layers.layers)
-    if len(units) > CYCLE_BARS:
-        top = set(sorted(range(len(units)), key=lambda i: -sum(units[i][1].values()))[:CYCLE_BARS - 1])
-        rest = [u for i, u in enumerate(units) if i not in top]
-        units = [u for i, u in enumerate(units) if i in top] + [
-            (f"the other {len(rest)}", {p: sum(u[p] for _, u in rest) for p in FIT_PARTS})]
-    fig = Figure(figsize=(6.4, max(3.0, 1.2 + 0.26 * len(units))))
-    ax = fig.add_subplot()
-    names = [n for n, _ in units][::-1]  # first at the top
-    left = [0.0] * len(units)
     used = [p for p in FIT_PARTS if any(u[p] > 0 for _, u in units)]
-    for p in used:
-        values = [u[p] for _, u in units][::-1]
-        ax.barh(names, values, left=left, color=FIT_PART_COLOURS[p], label=p, height=0.65)
-        left = [x + y for x, y in zip(left, values)]
+    fig, ax, units = _stacked_bars(Figure, units, used, FIT_PART_COLOURS, {p: p for p in used})
     ax.set_xlabel("cycles of the last step (retired, averaged over the cores)")
     ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _si(v)))
     ax.tick_params(axis="y", labelsize=7.5)
