@@ -32,6 +32,7 @@
 #include "sw/ir/autodiff.h"
 #include "sw/report/trace_writer.h"
 #include "sw/sim/activity.h"
+#include "sw/sim/progress.h"
 
 namespace tpu::sim {
 namespace {
@@ -219,7 +220,16 @@ class Fit {
         [this, &drv, &guarded](std::uint64_t, const std::vector<std::uint8_t>& m, Cycle b,
                                Cycle e) { guarded([&] { after(drv, m, b, e); }); });
     for (std::size_t c = 0; c < system.size(); ++c) driver::attach(drv, system.chip(c));
-    sc_core::sc_start();
+    // On a terminal, a progress line between the Keras log's lines (docs/cli.md, "Progress").
+    run_simulation("fit", cfg_.clock_hz(), [this] {
+      Progress p;
+      p.at = validating_ ? fmt::format("epoch {}/{}, validating", epoch_, opt_.epochs)
+             : epoch_ < opt_.epochs
+                 ? fmt::format("epoch {}/{}, step {}/{}", epoch_ + 1, opt_.epochs,
+                               step_in_epoch_ + 1, opt_.steps_per_epoch)
+                 : std::string("finishing");
+      return p;
+    });
     if (failure) std::rethrow_exception(failure);
     if (!drv.done())
       throw ProgramError(sys_.chips() > 1 ? "the system deadlocked during fit"
@@ -434,7 +444,9 @@ class Fit {
   }
 
   void log(const std::string& s) const {
-    if (opt_.log) opt_.log(s);
+    if (!opt_.log) return;
+    clear_progress_line();
+    opt_.log(s);
   }
 
   // ---- the step's accounting (docs/training.md, "The report's step split") ------------------

@@ -38,9 +38,15 @@ void run_simulation(const std::string& what, double clock_hz,
   bool shown = false;
   // The slice adapts to the model's speed: about a tenth of a second of host time each.
   double slice_s = 1000 / clock_hz;
+  bool started = false;
   for (;;) {
     const double before = wall_s();
-    sc_core::sc_start(sc_core::sc_time(slice_s, sc_core::SC_SEC), sc_core::SC_EXIT_ON_STARVATION);
+    // After the first (which initialises the kernel), at least to the next event: a slice that
+    // ends before it would run nothing, and SystemC warns of an sc_start without activity (W571).
+    sc_core::sc_time slice(slice_s, sc_core::SC_SEC);
+    if (started) slice = std::max(slice, sc_core::sc_time_to_pending_activity());
+    started = true;
+    sc_core::sc_start(slice, sc_core::SC_EXIT_ON_STARVATION);
     if (!sc_core::sc_pending_activity()) break;
     const double now = wall_s(), took = now - before;
     if (took < 0.05)
@@ -51,18 +57,23 @@ void run_simulation(const std::string& what, double clock_hz,
     const Progress p = progress();
     const double pct =
         p.total ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 0;
-    std::fprintf(stderr,
-                 "\rtpusim: %s: %.0f%% of %s instructions issued, %.3f ms simulated, %.1f s\033[K",
-                 what.c_str(), pct, report::thousands(static_cast<double>(p.total)).c_str(),
-                 1e3 * sc_core::sc_time_stamp().to_seconds(), now - t0);
+    const std::string at = p.at.empty()
+                               ? fmt::format("{:.0f}% of {} instructions issued", pct,
+                                             report::thousands(static_cast<double>(p.total)))
+                               : p.at;
+    std::fprintf(stderr, "\rtpusim: %s: %s, %.3f ms simulated, %.1f s\033[K", what.c_str(),
+                 at.c_str(), 1e3 * sc_core::sc_time_stamp().to_seconds(), now - t0);
     std::fflush(stderr);
     shown_at = now;
     shown = true;
   }
-  if (shown) {
-    std::fputs("\r\033[K", stderr);
-    std::fflush(stderr);
-  }
+  if (shown) clear_progress_line();
+}
+
+void clear_progress_line() {
+  if (!progress_wanted()) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
 }
 
 }  // namespace tpu::sim
