@@ -20,6 +20,15 @@ test::CliResult run_with_progress(const char* value, const std::string& args) {
   return r;
 }
 
+// The reports with.json and without.json are the same but for the host's wall times.
+void expect_the_same_reports(const test::TempDir& tmp) {
+  auto a = nlohmann::json::parse(test::read_file(tmp / "with.json"));
+  auto b = nlohmann::json::parse(test::read_file(tmp / "without.json"));
+  a.erase("host");
+  b.erase("host");
+  EXPECT_EQ(a, b);
+}
+
 TEST(Progress, ARunShowsItsLineClearsItAndReportsWhatARunWithoutItReports) {
   test::TempDir tmp("tpusim-progress");
   const std::string args =
@@ -35,11 +44,7 @@ TEST(Progress, ARunShowsItsLineClearsItAndReportsWhatARunWithoutItReports) {
   EXPECT_EQ(with.out.find("W571"), std::string::npos) << "no slice without activity: " << with.out;
   EXPECT_EQ(without.out.find("instructions issued"), std::string::npos) << without.out;
 
-  auto a = nlohmann::json::parse(test::read_file(tmp / "with.json"));
-  auto b = nlohmann::json::parse(test::read_file(tmp / "without.json"));
-  a.erase("host");  // host wall times
-  b.erase("host");
-  EXPECT_EQ(a, b);
+  expect_the_same_reports(tmp);
 }
 
 // fit: the line says the epoch and step between the Keras log's lines (each of which clears it
@@ -61,11 +66,7 @@ TEST(Progress, AFitShowsTheEpochAndStepBetweenItsLogLinesAndReportsWhatAFitWitho
   EXPECT_EQ(without.out.find('\r'), std::string::npos) << without.out;
   EXPECT_NE(without.out.find("2/2 - "), std::string::npos) << without.out;
 
-  auto a = nlohmann::json::parse(test::read_file(tmp / "with.json"));
-  auto b = nlohmann::json::parse(test::read_file(tmp / "without.json"));
-  a.erase("host");  // host wall times
-  b.erase("host");
-  EXPECT_EQ(a, b);
+  expect_the_same_reports(tmp);
 }
 
 }  // namespace
