@@ -530,7 +530,8 @@ TEST(SweepCli, SystemAFitWorkloadsBatchNormGroupReachesFit) {
   ASSERT_NE(at, args.end());
   ASSERT_NE(at + 1, args.end());
   EXPECT_EQ(*(at + 1), "2");
-  for (const json& row : read_json(tmp / "out/results.json")["points"])
+  const json results = read_json(tmp / "out/results.json");  // the loop's range lives in it
+  for (const json& row : results["points"])
     EXPECT_TRUE(row["workloads"]["resnet"].contains("step_cycles")) << row.dump();
 }
 
