@@ -827,6 +827,24 @@ class Compiler {
     return m_.ops.size();
   }
 
+  // One MXU's work item of a weighted layer: per K tile its read_weights (when the tile is not
+  // resident) and matmul, then what drains its accumulators (activate, a fused pool).
+  struct WorkItem {
+    std::vector<std::vector<isa::Instruction>> steps;
+    std::vector<isa::Instruction> tail;
+  };
+  // Issues a round of items (one per MXU) step by step across the items, then their tails in
+  // item order, and empties the round.
+  static void issue_round(std::vector<isa::Instruction>& out, std::vector<WorkItem>& round) {
+    std::size_t steps = 0;
+    for (const WorkItem& w : round) steps = std::max(steps, w.steps.size());
+    for (std::size_t s = 0; s < steps; ++s)
+      for (const WorkItem& w : round)
+        if (s < w.steps.size()) out.insert(out.end(), w.steps[s].begin(), w.steps[s].end());
+    for (const WorkItem& w : round) out.insert(out.end(), w.tail.begin(), w.tail.end());
+    round.clear();
+  }
+
   void emit_weighted(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
                      std::uint64_t dst, std::uint32_t n, bool may_fuse_pool) {
     const Op& l = m_.ops[i];
@@ -873,17 +891,25 @@ class Compiler {
       chunk = chunk / pixels * pixels;
       pooled_[pool] = true;
     }
+    // Work items go round-robin to the MXUs, and the items of one round are issued interleaved,
+    // tile by tile: the sequencer issues in order into 16-deep unit queues, so an item's whole
+    // K loop ahead of the next MXU's would leave that MXU idle while the first one's queue is
+    // full (docs/compiler.md, "Schedule" 4).
+    std::vector<WorkItem> round;
+    round.reserve(M);
     for (std::uint32_t j = 0; j < p.n_tiles; ++j) {
       const std::uint32_t nc = std::min(C, p.N - j * C);
       for (std::uint64_t r0 = 0; r0 < rows_total; r0 += chunk) {
         const auto rows = static_cast<std::uint32_t>(std::min(chunk, rows_total - r0));
         const auto [m, acc] = next_mxu_and_slot();
+        WorkItem& item = round.emplace_back();
         bool first = true;  // the first tile multiplied overwrites the accumulators
         for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
           const std::uint64_t off = p.tile_off[std::size_t{j} * p.k_tiles + kt];
           if (off == kNoTile) continue;
           const std::uint32_t kr = std::min(R, p.K - kt * R);
-          const bool swap = load_tile(out, m, TileId{i, j, kt}, off, kr, nc);
+          std::vector<isa::Instruction>& step = item.steps.emplace_back();
+          const bool swap = load_tile(step, m, TileId{i, j, kt}, off, kr, nc);
           isa::MatMul mm;
           mm.mxu = static_cast<std::uint8_t>(m);
           mm.accumulate = !first;
@@ -900,8 +926,9 @@ class Compiler {
             mm.src = ub(src + (r0 * p.K + std::uint64_t{kt} * R) * e_);
             mm.src_stride = static_cast<std::uint32_t>(std::uint64_t{p.K} * e_);
           }
-          out.push_back(mm);
+          step.push_back(mm);
         }
+        std::vector<isa::Instruction>& tail = item.tail;
         isa::Activate a;
         a.src = AccAddr(acc);
         a.dst = ub(dst + (r0 * p.N + std::uint64_t{j} * C) * e_out);
@@ -915,16 +942,19 @@ class Compiler {
                  : int8_relu6 ? isa::ActFunc::Relu
                               : act_func(l.activation);
         a.out_type = ql.out_type;
-        out.push_back(a);
+        tail.push_back(a);
         if (fuse_pool) {
           const std::uint64_t img0 = r0 / pixels;
-          tag(out, row_of(pool));
-          emit_pool(out, pool, dst + img0 * out_bytes(i), tensor_ub_[pool] + img0 * out_bytes(pool),
+          tag(tail, row_of(pool));
+          emit_pool(tail, pool, dst + img0 * out_bytes(i),
+                    tensor_ub_[pool] + img0 * out_bytes(pool),
                     static_cast<std::uint32_t>(rows / pixels));
-          tag(out, row_of(i));
+          tag(tail, row_of(i));
         }
+        if (round.size() == M) issue_round(out, round);
       }
     }
+    issue_round(out, round);
     if (row_softmax) {
       isa::Softmax s;
       s.src = s.dst = ub(dst);
