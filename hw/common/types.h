@@ -71,4 +71,10 @@ using HostAddr = Address<HostAddrTag, std::uint64_t>;  // byte address in host m
 // A point on the chip-clock time line (cycle 0 = start of simulation).
 using Cycle = std::uint64_t;
 
+// How a shared link serves transfers that overlap (docs/timing-model.md, "Shared resources"):
+// Shared, processor sharing (each of n transfers in flight moves at 1/n of the rate); InOrder,
+// one after another in the order they arrive, each one's latency overlapping the transfers ahead
+// of it (a USB bulk endpoint).
+enum class LinkService : std::uint8_t { Shared, InOrder };
+
 }  // namespace tpu

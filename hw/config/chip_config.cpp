@@ -103,7 +103,12 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
     c.host_link.bandwidth_gbps =
         h.number("bandwidth_gbps", kMinBandwidthGbps, false, kMaxBandwidthGbps);
     c.host_link.latency_ns = h.number("latency_ns", 0, false, kMaxLatencyNs);
-    h.finish();
+    // service defaults to "shared": a PCIe DMA engine keeps many reads outstanding and their
+    // completions interleave; a USB bulk endpoint serves its transfers one after another.
+    if (h.has("service"))
+      c.host_link.service = h.choice<LinkService>(
+          "service", {{"shared", LinkService::Shared}, {"in-order", LinkService::InOrder}});
+    h.finish({"service"});
   }
   {
     ObjectReader o = top.object("off_chip_memory");
@@ -222,9 +227,11 @@ nlohmann::ordered_json to_json(const ChipConfig& c) {
                           {"bandwidth_gbps", c.off_chip_memory.bandwidth_gbps},
                           {"latency_ns", c.off_chip_memory.latency_ns},
                           {"channels", c.off_chip_memory.channels}};
-  j["host_link"] = {{"kind", c.host_link.kind},
-                    {"bandwidth_gbps", c.host_link.bandwidth_gbps},
-                    {"latency_ns", c.host_link.latency_ns}};
+  j["host_link"] = {
+      {"kind", c.host_link.kind},
+      {"bandwidth_gbps", c.host_link.bandwidth_gbps},
+      {"latency_ns", c.host_link.latency_ns},
+      {"service", c.host_link.service == LinkService::InOrder ? "in-order" : "shared"}};
   j["energy"] = {{"scale_from_45nm", c.energy.scale_from_45nm},
                  {"mac_pj", c.energy.mac_pj},
                  {"acc_pj_per_byte", c.energy.acc_pj_per_byte},

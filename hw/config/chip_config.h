@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hw/common/dtype.h"
+#include "hw/common/types.h"
 
 namespace tpu {
 
@@ -58,6 +59,7 @@ struct HostLinkConfig {
   std::string kind;
   double bandwidth_gbps = 0;
   double latency_ns = 0;
+  LinkService service = LinkService::Shared;  // how overlapping transfers share the link
 };
 
 // Per-action energies at the chip's node, resolved from 45 nm figures times the scale factor

@@ -43,10 +43,11 @@ std::size_t FluidShare::retire_finished() {
 }
 
 BandwidthResource::BandwidthResource(sc_core::sc_module_name name, const Clock& clock,
-                                     double bytes_per_s, double latency_ns)
+                                     double bytes_per_s, double latency_ns, LinkService service)
     : sc_core::sc_module(name),
       clock_(clock),
       latency_(clock.ns_to_cycles(latency_ns)),
+      service_(service),
       share_(bytes_per_s / clock.hz()) {
   SC_HAS_PROCESS(BandwidthResource);
   SC_METHOD(reschedule);
@@ -60,6 +61,7 @@ Cycles BandwidthResource::uncontended_cycles(std::uint64_t bytes) const {
 }
 
 void BandwidthResource::transfer_each(std::uint64_t count, std::uint64_t bytes) {
+  if (service_ == LinkService::InOrder) return transfer_in_order(count, bytes);
   clock_.wait_for(latency_);
   if (bytes == 0 || count == 0) return;
   const Cycle now = clock_.now();
@@ -75,6 +77,26 @@ void BandwidthResource::transfer_each(std::uint64_t count, std::uint64_t bytes) 
     return false;
   };
   while (moving()) sc_core::wait(changed_);
+  bytes_moved_ += count * bytes;
+}
+
+Cycles BandwidthResource::busy_cycles() const {
+  if (service_ == LinkService::InOrder)
+    return Cycles(static_cast<std::uint64_t>(std::ceil(busy_moving_ - 1e-9)));
+  return Cycles(busy_cycles_);
+}
+
+// The bytes start after the latency or when the transfers ahead of them have moved, whichever
+// is later, and move at the full rate; the caller resumes on the whole cycle after its last byte.
+void BandwidthResource::transfer_in_order(std::uint64_t count, std::uint64_t bytes) {
+  const Cycle now = clock_.now();
+  const double arrival = static_cast<double>(now + latency_.value());
+  if (bytes == 0 || count == 0) return clock_.wait_for(latency_);
+  const double moving = static_cast<double>(count * bytes) / share_.bytes_per_cycle();
+  free_at_ = std::max(free_at_, arrival) + moving;
+  busy_moving_ += moving;
+  // Whole cycles, as a shared resource's completions (no transfer beats its bandwidth).
+  clock_.wait_until(static_cast<Cycle>(std::ceil(free_at_ - 1e-9)));
   bytes_moved_ += count * bytes;
 }
 

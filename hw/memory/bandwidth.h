@@ -1,5 +1,8 @@
-// A shared bandwidth resource (an off-chip memory, the host link): concurrent transfers share
-// its rate equally (processor sharing), so two overlapping transfers each see half of it.
+// A shared bandwidth resource (an off-chip memory, the host link). LinkService::Shared:
+// concurrent transfers share its rate equally (processor sharing), so two overlapping transfers
+// each see half of it. LinkService::InOrder: transfers move one after another in the order they
+// arrive at the full rate, each waiting out its latency while the ones ahead of it move, so a
+// queue of requests keeps the link busy (a USB bulk endpoint).
 //
 // Contract: transfer() is called from an SC_THREAD and returns when the caller's bytes have
 // moved. The resource is event driven: it wakes once per arrival and once per completion, never
@@ -11,6 +14,7 @@
 #include <systemc>
 
 #include "hw/common/clock.h"
+#include "hw/common/types.h"
 
 namespace tpu {
 
@@ -41,7 +45,7 @@ class FluidShare {
 class BandwidthResource : public sc_core::sc_module {
  public:
   BandwidthResource(sc_core::sc_module_name name, const Clock& clock, double bytes_per_s,
-                    double latency_ns);
+                    double latency_ns, LinkService service = LinkService::Shared);
 
   // Moves `bytes`: waits the access latency, then the bytes at the shared rate.
   void transfer(std::uint64_t bytes) { transfer_each(1, bytes); }
@@ -53,13 +57,19 @@ class BandwidthResource : public sc_core::sc_module {
   [[nodiscard]] Cycles uncontended_cycles(std::uint64_t bytes) const;
 
   [[nodiscard]] std::uint64_t bytes_moved() const { return bytes_moved_; }
-  [[nodiscard]] Cycles busy_cycles() const { return Cycles(busy_cycles_); }
+  // Cycles with bytes moving (Shared: at least one transfer past its latency).
+  [[nodiscard]] Cycles busy_cycles() const;
 
  private:
   void reschedule();  // SC_METHOD: retire finished transfers, arm the next completion
+  // LinkService::InOrder: no process, no event; the link's queue is one number, when it is free.
+  void transfer_in_order(std::uint64_t count, std::uint64_t bytes);
 
   const Clock& clock_;
   Cycles latency_;
+  LinkService service_;
+  double free_at_ = 0;      // InOrder: the (fractional) cycle the last queued byte has moved
+  double busy_moving_ = 0;  // InOrder: cycles spent moving bytes (the queue never overlaps)
   FluidShare share_;
   sc_core::sc_event wake_;     // fires at the next completion or when a transfer arrives
   sc_core::sc_event changed_;  // tells waiting transfers that some finished

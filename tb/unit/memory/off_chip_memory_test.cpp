@@ -271,6 +271,46 @@ TEST(OffChipMemoryTiming, HostLinkKindSharesTheLinkWithHostTransfers) {
   EXPECT_EQ(memory.memory_kind(), MemoryKind::HostLink);
 }
 
+// An in-order link (a USB bulk endpoint): transfers move one after another at the full rate in
+// the order they arrive; one that arrives while the link is busy waits out its latency behind
+// the bytes ahead of it, not after them, and one that arrives at an idle link pays its latency
+// in full. The link is busy only while bytes move.
+TEST(OffChipMemoryTiming, AnInOrderLinkServesTransfersOneAfterAnotherOverlappingTheirLatency) {
+  const ChipConfig cfg = test_config();
+  const Clock clock(cfg.clock_hz());
+  BandwidthResource link("usb", clock, cfg.host_link_bytes_per_s(), cfg.host_link.latency_ns,
+                         LinkService::InOrder);
+  const double latency = std::ceil(cfg.host_link.latency_ns * cfg.clock_mhz / 1e3);
+  const double rate = cfg.host_link.bandwidth_gbps * 1e3 / cfg.clock_mhz;
+  const double n = kTransferBytes;
+  const auto later = static_cast<Cycle>(latency + n / rate);  // while the link is busy
+  const auto idle_again = static_cast<Cycle>(latency + 4 * n / rate + 1000);
+  Cycle end[4] = {0, 0, 0, 0};
+  Process two("two", [&] {
+    link.transfer_each(2, kTransferBytes);  // two together: the second right behind the first
+    end[0] = clock.now();
+  });
+  Process third("third", [&] {
+    clock.wait_until(later);
+    link.transfer(kTransferBytes);
+    end[1] = clock.now();
+  });
+  Process fourth("fourth", [&] {
+    clock.wait_until(idle_again);
+    link.transfer(kTransferBytes);
+    end[2] = clock.now();
+  });
+  sc_core::sc_start();
+
+  EXPECT_EQ(end[0], static_cast<Cycle>(std::ceil(latency + 2 * n / rate - 1e-9)));
+  // The third's latency ended while the first two still moved: its bytes follow theirs.
+  EXPECT_EQ(end[1], static_cast<Cycle>(std::ceil(latency + 3 * n / rate - 1e-9)));
+  EXPECT_EQ(end[2], static_cast<Cycle>(
+                        std::ceil(static_cast<double>(idle_again) + latency + n / rate - 1e-9)));
+  EXPECT_EQ(link.bytes_moved(), 4 * n);
+  EXPECT_EQ(link.busy_cycles().value(), static_cast<Cycle>(std::ceil(4 * n / rate - 1e-9)));
+}
+
 TEST(OffChipMemory, AnyByteOutsideGivesAddressErrorWithoutTime) {
   Bench b(test_config());
   const std::uint64_t cap = b.cfg.off_chip_memory.bytes;
