@@ -266,7 +266,8 @@ TEST(DramTiming, AccessPatternSweep) {
     // k bursts from each row, rows in turn over the channels.
     for (const std::uint64_t k : {std::uint64_t{1}, std::uint64_t{4}}) {
       const std::uint64_t bytes = k * p.burst_bytes;
-      const auto n = static_cast<std::uint64_t>(refi_span * peak(p) * 0.5 / bytes);
+      const auto n =
+          static_cast<std::uint64_t>(refi_span * peak(p) * 0.5 / static_cast<double>(bytes));
       DramTiming m(p);
       double end = 0;
       for (std::uint64_t i = 0; i < n; ++i)
@@ -276,13 +277,14 @@ TEST(DramTiming, AccessPatternSweep) {
     }
     // Random single bursts over 1 GiB.
     {
-      const auto n = static_cast<std::uint64_t>(refi_span * peak(p) * 0.3 / p.burst_bytes);
+      const auto n = static_cast<std::uint64_t>(refi_span * peak(p) * 0.3 /
+                                                static_cast<double>(p.burst_bytes));
       row("random bursts", 0, eff(n * p.burst_bytes, random_end(p, n)));
     }
     // Sequential transfers alternating read and write, 4 stripes per channel each.
     {
       const std::uint64_t per = 4 * p.interleave_bytes, size = per * p.channels;
-      const auto n = static_cast<std::uint64_t>(refi_span * peak(p) / size);
+      const auto n = static_cast<std::uint64_t>(refi_span * peak(p) / static_cast<double>(size));
       DramTiming m(p);
       double end = 0;
       for (std::uint64_t i = 0; i < n; ++i)
