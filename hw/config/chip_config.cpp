@@ -16,6 +16,10 @@ std::string_view name_of(MemoryKind k) {
   return "?";
 }
 
+std::string_view name_of(MemoryModel m) {
+  return m == MemoryModel::Structured ? "structured" : "ideal";
+}
+
 namespace {
 
 using config_reader::Context;
@@ -40,6 +44,49 @@ constexpr double kMinClockMhz = 1;
 // 3.7 pJ) and idle power up to a megawatt (a TPU v4 pod draws about that).
 constexpr double kMaxActionPj = 1e6;
 constexpr double kMaxIdleW = 1e6;
+
+// `off_chip_memory.timing` of model "structured" (docs/memory-model.md): DRAM banks and times,
+// or the host link's packets. Limits: a row of at most 1 GiB, times up to kMaxLatencyNs.
+void read_timing(ObjectReader t, OffChipMemoryConfig& m, const Context& ctx) {
+  OffChipTimingConfig& tm = m.timing;
+  if (m.kind == MemoryKind::HostLink) {
+    tm.packet_payload_bytes = t.u32("packet_payload_bytes", 1, 1u << 20);
+    tm.packet_overhead_bytes = t.u32("packet_overhead_bytes", 0, 1u << 20);
+    t.finish();
+    return;
+  }
+  tm.banks = t.u32("banks", 1, 1024);
+  tm.row_bytes = t.integer("row_bytes", 1, 1ull << 30);
+  tm.interleave_bytes = t.integer("interleave_bytes", 1, 1ull << 30);
+  tm.burst_bytes = t.integer("burst_bytes", 1, 1ull << 20);
+  auto ns = [&](const char* key) { return t.number(key, 0, false, kMaxLatencyNs); };
+  tm.t_rcd_ns = ns("t_rcd_ns");
+  tm.t_rp_ns = ns("t_rp_ns");
+  tm.t_ras_ns = ns("t_ras_ns");
+  tm.t_rrd_ns = ns("t_rrd_ns");
+  tm.t_faw_ns = ns("t_faw_ns");
+  tm.write_to_read_ns = ns("write_to_read_ns");
+  tm.read_to_write_ns = ns("read_to_write_ns");
+  tm.t_refi_ns = ns("t_refi_ns");
+  tm.t_rfc_ns = ns("t_rfc_ns");
+  t.finish();
+  // The address map needs whole bursts per stripe and whole stripes per row.
+  if (tm.interleave_bytes % tm.burst_bytes != 0)
+    ctx.bad(t.at("interleave_bytes"), tm.interleave_bytes,
+            fmt::format("must be a multiple of burst_bytes {}", tm.burst_bytes));
+  if (tm.row_bytes % tm.interleave_bytes != 0)
+    ctx.bad(t.at("row_bytes"), tm.row_bytes,
+            fmt::format("must be a multiple of interleave_bytes {}", tm.interleave_bytes));
+  // A refresh interval holds its window, a re-activation and one row's data (one window pauses a
+  // row segment at most; hw/memory/dram_timing.h). 0 turns refresh off.
+  const double row_ns = static_cast<double>(tm.row_bytes) * m.channels / (m.bandwidth_gbps);
+  const double least = tm.t_rfc_ns + tm.t_rcd_ns + tm.t_rrd_ns + row_ns;
+  if (tm.t_refi_ns > 0 && tm.t_refi_ns <= least)
+    ctx.bad(t.at("t_refi_ns"), tm.t_refi_ns,
+            fmt::format("0 (no refresh) or more than t_rfc_ns + t_rcd_ns + t_rrd_ns + one row's "
+                        "bus time = {:.6g}",
+                        least));
+}
 
 ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
   ChipConfig c;
@@ -132,7 +179,14 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
       c.off_chip_memory.latency_ns = o.number("latency_ns", 0, false, kMaxLatencyNs);
       c.off_chip_memory.channels = o.u32("channels", 1, 1024);
     }
-    o.finish();
+    if (o.has("model"))
+      c.off_chip_memory.model = o.choice<MemoryModel>(
+          "model", {{"ideal", MemoryModel::Ideal}, {"structured", MemoryModel::Structured}});
+    if (c.off_chip_memory.model == MemoryModel::Structured)
+      read_timing(o.object("timing"), c.off_chip_memory, ctx);
+    else if (o.has("timing"))
+      ctx.bad(o.at("timing"), o.raw()["timing"], "only with \"model\": \"structured\"");
+    o.finish({"model"});
   }
   {
     ObjectReader e = top.object("energy");
@@ -151,6 +205,13 @@ ChipConfig parse_chip_config_impl(const json& doc, const Context& ctx) {
   }
   if (top.has("sources"))
     c.sources = config_reader::read_sources(doc, doc["sources"], ctx, "/clock_mhz");
+  // Structured memory: every timing figure names its standard (issue 18: no uncited number).
+  if (c.off_chip_memory.model == MemoryModel::Structured)
+    for (const auto& [key, value] : doc["off_chip_memory"]["timing"].items()) {
+      const std::string ptr = "/off_chip_memory/timing/" + config_reader::escape_key(key);
+      if (c.sources.count(ptr) == 0)
+        ctx.bad(ptr, value, fmt::format("needs its source: a \"{}\" entry under /sources", ptr));
+    }
   top.finish({"sources", "description"});
   if (doc.contains("description") && !doc["description"].is_string())
     ctx.bad("/description", doc["description"], "must be a string");
@@ -227,6 +288,28 @@ nlohmann::ordered_json to_json(const ChipConfig& c) {
                           {"bandwidth_gbps", c.off_chip_memory.bandwidth_gbps},
                           {"latency_ns", c.off_chip_memory.latency_ns},
                           {"channels", c.off_chip_memory.channels}};
+  // Only a structured model adds keys: the resolved ideal config prints as it always has.
+  if (c.off_chip_memory.model == MemoryModel::Structured) {
+    const OffChipTimingConfig& tm = c.off_chip_memory.timing;
+    j["off_chip_memory"]["model"] = name_of(c.off_chip_memory.model);
+    if (c.off_chip_memory.kind == MemoryKind::HostLink)
+      j["off_chip_memory"]["timing"] = {{"packet_payload_bytes", tm.packet_payload_bytes},
+                                        {"packet_overhead_bytes", tm.packet_overhead_bytes}};
+    else
+      j["off_chip_memory"]["timing"] = {{"banks", tm.banks},
+                                        {"row_bytes", tm.row_bytes},
+                                        {"interleave_bytes", tm.interleave_bytes},
+                                        {"burst_bytes", tm.burst_bytes},
+                                        {"t_rcd_ns", tm.t_rcd_ns},
+                                        {"t_rp_ns", tm.t_rp_ns},
+                                        {"t_ras_ns", tm.t_ras_ns},
+                                        {"t_rrd_ns", tm.t_rrd_ns},
+                                        {"t_faw_ns", tm.t_faw_ns},
+                                        {"write_to_read_ns", tm.write_to_read_ns},
+                                        {"read_to_write_ns", tm.read_to_write_ns},
+                                        {"t_refi_ns", tm.t_refi_ns},
+                                        {"t_rfc_ns", tm.t_rfc_ns}};
+  }
   j["host_link"] = {
       {"kind", c.host_link.kind},
       {"bandwidth_gbps", c.host_link.bandwidth_gbps},

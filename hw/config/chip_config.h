@@ -18,6 +18,12 @@ namespace tpu {
 enum class MemoryKind : std::uint8_t { Ddr3, Hbm, HostLink };
 std::string_view name_of(MemoryKind k);
 
+// "ideal": one aggregate bandwidth shared by processor sharing plus a fixed latency (the
+// default, and every report before issue 18); "structured": channels, banks, rows, refresh and
+// turnaround (hw/memory/dram_timing.h), or USB packets for kind host-link. docs/memory-model.md.
+enum class MemoryModel : std::uint8_t { Ideal, Structured };
+std::string_view name_of(MemoryModel m);
+
 enum class MxuImpl : std::uint8_t { Tlm, Rtl };
 
 struct MxuConfig {
@@ -47,12 +53,28 @@ struct VectorUnitConfig {
   std::uint32_t bytes_per_cycle = 0;  // its unified-buffer (vector memory) port, reads + writes
 };
 
+// `off_chip_memory.timing`, read only with model "structured" (docs/memory-model.md). DRAM
+// kinds use the bank and time fields, kind host-link the packet fields; the others stay 0.
+struct OffChipTimingConfig {
+  std::uint32_t banks = 0;             // per channel
+  std::uint64_t row_bytes = 0;         // one bank's row (page) over the channel's width
+  std::uint64_t interleave_bytes = 0;  // consecutive bytes on one channel before the next
+  std::uint64_t burst_bytes = 0;       // one column access
+  double t_rcd_ns = 0, t_rp_ns = 0, t_ras_ns = 0, t_rrd_ns = 0, t_faw_ns = 0;
+  double write_to_read_ns = 0, read_to_write_ns = 0;  // data-bus gaps when the direction flips
+  double t_refi_ns = 0, t_rfc_ns = 0;
+  std::uint32_t packet_payload_bytes = 0;   // host-link: payload of one full packet
+  std::uint32_t packet_overhead_bytes = 0;  // host-link: framing, header, CRC per packet
+};
+
 struct OffChipMemoryConfig {
   MemoryKind kind = MemoryKind::Ddr3;
   std::uint64_t bytes = 0;
   double bandwidth_gbps = 0;  // aggregate over all channels (for host-link: the host link's)
   double latency_ns = 0;
   std::uint32_t channels = 0;
+  MemoryModel model = MemoryModel::Ideal;  // ideal unless the JSON asks: reports stay as they were
+  OffChipTimingConfig timing;              // model structured only
 };
 
 struct HostLinkConfig {

@@ -1,6 +1,7 @@
 #include "hw/memory/off_chip_memory.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "hw/common/tlm_util.h"
 
@@ -14,7 +15,14 @@ OffChipMemory::OffChipMemory(sc_core::sc_module_name name, const ChipConfig& cfg
       clock_(clock),
       bandwidth_(bandwidth),
       timing_only_(options.timing_only),
-      store_(cfg.off_chip_memory.bytes) {
+      store_(cfg.off_chip_memory.bytes),
+      latency_(clock.ns_to_cycles(cfg.off_chip_memory.latency_ns)) {
+  if (cfg.off_chip_memory.model == MemoryModel::Structured) {
+    if (kind_ == MemoryKind::HostLink)
+      link_ = packet_params(cfg);
+    else
+      dram_ = std::make_unique<DramTiming>(dram_params(cfg));
+  }
   socket.register_b_transport(this, &OffChipMemory::b_transport);
   socket.register_get_direct_mem_ptr(this, &OffChipMemory::get_direct_mem_ptr);
   socket.register_transport_dbg(this, &OffChipMemory::transport_dbg);
@@ -55,13 +63,17 @@ void OffChipMemory::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& 
     if (clock_.time_of(start) < now) ++start;
     clock_.wait_until(start);
     // 2. Latency, then the bytes at the shared rate: one transfer, or one per row.
-    if (rows)
+    const std::uint64_t pieces = rows ? rows->rows : 1, piece = rows ? rows->row_bytes : len;
+    const std::uint64_t pitch = rows ? rows->pitch : 0;
+    if (dram_)
+      structured_transfer(addr, pieces, piece, pitch, gp.is_read());
+    else if (link_)
+      bandwidth_.transfer_each(pieces, wire_bytes(*link_, piece));
+    else if (rows)
       bandwidth_.transfer_each(rows->rows, rows->row_bytes);
     else
       bandwidth_.transfer(len);
     // 3. The data moves when the transfer completes.
-    const std::uint64_t pieces = rows ? rows->rows : 1, piece = rows ? rows->row_bytes : len;
-    const std::uint64_t pitch = rows ? rows->pitch : 0;
     unsigned char* data = gp.get_data_ptr();
     if (!timing_only_)
       for (std::uint64_t i = 0; i < pieces; ++i) {
@@ -74,6 +86,28 @@ void OffChipMemory::b_transport(tlm::tlm_generic_payload& gp, sc_core::sc_time& 
   }
   gp.set_dmi_allowed(false);
   gp.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+void OffChipMemory::structured_transfer(std::uint64_t addr, std::uint64_t pieces,
+                                        std::uint64_t piece, std::uint64_t pitch, bool read) {
+  // 1. The access latency, as the ideal model pays it, before any byte moves.
+  clock_.wait_for(latency_);
+  const Cycle start = clock_.now();
+  const double ns_per_cycle = 1e9 / clock_.hz();
+  const double at = static_cast<double>(start) * ns_per_cycle;
+  // 2. Every piece booked on its channels at once, in address order.
+  double done = at;
+  const DramAccess dir = read ? DramAccess::Read : DramAccess::Write;
+  for (std::uint64_t i = 0; i < pieces; ++i)
+    done = std::max(done, dram_->access(at, addr + i * pitch, piece, dir));
+  // 3. Completion on the first whole cycle at or after the last byte (never beats the bus).
+  const auto end = std::max(start, static_cast<Cycle>(std::ceil(done / ns_per_cycle - 1e-9)));
+  // Busy time is the union of the transfers' spans (starts never decrease).
+  if (end > dram_busy_until_) {
+    dram_busy_cycles_ += end - std::max(start, dram_busy_until_);
+    dram_busy_until_ = end;
+  }
+  clock_.wait_until(end);
 }
 
 bool OffChipMemory::get_direct_mem_ptr(tlm::tlm_generic_payload&, tlm::tlm_dmi& dmi) {

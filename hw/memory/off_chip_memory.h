@@ -9,6 +9,13 @@
 // chip's DDR3/HBM channels or, for kind host-link, the host link's own resource, so on Edge
 // parameter streaming and host transfers share the USB link.
 //
+// With `off_chip_memory.model` "structured" (docs/memory-model.md) the bytes move through a
+// DramTiming instead (kinds ddr3 and hbm): the latency first, as above, then every row segment of
+// the transaction (each StridedRows row at its own address) booked on its channel's bus first
+// come, first served; the transaction completes on the first whole cycle at or after its last
+// byte. For kind host-link the link's bandwidth resource still carries the bytes, each packet
+// with its framing: `wire_bytes` of them per row.
+//
 // A StridedRows extension (hw/common/strided_rows.h) makes the transaction its rows, each its
 // own transfer of row_bytes through the bandwidth resource, all started together
 // (BandwidthResource::transfer_each); a row outside the memory is refused, naming it, before any
@@ -25,6 +32,8 @@
 #include <tlm_utils/simple_target_socket.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <systemc>
 #include <tlm>
 
@@ -33,6 +42,7 @@
 #include "hw/common/strided_rows.h"
 #include "hw/config/chip_config.h"
 #include "hw/memory/bandwidth.h"
+#include "hw/memory/dram_timing.h"
 #include "hw/memory/sparse_memory.h"
 
 namespace tpu {
@@ -53,6 +63,11 @@ class OffChipMemory : public sc_core::sc_module {
   // Timed traffic (b_transport only).
   [[nodiscard]] std::uint64_t bytes_read() const { return bytes_read_; }
   [[nodiscard]] std::uint64_t bytes_written() const { return bytes_written_; }
+  // The structured DRAM model, or nullptr (model ideal, or kind host-link).
+  [[nodiscard]] const DramTiming* dram() const { return dram_.get(); }
+  // Cycles at least one structured transfer was in flight (0 with the ideal model, whose bandwidth
+  // resource counts its own).
+  [[nodiscard]] Cycles dram_busy_cycles() const { return Cycles(dram_busy_cycles_); }
 
  private:
   // Errors, checked before any time passes: a byte outside -> TLM_ADDRESS_ERROR_RESPONSE; byte
@@ -62,6 +77,9 @@ class OffChipMemory : public sc_core::sc_module {
   // The errors above for a StridedRows transaction: its packed rows' length, then every row's
   // range (the first one outside is `refused_row`).
   tlm::tlm_response_status check_rows(const tlm::tlm_generic_payload& gp, StridedRows& s) const;
+  // The structured model's part of b_transport: `pieces` pieces of `piece` bytes, `pitch` apart.
+  void structured_transfer(std::uint64_t addr, std::uint64_t pieces, std::uint64_t piece,
+                           std::uint64_t pitch, bool read);
   bool get_direct_mem_ptr(tlm::tlm_generic_payload& gp, tlm::tlm_dmi& dmi);
   // Copies the bytes that lie inside the memory; returns how many.
   unsigned int transport_dbg(tlm::tlm_generic_payload& gp);
@@ -73,6 +91,11 @@ class OffChipMemory : public sc_core::sc_module {
   SparseMemory store_;
   std::uint64_t bytes_read_ = 0;
   std::uint64_t bytes_written_ = 0;
+  std::unique_ptr<DramTiming> dram_;      // model structured, kinds ddr3 and hbm
+  std::optional<PacketLinkParams> link_;  // model structured, kind host-link
+  Cycles latency_{0};
+  Cycle dram_busy_until_ = 0;
+  std::uint64_t dram_busy_cycles_ = 0;
 };
 
 }  // namespace tpu

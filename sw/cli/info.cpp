@@ -61,6 +61,18 @@ std::string describe(const ChipConfig& c) {
   s += fmt::format("off-chip        {} {}, {:g} GB/s, {} channel(s), {:g} ns\n", name_of(o.kind),
                    bytes_text(static_cast<double>(o.bytes)), o.bandwidth_gbps, o.channels,
                    o.latency_ns);
+  // Only a structured model adds a line: the ideal chips print as they always have.
+  if (o.model == MemoryModel::Structured)
+    s += o.kind == MemoryKind::HostLink
+             ? fmt::format(
+                   "off-chip model  structured: {} B packets + {} B framing each "
+                   "(docs/memory-model.md)\n",
+                   o.timing.packet_payload_bytes, o.timing.packet_overhead_bytes)
+             : fmt::format(
+                   "off-chip model  structured: {} banks/channel, {} B rows, {} B "
+                   "interleave, tRFC {:g} ns every {:g} ns (docs/memory-model.md)\n",
+                   o.timing.banks, o.timing.row_bytes, o.timing.interleave_bytes, o.timing.t_rfc_ns,
+                   o.timing.t_refi_ns);
   s += fmt::format("host link       {}, {:g} GB/s, {:g} ns\n", c.host_link.kind,
                    c.host_link.bandwidth_gbps, c.host_link.latency_ns);
   s += fmt::format("ridge point     {:.0f} MAC per off-chip byte\n", c.ridge_macs_per_byte());

@@ -239,6 +239,35 @@ TEST(ChipConfigParse, PatchedDocumentErrorsNameTheOrigin) {
   }
 }
 
+TEST(ChipConfig, ShippedChipsKeepTheIdealMemoryModelAndItsResolvedJson) {
+  for (const char* name : {"v1", "v2", "v3", "v4", "edge"}) {
+    const ChipConfig cfg = load_chip_config(chip_path(name));
+    EXPECT_EQ(cfg.off_chip_memory.model, MemoryModel::Ideal) << name;
+    EXPECT_FALSE(to_json(cfg)["off_chip_memory"].contains("model")) << name;
+  }
+}
+
+TEST(ChipConfig, StructuredMemoryVariantsCiteEveryTimingFigure) {
+  for (const char* name : {"v1", "v2", "v3", "v4", "edge"}) {
+    const ChipConfig cfg = load_chip_config(chip_path(std::string("structured-memory/") + name));
+    const ChipConfig base = load_chip_config(chip_path(name));
+    EXPECT_EQ(cfg.off_chip_memory.model, MemoryModel::Structured) << name;
+    // Only the model differs from the shipped chip: same bandwidth, channels and latency.
+    EXPECT_EQ(cfg.off_chip_memory.bandwidth_gbps, base.off_chip_memory.bandwidth_gbps) << name;
+    EXPECT_EQ(cfg.off_chip_memory.channels, base.off_chip_memory.channels) << name;
+    const auto timing = to_json(cfg)["off_chip_memory"]["timing"];
+    EXPECT_FALSE(timing.empty()) << name;
+    for (const auto& [key, value] : timing.items()) {
+      const auto it = cfg.sources.find("/off_chip_memory/timing/" + key);
+      ASSERT_NE(it, cfg.sources.end()) << name << " " << key;
+      // A status as every shipped figure has (docs/sources.md): the standards are U, ours A:.
+      EXPECT_TRUE(it->second.find("(U)") != std::string::npos ||
+                  it->second.find("A:") != std::string::npos)
+          << name << " " << key << ": " << it->second;
+    }
+  }
+}
+
 // A malformed config and what its rejection must say: "<file>: <pointer> = <value> (<rule>)".
 struct BadConfig {
   const char* name;
@@ -290,6 +319,27 @@ const BadConfig kBad[] = {
     {"SourceNamesNoField",
      "source_names_no_field.json",
      {"source_names_no_field.json: /sources/~1mxu~1rowz = \"/mxu/rowz\" names no field"}},
+    {"TimingWithIdealModel",
+     "timing_with_ideal_model.json",
+     {"/off_chip_memory/timing = ", "only with \"model\": \"structured\""}},
+    {"UnknownMemoryModel",
+     "unknown_memory_model.json",
+     {"unknown_memory_model.json: /off_chip_memory/model = \"cycle-accurate\"",
+      "\"ideal\", \"structured\""}},
+    {"StructuredTimingUncited",
+     "structured_timing_uncited.json",
+     {"ddr3-2133-timing.json: /off_chip_memory/timing/banks = 8", "needs its source"}},
+    {"StructuredRowNotWholeStripes",
+     "structured_row_not_whole_stripes.json",
+     {"structured_row_not_whole_stripes.json: /off_chip_memory/timing/row_bytes = 8000",
+      "multiple of interleave_bytes 256"}},
+    {"StructuredRefreshTooShort",
+     "structured_refresh_too_short.json",
+     {"structured_refresh_too_short.json: /off_chip_memory/timing/t_refi_ns = 300",
+      "0 (no refresh)"}},
+    {"StructuredTimingMissingField",
+     "structured_timing_missing_field.json",
+     {"structured_timing_missing_field.json: /off_chip_memory/timing/row_bytes is missing"}},
 };
 
 void PrintTo(const BadConfig& bad, std::ostream* os) { *os << bad.file; }

@@ -24,6 +24,7 @@
 #include "hw/common/tlm_util.h"
 #include "hw/config/chip_config.h"
 #include "hw/memory/bandwidth.h"
+#include "hw/memory/dram_timing.h"
 #include "hw/memory/sparse_memory.h"
 #include "tb/common/process.h"
 
@@ -511,6 +512,115 @@ TEST(OffChipMemory, HbmCapacityIsAllocatedOnlyWhereWritten) {
   EXPECT_EQ(b.memory.allocated_bytes(), addrs.size() * SparseMemory::kPageBytes);
   // Far below the capacity: a thousandth of it is already more than the model itself needs.
   EXPECT_LT(rss_bytes() - rss_before, cfg.off_chip_memory.bytes / 1000);
+}
+
+// Structured memory (docs/memory-model.md): the shipped variants of the chips.
+ChipConfig structured(const std::string& chip) {
+  return load_chip_config(std::string(TPUSIM_SOURCE_DIR) + "/configs/chips/structured-memory/" +
+                          chip + ".json");
+}
+
+// The cycle a structured transfer ends: the first whole cycle at or after its last byte.
+Cycle end_cycle(const ChipConfig& cfg, double ns) {
+  return static_cast<Cycle>(std::ceil(ns * cfg.clock_mhz / 1e3 - 1e-9));
+}
+double ns_of(const ChipConfig& cfg, Cycle c) {
+  return static_cast<double>(c) * 1e3 / cfg.clock_mhz;
+}
+
+TEST(OffChipMemoryStructured, TransfersPayTheLatencyThenTheirRowsOnTheChannels) {
+  Bench b(structured("v1"));
+  const std::vector<std::uint8_t> written = pattern(kTransferBytes);
+  std::vector<std::uint8_t> read(written.size());
+  Cycle after_write = 0, after_read = 0;
+  Initiator init("init", [&](Initiator& self) {
+    std::vector<std::uint8_t> out = written;
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    self.transport(tlm::TLM_WRITE_COMMAND, 4 * kGiB, out.data(), kTransferBytes, delay);
+    after_write = b.clock.now();
+    self.transport(tlm::TLM_READ_COMMAND, 4 * kGiB, read.data(), kTransferBytes, delay);
+    after_read = b.clock.now();
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  // The same accesses on a model of our own, at the cycles the latency leaves.
+  DramTiming ref(dram_params(b.cfg));
+  const auto lat = static_cast<Cycle>(latency_cycles(b.cfg));
+  const Cycle w =
+      end_cycle(b.cfg, ref.access(ns_of(b.cfg, lat), 4 * kGiB, kTransferBytes, DramAccess::Write));
+  const Cycle r = end_cycle(
+      b.cfg, ref.access(ns_of(b.cfg, w + lat), 4 * kGiB, kTransferBytes, DramAccess::Read));
+  EXPECT_EQ(after_write, w);
+  EXPECT_EQ(after_read, r);
+  // Slower than the ideal memory: at least an activate more, never faster than the bandwidth.
+  const auto ideal = static_cast<Cycle>(latency_cycles(b.cfg) +
+                                        std::ceil(kTransferBytes / bytes_per_cycle(b.cfg)));
+  EXPECT_GT(after_write, ideal);
+  EXPECT_EQ(read, written);
+  EXPECT_EQ(b.memory.bytes_written(), kTransferBytes);
+  EXPECT_EQ(b.memory.bytes_read(), kTransferBytes);
+  EXPECT_EQ(b.bw.bytes_moved(), 0U);  // the ideal resource carries nothing
+  EXPECT_EQ(b.memory.dram_busy_cycles().value(), (w - lat) + (r - w - lat));
+  ASSERT_NE(b.memory.dram(), nullptr);
+  EXPECT_EQ(b.memory.dram()->stats().turnarounds, 2U);  // one per channel
+}
+
+TEST(OffChipMemoryStructured, StridedRowsAreBookedEachAtItsOwnAddress) {
+  Bench b(structured("v3"));
+  const std::uint32_t n = 64;
+  const std::uint64_t row = 256, pitch = 8192;
+  std::vector<std::uint8_t> packed = pattern(n * row), back(n * row);
+  Cycle end[2] = {0, 0};
+  Initiator init("init", [&](Initiator& self) {
+    StridedRows rows;
+    rows.rows = n, rows.row_bytes = row, rows.pitch = pitch;
+    EXPECT_EQ(self.strided(tlm::TLM_WRITE_COMMAND, kGiB, packed.data(), rows),
+              tlm::TLM_OK_RESPONSE);
+    end[0] = b.clock.now();
+    EXPECT_EQ(self.strided(tlm::TLM_READ_COMMAND, kGiB, back.data(), rows), tlm::TLM_OK_RESPONSE);
+    end[1] = b.clock.now();
+  });
+  init.socket.bind(b.memory.socket);
+  sc_core::sc_start();
+
+  DramTiming ref(dram_params(b.cfg));
+  const auto lat = static_cast<Cycle>(latency_cycles(b.cfg));
+  auto rows_end = [&](Cycle start, DramAccess dir) {
+    double done = ns_of(b.cfg, start);
+    for (std::uint32_t i = 0; i < n; ++i)
+      done = std::max(done, ref.access(ns_of(b.cfg, start), kGiB + i * pitch, row, dir));
+    return end_cycle(b.cfg, done);
+  };
+  const Cycle w = rows_end(lat, DramAccess::Write);
+  EXPECT_EQ(end[0], w);
+  EXPECT_EQ(end[1], rows_end(w + lat, DramAccess::Read));
+  EXPECT_EQ(back, packed);
+}
+
+TEST(OffChipMemoryStructured, HostLinkBytesCarryTheirPacketFraming) {
+  const ChipConfig cfg = structured("edge");
+  const Clock clock(cfg.clock_hz());
+  BandwidthResource link("host_link", clock, cfg.host_link_bytes_per_s(), cfg.host_link.latency_ns);
+  OffChipMemory memory("memory", cfg, clock, link);
+  Cycle end = 0;
+  Initiator streaming("streaming", [&](Initiator& self) {
+    std::vector<std::uint8_t> buf(kTransferBytes);
+    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
+    self.transport(tlm::TLM_READ_COMMAND, 0, buf.data(), kTransferBytes, delay);
+    end = clock.now();
+  });
+  streaming.socket.bind(memory.socket);
+  sc_core::sc_start();
+
+  const PacketLinkParams p = packet_params(cfg);
+  const std::uint64_t wire =
+      kTransferBytes + kTransferBytes / p.payload_bytes * std::uint64_t{p.overhead_bytes};
+  const double latency = std::ceil(cfg.host_link.latency_ns * cfg.clock_mhz / 1e3);
+  const double rate = cfg.host_link.bandwidth_gbps * 1e3 / cfg.clock_mhz;
+  EXPECT_EQ(end, static_cast<Cycle>(latency + std::ceil(static_cast<double>(wire) / rate)));
+  EXPECT_EQ(memory.bytes_read(), kTransferBytes);  // the payload, as the reports count it
+  EXPECT_EQ(memory.dram(), nullptr);
 }
 
 }  // namespace
