@@ -181,21 +181,16 @@ class Compiler {
     return fixed;
   }
 
-  // 2. The micro-batch of the resident schedule (docs/compiler.md, "Schedule" item 2): of the
-  //    sizes ceil(per_core / n) for every n >= ceil(per_core / fits), the one of least estimated
-  //    cycles, the larger on a tie. The candidates only grow with the buffer, so a larger buffer
+  // 2. The micro-batch of the resident schedule (docs/compiler.md, "Schedule" item 2): of every
+  //    size up to the most that fits, the one of least estimated cycles for the busiest core's
+  //    images, the larger on a tie. The candidates only grow with the buffer, so a larger buffer
   //    never takes a schedule of a higher estimate.
   [[nodiscard]] std::uint64_t choose_micro_batch(std::uint64_t fits) const {
     std::uint64_t images = 0;  // the busiest core's images of the run
     for (const auto& [first, last] : part_.images) images = std::max(images, last - first);
-    const std::uint64_t per_core = part_.per_core;
     std::uint64_t best = fits;
     double best_cost = resident_cycles(images, fits);
-    std::uint64_t prev = fits;
-    for (std::uint64_t n = ceil_div(per_core, fits); n <= per_core; ++n) {
-      const std::uint64_t mb = ceil_div(per_core, n);
-      if (mb >= prev) continue;  // equal micro-batches of a size already weighed
-      prev = mb;
+    for (std::uint64_t mb = fits - 1; mb >= 1; --mb) {
       const double cost = resident_cycles(images, mb);
       if (cost < best_cost) best = mb, best_cost = cost;
     }
@@ -208,6 +203,13 @@ class Compiler {
     if (bytes <= 0) return 0;
     return host_latency() +
            bytes * cfg_.tensor_cores / (cfg_.host_link_bytes_per_s() / cfg_.clock_hz());
+  }
+  // An instruction's share of the host link when the stream alone is what a core waits for:
+  // its bytes, and a write's latency per kInstructionsPerWrite instructions.
+  [[nodiscard]] double stream_cycles_per_instruction() const {
+    return static_cast<double>(isa::kInstructionBytes) * cfg_.tensor_cores /
+               (cfg_.host_link_bytes_per_s() / cfg_.clock_hz()) +
+           host_latency() / kInstructionsPerWrite;
   }
   [[nodiscard]] double host_latency() const {
     return std::ceil(cfg_.host_link.latency_ns * 1e-9 * cfg_.clock_hz());
@@ -267,6 +269,7 @@ class Compiler {
         continue;
       }
       const bool fuses = fused_pool(i, weighted_rows(i, b), true) < m_.ops.size();
+      const double before = instructions;
       const WeightedPlan& p = tiling_.plans[i];
       const std::uint64_t rows_total = weighted_rows(i, b);
       const std::uint64_t chunk = chunk_rows(i, rows_total, true);
@@ -311,7 +314,10 @@ class Compiler {
         serial += (full * static_cast<double>(chunks - 1) + part) * alone;
         last = tiles ? part * (1 - alone) : last;
       }
-      mxu += std::max({work / M, longest, serial + last}) + R + C - 1;
+      // The driver keeps the core's queue only a little ahead, so a layer whose instructions
+      // stream in slower than its MXU work runs at the stream's pace.
+      mxu += std::max(std::max({work / M, longest, serial + last}) + R + C - 1,
+                      (instructions - before) * stream_cycles_per_instruction());
     }
     return {mxu, p_.weights_in_ub ? 0.0 : bytes, instructions};
   }
