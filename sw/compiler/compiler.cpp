@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 
 #include "hw/common/error.h"
+#include "hw/isa/isa.h"
 #include "sw/compiler/emit.h"
 #include "sw/compiler/lifetimes.h"
 #include "sw/compiler/memory.h"
@@ -179,6 +181,141 @@ class Compiler {
     return fixed;
   }
 
+  // 2. The micro-batch of the resident schedule (docs/compiler.md, "Schedule" item 2): of every
+  //    size up to the most that fits, the one of least estimated cycles for the busiest core's
+  //    images, the larger on a tie. The candidates only grow with the buffer, so a larger buffer
+  //    never takes a schedule of a higher estimate.
+  [[nodiscard]] std::uint64_t choose_micro_batch(std::uint64_t fits) const {
+    std::uint64_t images = 0;  // the busiest core's images of the run
+    for (const auto& [first, last] : part_.images) images = std::max(images, last - first);
+    std::uint64_t best = fits;
+    double best_cost = resident_cycles(images, fits);
+    for (std::uint64_t mb = fits - 1; mb >= 1; --mb) {
+      const double cost = resident_cycles(images, mb);
+      if (cost < best_cost) best = mb, best_cost = cost;
+    }
+    return best;
+  }
+
+  // Cycles of a host-link transfer of `bytes` per core while every core moves as many: the
+  // link's latency, then the cores share its bandwidth (docs/timing-model.md, "Transfers").
+  [[nodiscard]] double host_cycles(double bytes) const {
+    if (bytes <= 0) return 0;
+    return host_latency() +
+           bytes * cfg_.tensor_cores / (cfg_.host_link_bytes_per_s() / cfg_.clock_hz());
+  }
+  // An instruction's share of the host link when the stream alone is what a core waits for:
+  // its bytes, and a write's latency per kInstructionsPerWrite instructions.
+  [[nodiscard]] double stream_cycles_per_instruction() const {
+    return static_cast<double>(isa::kInstructionBytes) * cfg_.tensor_cores /
+               (cfg_.host_link_bytes_per_s() / cfg_.clock_hz()) +
+           host_latency() / kInstructionsPerWrite;
+  }
+  [[nodiscard]] double host_latency() const {
+    return std::ceil(cfg_.host_link.latency_ns * 1e-9 * cfg_.clock_hz());
+  }
+
+  // Estimated cycles of the resident schedule for `images` images of one core in micro-batches
+  // of `mb` (the last one shorter when mb does not divide them): the first micro-batch's input
+  // read, then per micro-batch the longest of its MXU work, its weights' traffic and the next
+  // micro-batch's input read (which overlap), then the last one's output write.
+  [[nodiscard]] double resident_cycles(std::uint64_t images, std::uint64_t mb) const {
+    const std::uint64_t passes = ceil_div(images, mb), last = images - (passes - 1) * mb;
+    const double in = static_cast<double>(p_.input_bytes_per_image);
+    auto step = [&](std::uint64_t b, std::uint64_t next) {
+      const MicroBatchWork w = micro_batch_work(b);
+      // Into the chip over the host link: the next micro-batch's input, this one's
+      // instructions (a write per kInstructionsPerWrite, each paying the link's latency) and on
+      // Edge the weights beyond its SRAM, which come from the host as the inputs do.
+      double link = in * static_cast<double>(next) + w.instructions * isa::kInstructionBytes;
+      double mem = 0;
+      if (cfg_.off_chip_memory.kind == MemoryKind::HostLink)
+        link += w.weight_bytes;
+      else
+        mem = w.weight_bytes * cfg_.tensor_cores / (cfg_.off_chip_bytes_per_s() / cfg_.clock_hz());
+      const double writes = std::ceil(w.instructions / kInstructionsPerWrite);
+      return std::max({w.mxu, mem, host_cycles(link) + (writes - 1) * host_latency()});
+    };
+    double cycles = host_cycles(in * static_cast<double>(std::min(mb, images)));
+    if (passes == 1) {
+      cycles += step(last, 0);
+    } else {
+      cycles += static_cast<double>(passes - 2) * step(mb, mb) + step(mb, last) + step(last, 0);
+    }
+    return cycles + host_cycles(static_cast<double>(p_.output_bytes_per_image * last));
+  }
+
+  // One micro-batch of b images: the busiest MXU's cycles over the weighted layers and the
+  // weight bytes read from off-chip memory (0 when they sit in the unified buffer). Per layer:
+  // its work items (chunks of output rows per column tile, as emit_weighted cuts them) spread
+  // over the MXUs, each multiply max(F, R) when it swaps in a tile (a shift hides only behind
+  // a feed of at least R rows), then R + C - 1 until its last results are in the accumulators,
+  // which the next layer waits for.
+  struct MicroBatchWork {
+    double mxu = 0;           // cycles of the busiest MXU
+    double weight_bytes = 0;  // read from off-chip memory
+    double instructions = 0;  // in the core's stream
+  };
+  [[nodiscard]] MicroBatchWork micro_batch_work(std::uint64_t b) const {
+    const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols, M = cfg_.mxu.count;
+    const double P = cfg_.unified_buffer.bytes_per_cycle;
+    // A tag, read_host, tag and write_host per micro-batch.
+    double mxu = 0, bytes = 0, instructions = 4;
+    for (std::size_t i = 0; i < m_.ops.size(); ++i) {
+      if (!q_.computes(i)) continue;
+      ++instructions;  // its tag (or set_window), or its vector instruction
+      if (!is_weighted(m_.ops[i].kind)) {
+        ++instructions;
+        continue;
+      }
+      const bool fuses = fused_pool(i, weighted_rows(i, b), true) < m_.ops.size();
+      const double before = instructions;
+      const WeightedPlan& p = tiling_.plans[i];
+      const std::uint64_t rows_total = weighted_rows(i, b);
+      const std::uint64_t chunk = chunk_rows(i, rows_total, true);
+      const std::uint64_t chunks = ceil_div(rows_total, chunk);
+      const std::uint64_t tail = rows_total - (chunks - 1) * chunk;
+      double work = 0, longest = 0;
+      for (std::uint32_t j = 0; j < p.n_tiles; ++j) {
+        const std::uint32_t nc = std::min(C, p.N - j * C);
+        // Feeds of a full and of the last chunk: as they are, and each at least R cycles.
+        double full = 0, part = 0, full_swap = 0, part_swap = 0, tile_bytes = 0;
+        std::uint32_t tiles = 0;
+        for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
+          if (p.tile_off[std::size_t{j} * p.k_tiles + kt] == kNoTile) continue;
+          const std::uint32_t kr = std::min(R, p.K - kt * R);
+          auto feed = [&](std::uint64_t rows) {
+            return std::max(static_cast<double>(rows),
+                            std::ceil(static_cast<double>(rows) * kr * e_ / P));
+          };
+          full += feed(chunk), part += feed(tail);
+          full_swap += std::max(feed(chunk), static_cast<double>(R));
+          part_swap += std::max(feed(tail), static_cast<double>(R));
+          tile_bytes += static_cast<double>(kr) * nc * e_;
+          ++tiles;
+        }
+        // A column of several K tiles swaps at every multiply; a single tile stays in its MXUs.
+        if (tiles > 1) {
+          full = full_swap, part = part_swap;
+          bytes += tile_bytes * static_cast<double>(chunks);
+        } else {
+          bytes += tile_bytes * static_cast<double>(std::min<std::uint64_t>(chunks, M));
+        }
+        // Per item: a read_weights (when its tiles change) and a matmul per tile, an activate,
+        // and a fused pool between its two tags.
+        instructions +=
+            static_cast<double>(chunks) * ((tiles > 1 ? 2 * tiles : tiles) + 1 + (fuses ? 3 : 0));
+        work += full * static_cast<double>(chunks - 1) + part;
+        longest = std::max(longest, full);
+      }
+      // The driver keeps the core's queue only a little ahead, so a layer whose instructions
+      // stream in slower than its MXU work runs at the stream's pace.
+      mxu += std::max(std::max(work / M, longest) + R + C - 1,
+                      (instructions - before) * stream_cycles_per_instruction());
+    }
+    return {mxu, p_.weights_in_ub ? 0.0 : bytes, instructions};
+  }
+
   // 2a. Every tensor of a micro-batch in the unified buffer: parameters, (weights), zeros, two
   //     input buffers and one tensor per computing layer; the micro-batch is as large as fits.
   //     False when not even one image fits.
@@ -198,9 +335,10 @@ class Compiler {
     const std::uint64_t scratch_slack = scratch_per_image ? kScratchParts * kAlign : 0;
     const std::uint64_t fixed = layout_fixed(per_image) + scratch_slack;
     const std::uint64_t room = ub_bytes > fixed ? ub_bytes - fixed : 0;
-    const std::uint64_t mb = std::min<std::uint64_t>(
+    const std::uint64_t fits = std::min<std::uint64_t>(
         {part_.per_core, room / std::max<std::uint64_t>(per_image, 1), 65535});
-    if (mb == 0) return false;
+    if (fits == 0) return false;
+    const std::uint64_t mb = choose_micro_batch(fits);
     p_.micro_batch = static_cast<std::uint32_t>(mb);
     std::uint64_t at = fixed;
     zeros_ub_ = at;
@@ -845,12 +983,48 @@ class Compiler {
     round.clear();
   }
 
+  static bool is_weighted(OpKind k) {
+    return k == OpKind::Conv2D || k == OpKind::DepthwiseConv2D || k == OpKind::Dense;
+  }
+  // Output rows of weighted operation i over n images: pixels for a convolution, images else.
+  [[nodiscard]] std::uint64_t weighted_rows(std::size_t i, std::uint64_t n) const {
+    const Op& l = m_.ops[i];
+    const bool conv = l.kind == OpKind::Conv2D || l.kind == OpKind::DepthwiseConv2D;
+    return conv ? n * l.out.h * l.out.w : n;
+  }
+  // The pooling operation pooled chunk by chunk right after weighted operation i's activate, or
+  // m_.ops.size(): one right after a convolution of one column tile, when a chunk holds an image.
+  [[nodiscard]] std::size_t fused_pool(std::size_t i, std::uint64_t rows_total,
+                                       bool may_fuse_pool) const {
+    const Op& l = m_.ops[i];
+    const bool conv = l.kind == OpKind::Conv2D || l.kind == OpKind::DepthwiseConv2D;
+    if (!conv || !may_fuse_pool || tiling_.plans[i].n_tiles != 1) return m_.ops.size();
+    const std::uint64_t pixels = std::uint64_t{l.out.h} * l.out.w;
+    return raw_chunk(rows_total) >= pixels ? pool_after(i) : m_.ops.size();
+  }
+  // Rows per work item: at most an accumulator slot, and split over the MXUs, but no fewer
+  // than the array's rows (a shorter feed cannot hide the next tile's shift).
+  [[nodiscard]] std::uint64_t raw_chunk(std::uint64_t rows_total) const {
+    return std::min<std::uint64_t>(
+        part_.acc_slot,
+        std::max<std::uint64_t>(cfg_.mxu.rows, ceil_div(rows_total, cfg_.mxu.count)));
+  }
+  // A pooling layer right after a convolution pools each chunk as soon as it is activated, so
+  // the next layer does not wait for the whole micro-batch: chunks then hold whole images.
+  [[nodiscard]] std::uint64_t chunk_rows(std::size_t i, std::uint64_t rows_total,
+                                         bool may_fuse_pool) const {
+    const std::uint64_t chunk = raw_chunk(rows_total);
+    if (fused_pool(i, rows_total, may_fuse_pool) == m_.ops.size()) return chunk;
+    const std::uint64_t pixels = std::uint64_t{m_.ops[i].out.h} * m_.ops[i].out.w;
+    return chunk / pixels * pixels;
+  }
+
   void emit_weighted(std::vector<isa::Instruction>& out, std::size_t i, std::uint64_t src,
                      std::uint64_t dst, std::uint32_t n, bool may_fuse_pool) {
     const Op& l = m_.ops[i];
     const nn::QuantizedLayer& ql = q_.layers[i];
     const WeightedPlan& p = tiling_.plans[i];
-    const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols, M = cfg_.mxu.count;
+    const std::uint32_t R = cfg_.mxu.rows, C = cfg_.mxu.cols;
     const bool conv = l.kind == OpKind::Conv2D || l.kind == OpKind::DepthwiseConv2D;
     const std::uint32_t e_out = size_of(ql.out_type);
     if (conv) {
@@ -872,29 +1046,21 @@ class Compiler {
       w.dilation_w = static_cast<std::uint16_t>(l.dilation_w);
       out.push_back(w);
     }
-    const std::uint64_t rows_total = conv ? std::uint64_t{n} * l.out.h * l.out.w : n;
-    // Rows per work item: at most an accumulator slot, and split over the MXUs, but no fewer
-    // than the array's rows (a shorter feed cannot hide the next tile's shift).
-    std::uint64_t chunk = std::min<std::uint64_t>(
-        part_.acc_slot, std::max<std::uint64_t>(R, ceil_div(rows_total, M)));
-    // A pooling layer right after a convolution pools each chunk as soon as it is activated, so
-    // the next layer does not wait for the whole micro-batch: chunks then hold whole images.
+    const std::uint64_t rows_total = weighted_rows(i, n);
     const std::uint64_t pixels = std::uint64_t{l.out.h} * l.out.w;
-    const std::size_t pool =
-        conv && may_fuse_pool && p.n_tiles == 1 ? pool_after(i) : m_.ops.size();
-    const bool fuse_pool = pool < m_.ops.size() && chunk >= pixels;
+    const std::uint64_t chunk = chunk_rows(i, rows_total, may_fuse_pool);
+    const std::size_t pool = fused_pool(i, rows_total, may_fuse_pool);
+    const bool fuse_pool = pool < m_.ops.size();
     // A softmax across more columns than one MXU tile: each tile is activated to fp32 logits and
     // the whole rows are normalized once every tile is in (Activate sees one tile's columns).
     const bool row_softmax = l.activation == ir::Act::Softmax && p.n_tiles > 1;
     if (row_softmax && p.N > 65535) fail(l, "a softmax across more than 65535 values");
-    if (fuse_pool) {
-      chunk = chunk / pixels * pixels;
-      pooled_[pool] = true;
-    }
+    if (fuse_pool) pooled_[pool] = true;
     // Work items go round-robin to the MXUs, and the items of one round are issued interleaved,
     // tile by tile: the sequencer issues in order into 16-deep unit queues, so an item's whole
     // K loop ahead of the next MXU's would leave that MXU idle while the first one's queue is
     // full (docs/compiler.md, "Schedule" 4).
+    const std::uint32_t M = cfg_.mxu.count;
     std::vector<WorkItem> round;
     round.reserve(M);
     for (std::uint32_t j = 0; j < p.n_tiles; ++j) {

@@ -9,6 +9,7 @@
 //   memory is the host link), input reads issued one micro-batch ahead.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "hw/config/chip_config.h"
@@ -17,6 +18,10 @@
 #include "sw/nn/quantized.h"
 
 namespace tpu::compiler {
+
+// Instructions a driver pushes into a core's queue per host write (sw/driver/host_link.h): each
+// write pays the host link's latency, which the micro-batch estimate counts too.
+inline constexpr std::size_t kInstructionsPerWrite = 64;
 
 // Whether the code generator lowers operation kind k (its entry in the lowering table).
 bool has_lowering(ir::OpKind k);

@@ -16,12 +16,13 @@
 #include "hw/chip/chip.h"
 #include "hw/common/tlm_util.h"
 #include "hw/isa/isa.h"
+#include "sw/compiler/compiler.h"
 #include "sw/compiler/program.h"
 
 namespace tpu::driver {
 
 inline constexpr std::uint64_t kImageChunk = 1 << 20;
-inline constexpr std::size_t kInstructionsPerWrite = 64;
+using compiler::kInstructionsPerWrite;
 
 template <class Socket>
 void write_memory_image(Socket& host2chip, const std::vector<compiler::MemorySegment>& image) {
