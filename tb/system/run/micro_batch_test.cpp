@@ -2,13 +2,12 @@
 // estimated cycles among all that fit, so a larger unified buffer never makes a run slower
 // (docs/timing-model.md, "The unified buffer and the micro-batch").
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/child.h"
 #include "common/cli.h"
 #include "hw/config/chip_config.h"
 #include "hw/config/system_config.h"
@@ -52,30 +51,15 @@ struct Point {
 
 // A timing-only run in a child process: a process elaborates SystemC once.
 Point simulate(const ChipConfig& cfg, const sim::RunOptions& o) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    Point p;
-    try {
-      const auto r = sim::run_workload(cfg, o);
-      p.micro_batch = r["workload"]["micro_batch_per_core"].get<std::uint64_t>();
-      p.cycles = r["totals"]["cycles"].get<std::uint64_t>();
-      p.ok = true;
-    } catch (...) {
-      p.ok = false;
-    }
-    _exit(write(fds[1], &p, sizeof p) == static_cast<ssize_t>(sizeof p) ? 0 : 1);
-  }
-  close(fds[1]);
-  Point p;
-  const bool read_all = read(fds[0], &p, sizeof p) == static_cast<ssize_t>(sizeof p);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!read_all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
-  return p;
+  return test::in_child([&] {
+           const auto r = sim::run_workload(cfg, o);
+           Point p;
+           p.micro_batch = r["workload"]["micro_batch_per_core"].get<std::uint64_t>();
+           p.cycles = r["totals"]["cycles"].get<std::uint64_t>();
+           p.ok = true;
+           return p;
+         })
+      .value_or(Point{});
 }
 
 // From 14 MiB a core's 256 images of a batch fit at once (room for 131 or more). One

@@ -5,8 +5,6 @@
 #include "sw/nn/all_reduce.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -16,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/child.h"
 #include "common/test_host.h"
 #include "hw/config/system_config.h"
 #include "hw/system/system.h"
@@ -123,23 +122,12 @@ struct Outcome {
   bool bit_exact = false, ok = false;
 };
 Outcome run_in_child(const SystemConfig& cfg, std::uint64_t elements) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    const Measured m = run_all_reduce(cfg, elements);
-    const Outcome o{static_cast<double>(m.cycles.value()), m.formula.chip_sum, m.bit_exact, true};
-    _exit(write(fds[1], &o, sizeof o) == static_cast<ssize_t>(sizeof o) ? 0 : 1);
-  }
-  close(fds[1]);
-  Outcome o;
-  const bool read_all = read(fds[0], &o, sizeof o) == static_cast<ssize_t>(sizeof o);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!read_all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
-  return o;
+  return test::in_child([&] {
+           const Measured m = run_all_reduce(cfg, elements);
+           return Outcome{static_cast<double>(m.cycles.value()), m.formula.chip_sum, m.bit_exact,
+                          true};
+         })
+      .value_or(Outcome{});
 }
 
 struct Case {
