@@ -144,31 +144,41 @@ std::vector<std::uint8_t> pattern(std::size_t n) {
   return v;
 }
 
-TEST(OffChipMemoryTiming, TransferTakesLatencyPlusBytesOverBandwidth) {
-  Bench b(test_config());
-  const std::vector<std::uint8_t> written = pattern(kTransferBytes);
-  std::vector<std::uint8_t> read(written.size());
-  Cycle after_write = 0;
-  Cycle after_read = 0;
+// Writes kTransferBytes of a pattern at 4 GiB and reads them back, one initiator, both from
+// cycle 0 with no loosely-timed offset: when each completed, what came back and the offset left.
+struct WriteThenRead {
+  Cycle after_write = 0, after_read = 0;
+  std::vector<std::uint8_t> written, read;
   sc_core::sc_time left = sc_core::SC_ZERO_TIME;
+};
+WriteThenRead write_then_read(Bench& b) {
+  WriteThenRead o;
+  o.written = pattern(kTransferBytes);
+  o.read.resize(kTransferBytes);
   Initiator init("init", [&](Initiator& self) {
-    std::vector<std::uint8_t> out = written;
+    std::vector<std::uint8_t> out = o.written;
     sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
     self.transport(tlm::TLM_WRITE_COMMAND, 4 * kGiB, out.data(), kTransferBytes, delay);
-    after_write = b.clock.now();
-    self.transport(tlm::TLM_READ_COMMAND, 4 * kGiB, read.data(), kTransferBytes, delay);
-    after_read = b.clock.now();
-    left = delay;
+    o.after_write = b.clock.now();
+    self.transport(tlm::TLM_READ_COMMAND, 4 * kGiB, o.read.data(), kTransferBytes, delay);
+    o.after_read = b.clock.now();
+    o.left = delay;
   });
   init.socket.bind(b.memory.socket);
   sc_core::sc_start();
+  return o;
+}
+
+TEST(OffChipMemoryTiming, TransferTakesLatencyPlusBytesOverBandwidth) {
+  Bench b(test_config());
+  const WriteThenRead o = write_then_read(b);
 
   const auto one = static_cast<Cycle>(latency_cycles(b.cfg) +
                                       std::ceil(kTransferBytes / bytes_per_cycle(b.cfg)));
-  EXPECT_EQ(after_write, one);
-  EXPECT_EQ(after_read, 2 * one);
-  EXPECT_EQ(left, sc_core::SC_ZERO_TIME);
-  EXPECT_EQ(read, written);
+  EXPECT_EQ(o.after_write, one);
+  EXPECT_EQ(o.after_read, 2 * one);
+  EXPECT_EQ(o.left, sc_core::SC_ZERO_TIME);
+  EXPECT_EQ(o.read, o.written);
   EXPECT_EQ(b.memory.bytes_written(), kTransferBytes);
   EXPECT_EQ(b.memory.bytes_read(), kTransferBytes);
   EXPECT_EQ(b.bw.bytes_moved(), 2ULL * kTransferBytes);
@@ -530,19 +540,7 @@ double ns_of(const ChipConfig& cfg, Cycle c) {
 
 TEST(OffChipMemoryStructured, TransfersPayTheLatencyThenTheirRowsOnTheChannels) {
   Bench b(structured("v1"));
-  const std::vector<std::uint8_t> written = pattern(kTransferBytes);
-  std::vector<std::uint8_t> read(written.size());
-  Cycle after_write = 0, after_read = 0;
-  Initiator init("init", [&](Initiator& self) {
-    std::vector<std::uint8_t> out = written;
-    sc_core::sc_time delay = sc_core::SC_ZERO_TIME;
-    self.transport(tlm::TLM_WRITE_COMMAND, 4 * kGiB, out.data(), kTransferBytes, delay);
-    after_write = b.clock.now();
-    self.transport(tlm::TLM_READ_COMMAND, 4 * kGiB, read.data(), kTransferBytes, delay);
-    after_read = b.clock.now();
-  });
-  init.socket.bind(b.memory.socket);
-  sc_core::sc_start();
+  const WriteThenRead o = write_then_read(b);
 
   // The same accesses on a model of our own, at the cycles the latency leaves.
   DramTiming ref(dram_params(b.cfg));
@@ -551,13 +549,13 @@ TEST(OffChipMemoryStructured, TransfersPayTheLatencyThenTheirRowsOnTheChannels) 
       end_cycle(b.cfg, ref.access(ns_of(b.cfg, lat), 4 * kGiB, kTransferBytes, DramAccess::Write));
   const Cycle r = end_cycle(
       b.cfg, ref.access(ns_of(b.cfg, w + lat), 4 * kGiB, kTransferBytes, DramAccess::Read));
-  EXPECT_EQ(after_write, w);
-  EXPECT_EQ(after_read, r);
+  EXPECT_EQ(o.after_write, w);
+  EXPECT_EQ(o.after_read, r);
   // Slower than the ideal memory: at least an activate more, never faster than the bandwidth.
   const auto ideal = static_cast<Cycle>(latency_cycles(b.cfg) +
                                         std::ceil(kTransferBytes / bytes_per_cycle(b.cfg)));
-  EXPECT_GT(after_write, ideal);
-  EXPECT_EQ(read, written);
+  EXPECT_GT(o.after_write, ideal);
+  EXPECT_EQ(o.read, o.written);
   EXPECT_EQ(b.memory.bytes_written(), kTransferBytes);
   EXPECT_EQ(b.memory.bytes_read(), kTransferBytes);
   EXPECT_EQ(b.bw.bytes_moved(), 0U);  // the ideal resource carries nothing
