@@ -132,7 +132,10 @@ DenseRun run_dense(const ChipConfig& cfg) {
   std::map<int, std::vector<double>> ends;
   d.first_fetch = 1e300;
   for (const auto& ev : trace["traceEvents"]) {
-    if (ev["ph"] != "X" || ev["args"]["layer"] != "dense") continue;
+    // Not every slice has a layer (the load, the steps): look, never index a const json blindly.
+    if (ev.value("ph", "") != "X" || !ev.contains("args") ||
+        ev["args"].value("layer", "") != "dense")
+      continue;
     if (ev["cat"] == "matmul") ends[ev["pid"].get<int>()].push_back(ev["args"]["end_cycle"]);
     if (ev["cat"] == "read_weights")
       d.first_fetch = std::min(d.first_fetch, ev["args"]["begin_cycle"].get<double>());
