@@ -109,28 +109,32 @@ Tiling tile(const nn::QuantizedModel& q, const ChipConfig& cfg) {
       if (n / m != k % cin) return std::nullopt;
       return std::size_t{k / cin} * p.N + n;
     };
-    for (std::uint32_t j = 0; j < p.n_tiles; ++j)
-      for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt) {
-        const std::uint32_t kr = std::min(R, p.K - kt * R), nc = std::min(C, p.N - j * C);
-        bool any = !depthwise;
-        for (std::uint32_t k = 0; k < kr && !any; ++k)
-          for (std::uint32_t n = 0; n < nc && !any; ++n)
-            any = element(kt * R + k, j * C + n).has_value();
-        if (!any) {
-          p.tile_off.push_back(kNoTile);
-          continue;
+    // Stored in the order the MXUs stream them when each column tile is one work item (a small
+    // batch, where the layer is bound by the weights): the column tiles in groups of
+    // `mxu.count`, one per MXU, and within a group K tile by K tile, each K tile's tiles of the
+    // group side by side (docs/compiler.md, "Memory"). The MXUs' concurrent streams are then one
+    // sequential stream, so they never take turns at one DRAM bank's rows.
+    p.tile_off.assign(std::size_t{p.n_tiles} * p.k_tiles, kNoTile);
+    for (std::uint32_t j0 = 0; j0 < p.n_tiles; j0 += cfg.mxu.count)
+      for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt)
+        for (std::uint32_t j = j0; j < std::min(p.n_tiles, j0 + cfg.mxu.count); ++j) {
+          const std::uint32_t kr = std::min(R, p.K - kt * R), nc = std::min(C, p.N - j * C);
+          bool any = !depthwise;
+          for (std::uint32_t k = 0; k < kr && !any; ++k)
+            for (std::uint32_t n = 0; n < nc && !any; ++n)
+              any = element(kt * R + k, j * C + n).has_value();
+          if (!any) continue;
+          p.tile_off[std::size_t{j} * p.k_tiles + kt] = t.weights.size();
+          for (std::uint32_t k = 0; k < kr; ++k)
+            for (std::uint32_t n = 0; n < nc; ++n) {
+              const auto src = element(kt * R + k, j * C + n);
+              if (q.act_type == DType::Int8)
+                put(t.weights, src ? ql.kernel_i8[*src] : std::int8_t{0});
+              else
+                put(t.weights, src ? ql.kernel_bf16[*src] : std::uint16_t{0});
+            }
+          t.weights.resize(align(t.weights.size()));
         }
-        p.tile_off.push_back(t.weights.size());
-        for (std::uint32_t k = 0; k < kr; ++k)
-          for (std::uint32_t n = 0; n < nc; ++n) {
-            const auto src = element(kt * R + k, j * C + n);
-            if (q.act_type == DType::Int8)
-              put(t.weights, src ? ql.kernel_i8[*src] : std::int8_t{0});
-            else
-              put(t.weights, src ? ql.kernel_bf16[*src] : std::uint16_t{0});
-          }
-        t.weights.resize(align(t.weights.size()));
-      }
     // Activate's record per output channel: {bias, scale, shift} (isa::Activate).
     p.params_off = t.params.size();
     for (std::uint32_t c = 0; c < p.N; ++c) {

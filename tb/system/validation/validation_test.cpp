@@ -209,11 +209,8 @@ TEST_P(StructuredMatrixVector, BatchOneDenseLandsOnTheEfficiencyScaledRoof) {
       bandwidth_roof >= d.shift_roof ? "structured off-chip bandwidth" : "weight shift");
 }
 
-// v3 and v4 are not claimed: with every MXU streaming its own column of tiles at once, tiles
-// 1 MiB apart fall in the same bank of a channel under the structured address map and conflict
-// row after row (1.52 and 1.90 of this roof; docs/memory-model.md).
 INSTANTIATE_TEST_SUITE_P(ShippedChips, StructuredMatrixVector,
-                         ::testing::Values("v1", "v2", "edge"));
+                         ::testing::Values("v1", "v2", "v3", "v4", "edge"));
 
 }  // namespace
 }  // namespace tpu

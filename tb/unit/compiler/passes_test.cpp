@@ -94,6 +94,30 @@ TEST(Tiling, CutsKAndNIntoTilesOfTheArraysRowsAndColumns) {
   EXPECT_EQ(t.end, align(t.params_addr + t.params.size()));
 }
 
+// The order a round of work items streams the tiles when each column tile is one item: groups
+// of mxu.count column tiles, K tile by K tile, so the MXUs' concurrent streams are one
+// sequential stream (docs/compiler.md, "Memory"). The last group may be short.
+TEST(Tiling, StoresTheTilesInTheOrderTheMxusStreamThem) {
+  for (const char* chip : {"v1", "v3", "v4"}) {
+    const ChipConfig cfg = load_chip_config(kChips + chip + ".json");
+    const std::uint32_t M = cfg.mxu.count, R = cfg.mxu.rows, C = cfg.mxu.cols;
+    const std::uint32_t K = 3 * R, N = (M + 1) * C;  // a full group and one column tile more
+    const ir::Graph g =
+        graph(json::array({layer("Dense", {{"name", "d"}, {"units", N}})}), json{1, 1, K});
+    const WeightedPlan p = tile(quantized(g, cfg), cfg).plans[0];
+    ASSERT_EQ(p.n_tiles, M + 1) << chip;
+    const std::uint64_t tile_bytes = std::uint64_t{R} * C * size_of(cfg.mxu.input_type);
+    std::uint64_t next = 0;
+    for (std::uint32_t j0 = 0; j0 < p.n_tiles; j0 += M)
+      for (std::uint32_t kt = 0; kt < p.k_tiles; ++kt)
+        for (std::uint32_t j = j0; j < std::min(p.n_tiles, j0 + M); ++j) {
+          EXPECT_EQ(p.tile_off[std::size_t{j} * p.k_tiles + kt], next)
+              << chip << ": tile (" << j << ", " << kt << ")";
+          next += align(tile_bytes);
+        }
+  }
+}
+
 TEST(Tiling, ParameterRecordsAreBiasMultiplierShiftOnInt8) {
   const ChipConfig cfg = load_chip_config(kChips + "v1.json");
   const ir::Graph g =
