@@ -113,56 +113,73 @@ void window_block(const Window& w, std::uint32_t co, const float* bias, float* o
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// The same blocks on 16-lane AVX-512 registers where the CPU has them (the float reference runs
-// on every checked image, issue 16): each lane still sums its channel in the window order, so the
-// bits are those of the 4-lane loop; -ffp-contract=off keeps products and sums apart.
+// The same blocks on wider registers where the CPU has them (the float reference runs on every
+// checked image, issue 16): 16 lanes on AVX-512, 8 on AVX2. Each lane still sums its channel in
+// the window order, so the bits are those of the 4-lane loop; -ffp-contract=off keeps products
+// and sums apart (and the AVX2 variant is compiled without FMA).
 #define TPUSIM_AVX512 __attribute__((target("avx512f")))
+#define TPUSIM_AVX2 __attribute__((target("avx2")))
 using F16 = float __attribute__((vector_size(64)));
+using F8 = float __attribute__((vector_size(32)));
 
-TPUSIM_AVX512 inline F16 load16(const float* p) {
-  F16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <std::uint32_t V>
-TPUSIM_AVX512 void window_block16(const Window& w, std::uint32_t co, const float* bias,
-                                  float* out) {
-  F16 acc[V] = {};
+// Inlined into the callers below, so compiled for their instruction set.
+template <typename FV, std::uint32_t V>
+[[gnu::always_inline]] inline void window_block_wide(const Window& w, std::uint32_t co,
+                                                     const float* bias, float* out) {
+  constexpr std::uint32_t L = sizeof(FV) / sizeof(float);
+  FV acc[V] = {};
   for (std::uint32_t r = 0; r < w.rows; ++r) {
     const float* x = w.in + r * w.in_row_stride;
     const float* k = w.kernel + r * w.kernel_row_stride + co;
     const std::size_t taps = std::size_t{w.cols} * w.cin;
     for (std::size_t t = 0; t < taps; ++t) {
-      const F16 xv = F16{} + x[t];
+      const FV xv = FV{} + x[t];
       const float* kr = k + t * w.cout;
 #pragma GCC unroll 8
-      for (std::uint32_t v = 0; v < V; ++v) acc[v] += xv * load16(kr + 16 * v);
+      for (std::uint32_t v = 0; v < V; ++v) {
+        FV kv;
+        std::memcpy(&kv, kr + L * v, sizeof kv);
+        acc[v] += xv * kv;
+      }
     }
   }
 #pragma GCC unroll 8
   for (std::uint32_t v = 0; v < V; ++v) {
-    const F16 o = acc[v] + load16(bias + co + 16 * v);
-    std::memcpy(out + co + 16 * v, &o, sizeof o);
+    FV b;
+    std::memcpy(&b, bias + co + L * v, sizeof b);
+    const FV o = acc[v] + b;
+    std::memcpy(out + co + L * v, &o, sizeof o);
   }
 }
 
 TPUSIM_AVX512 void window_all_avx512(const Window& w, const float* bias, float* out) {
   std::uint32_t co = 0;
-  for (; co + 64 <= w.cout; co += 64) window_block16<4>(w, co, bias, out);
-  for (; co + 16 <= w.cout; co += 16) window_block16<1>(w, co, bias, out);
-  for (; co < w.cout; co += kLane) window_block<kLane / 4>(w, co, bias, out);
+  for (; co + 64 <= w.cout; co += 64) window_block_wide<F16, 4>(w, co, bias, out);
+  for (; co + 16 <= w.cout; co += 16) window_block_wide<F16, 1>(w, co, bias, out);
+  for (; co < w.cout; co += kLane) window_block_wide<F8, kLane / 8>(w, co, bias, out);
+}
+
+TPUSIM_AVX2 void window_all_avx2(const Window& w, const float* bias, float* out) {
+  std::uint32_t co = 0;
+  for (; co + 32 <= w.cout; co += 32) window_block_wide<F8, 4>(w, co, bias, out);
+  for (; co < w.cout; co += kLane) window_block_wide<F8, kLane / 8>(w, co, bias, out);
 }
 
 bool has_avx512() {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   return avx512;
 }
+
+bool has_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
 #endif
 
 void window_all(const Window& w, const float* bias, float* out) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (has_avx512()) return window_all_avx512(w, bias, out);
+  if (has_avx2()) return window_all_avx2(w, bias, out);
 #endif
   std::uint32_t co = 0;
   for (; co + 32 <= w.cout; co += 32) window_block<8>(w, co, bias, out);
