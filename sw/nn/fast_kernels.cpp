@@ -1,6 +1,7 @@
 #include "sw/nn/fast_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -42,9 +43,31 @@ bool onednn_int8() {
   return exact;
 }
 
+namespace {
+
+// Whether every sum of the convolution is exact in fp32 whatever the order: each partial sum is
+// at most sum_k |x_k| |w_kc| <= 128 sum_k |w_kc| (int8 inputs), and integers up to 2^24 are exact
+// in fp32, so each product and each addition (fused or not) is.
+bool exact_in_f32(const ConvShape& s, const std::int8_t* kernel) {
+  const std::size_t K = std::size_t{s.kh} * s.kw * s.ic;
+  std::vector<std::int64_t> column(s.oc, 0);
+  for (std::size_t k = 0; k < K; ++k)
+    for (std::uint32_t c = 0; c < s.oc; ++c) column[c] += std::abs(int{kernel[k * s.oc + c]});
+  for (const std::int64_t a : column)
+    if (128 * a >= (std::int64_t{1} << 24)) return false;
+  return true;
+}
+
+}  // namespace
+
+bool onednn_built() { return true; }
+
 struct ConvS8::Impl {
   ConvShape shape;
   const std::int8_t* kernel = nullptr;
+  // Without VNNI: the same convolution in fp32 on the int8 values, where exact_in_f32 holds.
+  bool f32 = false;
+  std::vector<float> kernel_f, src_f, dst_f;
   dnnl::stream stream;
   dnnl::memory weights[2];
   // Per batch size: its primitive (the full batch's, and a last shorter one's).
@@ -63,9 +86,10 @@ struct ConvS8::Impl {
     const dim pr = dim{s.ow - 1} * s.sw + dim{s.kw - 1} * s.dw + 1 - dim{s.iw} - dim{s.pl};
     const auto b = static_cast<dim>(images);
     dnnl::engine& engine = cpu_engine();
-    src_md[slot] = memory::desc({b, s.ic, s.ih, s.iw}, dt::s8, tag::nhwc);
-    dst_md[slot] = memory::desc({b, s.oc, s.oh, s.ow}, dt::s32, tag::nhwc);
-    const memory::desc any_wei_md({s.oc, s.ic, s.kh, s.kw}, dt::s8, tag::any);
+    const dt in_type = f32 ? dt::f32 : dt::s8, out_type = f32 ? dt::f32 : dt::s32;
+    src_md[slot] = memory::desc({b, s.ic, s.ih, s.iw}, in_type, tag::nhwc);
+    dst_md[slot] = memory::desc({b, s.oc, s.oh, s.ow}, out_type, tag::nhwc);
+    const memory::desc any_wei_md({s.oc, s.ic, s.kh, s.kw}, in_type, tag::any);
     // No bias, no scales: only the exact int32 sums come from oneDNN; the bias and the
     // requantization follow numerics/ (requantize_rows).
     const dnnl::convolution_forward::desc desc(
@@ -73,8 +97,9 @@ struct ConvS8::Impl {
         any_wei_md, dst_md[slot], {s.sh, s.sw}, {dim{s.dh} - 1, dim{s.dw} - 1}, {s.pt, s.pl},
         {pb, pr});
     const dnnl::convolution_forward::primitive_desc pd(desc, engine);
-    const memory::desc user_md({s.oc, s.ic, s.kh, s.kw}, dt::s8, tag::hwio);
-    memory user(user_md, engine, const_cast<std::int8_t*>(kernel));
+    const memory::desc user_md({s.oc, s.ic, s.kh, s.kw}, in_type, tag::hwio);
+    memory user(user_md, engine,
+                f32 ? static_cast<void*>(kernel_f.data()) : const_cast<std::int8_t*>(kernel));
     weights[slot] = memory(pd.weights_desc(), engine);
     dnnl::reorder(user, weights[slot]).execute(stream, user, weights[slot]);
     stream.wait();
@@ -83,8 +108,11 @@ struct ConvS8::Impl {
   }
 };
 
-ConvS8::ConvS8(const ConvShape& s, const std::int8_t* kernel) {
-  if (!onednn_int8()) return;
+ConvS8::ConvS8(const ConvShape& s, const std::int8_t* kernel, ConvRoute route) {
+  if (route == ConvRoute::Best) route = onednn_int8() ? ConvRoute::S8 : ConvRoute::F32;
+  if (route == ConvRoute::S8 && !onednn_int8()) return;
+  const bool f32 = route == ConvRoute::F32;
+  if (f32 && !exact_in_f32(s, kernel)) return;
   // Zeros below and right: as many as the last window reaches past the image; an output that
   // leaves input rows unread (negative padding) runs the plain loops.
   using dim = dnnl::memory::dim;
@@ -95,6 +123,8 @@ ConvS8::ConvS8(const ConvShape& s, const std::int8_t* kernel) {
     auto impl = std::make_unique<Impl>();
     impl->shape = s;
     impl->kernel = kernel;
+    impl->f32 = f32;
+    if (f32) impl->kernel_f.assign(kernel, kernel + std::size_t{s.kh} * s.kw * s.ic * s.oc);
     impl->stream = dnnl::stream(cpu_engine());
     impl->make(0, s.n);
     impl_ = impl.release();
@@ -112,11 +142,22 @@ void ConvS8::run(const std::int8_t* in, std::size_t n, std::int32_t* acc) {
   const std::size_t slot = n == m.n[0] ? 0 : 1;
   if (m.n[slot] != n) m.make(slot, n);
   dnnl::engine& engine = cpu_engine();
-  dnnl::memory src(m.src_md[slot], engine, const_cast<std::int8_t*>(in));
-  dnnl::memory dst(m.dst_md[slot], engine, acc);
+  const ConvShape& s = m.shape;
+  const std::size_t in_size = n * s.ih * s.iw * s.ic, out_size = n * s.oh * s.ow * s.oc;
+  if (m.f32) {
+    m.src_f.assign(in, in + in_size);
+    m.dst_f.resize(out_size);
+  }
+  dnnl::memory src(m.src_md[slot], engine,
+                   m.f32 ? static_cast<void*>(m.src_f.data()) : const_cast<std::int8_t*>(in));
+  dnnl::memory dst(m.dst_md[slot], engine,
+                   m.f32 ? static_cast<void*>(m.dst_f.data()) : static_cast<void*>(acc));
   m.conv[slot].execute(
       m.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, m.weights[slot]}, {DNNL_ARG_DST, dst}});
   m.stream.wait();
+  // Whole numbers below 2^24 (exact_in_f32): the conversion is exact.
+  if (m.f32)
+    for (std::size_t i = 0; i < out_size; ++i) acc[i] = static_cast<std::int32_t>(m.dst_f[i]);
 }
 
 SingleThread::SingleThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
@@ -125,8 +166,9 @@ SingleThread::~SingleThread() { omp_set_num_threads(saved_); }
 #else
 
 bool onednn_int8() { return false; }
+bool onednn_built() { return false; }
 struct ConvS8::Impl {};
-ConvS8::ConvS8(const ConvShape&, const std::int8_t*) {}
+ConvS8::ConvS8(const ConvShape&, const std::int8_t*, ConvRoute) {}
 ConvS8::~ConvS8() = default;
 bool ConvS8::ok() const { return false; }
 void ConvS8::run(const std::int8_t*, std::size_t, std::int32_t*) {}
@@ -275,6 +317,85 @@ TPUSIM_AVX512 void requantize_rows_avx512(const std::int32_t* acc, std::size_t p
                            o + vec);
   }
 }
+#define TPUSIM_AVX2 __attribute__((target("avx2")))
+
+// requantize16's steps on eight int32 lanes, for CPUs with AVX2 but not AVX-512 (channels whose
+// shifts are all right shifts and whose multipliers are not INT32_MIN). AVX2 has no 64-bit
+// arithmetic shift; the doubling high multiply's result fits int32, so its low 32 bits — all
+// that is kept — are the same after a logical shift.
+TPUSIM_AVX2 inline __m256i high_half_avx2(__m256i ab) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i t =
+      _mm256_add_epi64(ab, _mm256_blendv_epi8(_mm256_set1_epi64x(std::int64_t{1} << 30),
+                                              _mm256_set1_epi64x(1 - (std::int64_t{1} << 30)),
+                                              _mm256_cmpgt_epi64(zero, ab)));
+  return _mm256_srli_epi64(
+      _mm256_add_epi64(t, _mm256_and_si256(_mm256_cmpgt_epi64(zero, t),
+                                           _mm256_set1_epi64x((std::int64_t{1} << 31) - 1))),
+      31);
+}
+
+TPUSIM_AVX2 inline void requantize8_avx2(const std::int32_t* a, const std::int32_t* b,
+                                         const std::int32_t* mp, const std::int32_t* sp, bool relu,
+                                         std::int8_t* o) {
+  const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+  const __m256i acc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+  const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mp));
+  const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp));
+  // add_bias: where the int32 sum overflows (both operands' signs differ from the sum's), the
+  // saturation toward the accumulator's sign.
+  const __m256i sum = _mm256_add_epi32(acc, bias);
+  const __m256i overflow = _mm256_srai_epi32(
+      _mm256_and_si256(_mm256_xor_si256(acc, sum), _mm256_xor_si256(bias, sum)), 31);
+  const __m256i saturated = _mm256_blendv_epi8(
+      _mm256_set1_epi32(std::numeric_limits<std::int32_t>::max()),
+      _mm256_set1_epi32(std::numeric_limits<std::int32_t>::min()), _mm256_srai_epi32(acc, 31));
+  const __m256i x = _mm256_blendv_epi8(sum, saturated, overflow);
+  const __m256i even = high_half_avx2(_mm256_mul_epi32(x, m));
+  const __m256i odd =
+      high_half_avx2(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m, 32)));
+  const __m256i h = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xaa);
+  // rounding_divide_by_pot(h, shift).
+  const __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, s), one);
+  const __m256i remainder = _mm256_and_si256(h, mask);
+  const __m256i threshold = _mm256_add_epi32(_mm256_srai_epi32(mask, 1),
+                                             _mm256_and_si256(_mm256_cmpgt_epi32(zero, h), one));
+  __m256i r = _mm256_srav_epi32(h, s);
+  r = _mm256_add_epi32(r, _mm256_and_si256(_mm256_cmpgt_epi32(remainder, threshold), one));
+  if (relu) r = _mm256_max_epi32(r, zero);
+  // saturate_int8: two saturating packs (int32 -> int16 -> int8).
+  const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(o), _mm_packs_epi16(p16, p16));
+}
+
+TPUSIM_AVX2 void requantize_rows_avx2(const std::int32_t* acc, std::size_t pixels, std::size_t oc,
+                                      const std::int32_t* bias, const std::int32_t* multiplier,
+                                      const std::int32_t* shift, bool relu, std::int8_t* out) {
+  // Per block of 8 channels: whether requantize8_avx2 may take it; the others run the scalar
+  // definitions.
+  std::vector<char> right_only(oc / 8);
+  for (std::size_t k = 0; k < right_only.size(); ++k) {
+    right_only[k] = 1;
+    for (std::size_t c = 8 * k; c < 8 * k + 8; ++c)
+      if (shift[c] < 0 || multiplier[c] == std::numeric_limits<std::int32_t>::min())
+        right_only[k] = 0;
+  }
+  const std::size_t vec = oc - oc % 8;
+  for (std::size_t p = 0; p < pixels; ++p) {
+    const std::int32_t* a = acc + p * oc;
+    std::int8_t* o = out + p * oc;
+    for (std::size_t c = 0; c < vec; c += 8) {
+      if (right_only[c / 8])
+        requantize8_avx2(a + c, bias + c, multiplier + c, shift + c, relu, o + c);
+      else
+        requantize_rows_scalar(a + c, 1, 8, bias + c, multiplier + c, shift + c, relu, o + c);
+    }
+    requantize_rows_scalar(a + vec, 1, oc - vec, bias + vec, multiplier + vec, shift + vec, relu,
+                           o + vec);
+  }
+}
+
 // Four rows at a time, 16 columns a register: each weight row is loaded once for the four.
 template <std::size_t R>
 TPUSIM_AVX512 void bf16_block(const float* x, std::size_t K, const float* w, std::size_t N,
@@ -369,14 +490,36 @@ bool bf16_sums(const float* x, std::size_t rows, std::size_t K, const float* w, 
 #endif
 }
 
+bool cpu_has(Isa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (isa == Isa::Avx2) return avx2;
+  if (isa == Isa::Avx512) return requantize_vectorised();
+  return true;
+#else
+  return isa == Isa::Scalar;
+#endif
+}
+
+void requantize_rows_on(Isa isa, const std::int32_t* acc, std::size_t pixels, std::size_t oc,
+                        const std::int32_t* bias, const std::int32_t* multiplier,
+                        const std::int32_t* shift, bool relu, std::int8_t* out) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa == Isa::Avx512)
+    return requantize_rows_avx512(acc, pixels, oc, bias, multiplier, shift, relu, out);
+  if (isa == Isa::Avx2)
+    return requantize_rows_avx2(acc, pixels, oc, bias, multiplier, shift, relu, out);
+#endif
+  requantize_rows_scalar(acc, pixels, oc, bias, multiplier, shift, relu, out);
+}
+
 void requantize_rows(const std::int32_t* acc, std::size_t pixels, std::size_t oc,
                      const std::int32_t* bias, const std::int32_t* multiplier,
                      const std::int32_t* shift, bool relu, std::int8_t* out) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (requantize_vectorised())
-    return requantize_rows_avx512(acc, pixels, oc, bias, multiplier, shift, relu, out);
-#endif
-  requantize_rows_scalar(acc, pixels, oc, bias, multiplier, shift, relu, out);
+  static const Isa best = cpu_has(Isa::Avx512) ? Isa::Avx512
+                          : cpu_has(Isa::Avx2) ? Isa::Avx2
+                                               : Isa::Scalar;
+  requantize_rows_on(best, acc, pixels, oc, bias, multiplier, shift, relu, out);
 }
 
 }  // namespace tpu::nn::fast

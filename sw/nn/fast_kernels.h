@@ -10,11 +10,14 @@
 
 namespace tpu::nn::fast {
 
-// Whether int8 convolutions run through oneDNN: built with it (Debian's libdnnl-dev found at
-// configure time) and on a CPU whose int8 dot products accumulate in int32 without an int16
-// intermediate (VNNI or AMX). Without VNNI, oneDNN's u8 x s8 pairs (vpmaddubsw) saturate at
-// int16 and the sums are no longer exact, so the plain loops run instead.
+// Whether int8 convolutions run through oneDNN's int8 convolution: built with it (Debian's
+// libdnnl-dev found at configure time) and on a CPU whose int8 dot products accumulate in int32
+// without an int16 intermediate (VNNI or AMX). Without VNNI, oneDNN's u8 x s8 pairs
+// (vpmaddubsw) saturate at int16 and the sums are no longer exact: ConvS8 then takes oneDNN's
+// fp32 convolution where that is exact.
 bool onednn_int8();
+// Whether tpusim was built with oneDNN at all.
+bool onednn_built();
 
 // A convolution of n NHWC images (ih x iw x ic) with a [kh][kw][ic][oc] kernel (Keras order),
 // strides sh, sw, dilations dh, dw, zeros pt rows above and pl columns left of the image and as
@@ -27,10 +30,14 @@ struct ConvShape {
 
 // The int32 sums acc[((b * oh + y) * ow + x) * oc + c] of the int8 convolution of shape s
 // (s.n: the most images a call takes), through oneDNN: the primitive is made and the kernel
-// reordered once, then called on as many batches as the caller likes.
+// reordered once, then called on as many batches as the caller likes. With VNNI or AMX,
+// oneDNN's s8 x s8 -> s32 convolution; elsewhere its fp32 convolution of the same values, where
+// the kernel makes every sum exact in fp32 (128 * sum over k of |w[k][c]| < 2^24 for every column
+// c, whatever the int8 inputs), and not at all otherwise. `route` picks one for tests.
+enum class ConvRoute { Best, S8, F32 };
 class ConvS8 {
  public:
-  ConvS8(const ConvShape& s, const std::int8_t* kernel);
+  ConvS8(const ConvShape& s, const std::int8_t* kernel, ConvRoute route = ConvRoute::Best);
   ~ConvS8();
   ConvS8(const ConvS8&) = delete;
   ConvS8& operator=(const ConvS8&) = delete;
@@ -46,10 +53,19 @@ class ConvS8 {
 
 // The vector unit's int8 Activate of `pixels` rows of `oc` accumulators:
 // out = numerics::requantize(numerics::add_bias(acc, bias[c]), multiplier[c], shift[c]), then
-// numerics::relu when `relu`. Vectorised on CPUs with AVX-512, the numerics calls elsewhere.
+// numerics::relu when `relu`. Vectorised with the widest instruction set the CPU has (AVX-512,
+// else AVX2), the numerics calls elsewhere.
 void requantize_rows(const std::int32_t* acc, std::size_t pixels, std::size_t oc,
                      const std::int32_t* bias, const std::int32_t* multiplier,
                      const std::int32_t* shift, bool relu, std::int8_t* out);
+
+// The instruction sets requantize_rows can use, for tests that run each one the CPU has.
+enum class Isa { Scalar, Avx2, Avx512 };
+bool cpu_has(Isa isa);
+// requantize_rows on `isa` (which the CPU must have).
+void requantize_rows_on(Isa isa, const std::int32_t* acc, std::size_t pixels, std::size_t oc,
+                        const std::int32_t* bias, const std::int32_t* multiplier,
+                        const std::int32_t* shift, bool relu, std::int8_t* out);
 
 // Whether requantize_rows and bf16_sums run their AVX-512 loops on this CPU.
 bool requantize_vectorised();

@@ -9,6 +9,10 @@
 #include <optional>
 #include <stdexcept>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "hw/common/error.h"
 #include "numerics/activation.h"
 #include "numerics/bf16.h"
@@ -537,7 +541,7 @@ constexpr std::size_t kFastSumsBytes = std::size_t{1} << 20;
 bool fast_weighted_int8(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
                         const ConvInput& geometry, const ChipTensor& in, ChipTensor& out,
                         std::size_t n) {
-  if (q.act_type != DType::Int8 || in.type != DType::Int8 || !fast::onednn_int8()) return false;
+  if (q.act_type != DType::Int8 || in.type != DType::Int8) return false;
   fast::ConvShape s;
   s.n = n;
   s.oc = l.out.c;
@@ -648,6 +652,75 @@ bool fast_weighted_bf16(const QuantizedModel& q, const Op& l, const QuantizedLay
   return true;
 }
 
+// The MXU's int8 sums of one input row xi[0..K) with a K x oc kernel w16 (int8 values widened
+// to int16): exact, wrapping like the chip's int32 accumulators (unsigned adds); zero inputs add
+// nothing and are skipped.
+[[gnu::always_inline]] inline void int8_sums_loop(const std::int32_t* xi, std::uint64_t K,
+                                                  const std::int16_t* w16, std::uint32_t oc,
+                                                  std::uint32_t* acc_u) {
+  std::fill(acc_u, acc_u + oc, 0u);
+  for (std::uint64_t k = 0; k < K; ++k) {
+    if (xi[k] == 0) continue;
+    const auto xk = static_cast<std::int16_t>(xi[k]);
+    // Distinct buffers: __restrict lets the column loop vectorise (columns are independent, so
+    // each column's order is unchanged). int8 x int8 products fit int16 (|q| <= 127 on both
+    // sides).
+    const std::int16_t* __restrict wk = &w16[k * oc];
+    std::uint32_t* __restrict au = acc_u;
+    for (std::uint32_t c = 0; c < oc; ++c)
+      au[c] += static_cast<std::uint32_t>(
+          static_cast<std::int32_t>(static_cast<std::int16_t>(xk * wk[c])));
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// Kernels::Fast, for few columns over a long K (a classifier after a flatten): per column a dot
+// product of the input row x16 with the column's K weights w16t[c][0..K) (int16 both), 16
+// products a step, pairs summed by vpmaddwd (|a0 b0 + a1 b1| <= 2 * 128 * 128 fits int32) and
+// the pairs added in int32 lanes. Integer additions wrap, and a wrapping sum is the same in any
+// order: the bits of int8_sums.
+__attribute__((target("avx2"))) void int8_dots_avx2(const std::int16_t* x16, std::uint64_t K,
+                                                    const std::int16_t* w16t, std::uint32_t oc,
+                                                    std::uint32_t* acc_u) {
+  for (std::uint32_t c = 0; c < oc; ++c) {
+    const std::int16_t* w = w16t + std::size_t{c} * K;
+    __m256i s = _mm256_setzero_si256();
+    std::uint64_t k = 0;
+    for (; k + 16 <= K; k += 16)
+      s = _mm256_add_epi32(
+          s, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x16 + k)),
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k))));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+    auto sum = static_cast<std::uint32_t>(_mm_cvtsi128_si32(t));
+    for (; k < K; ++k) sum += static_cast<std::uint32_t>(std::int32_t{x16[k]} * w[k]);
+    acc_u[c] = sum;
+  }
+}
+
+bool has_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+
+// The same loop compiled for AVX2 (twice SSE2's lanes), where the CPU has it: integer sums, so
+// the bits are the same whatever the lanes.
+__attribute__((target("avx2"))) void int8_sums_avx2(const std::int32_t* xi, std::uint64_t K,
+                                                    const std::int16_t* w16, std::uint32_t oc,
+                                                    std::uint32_t* acc_u) {
+  int8_sums_loop(xi, K, w16, oc, acc_u);
+}
+#endif
+
+void int8_sums(const std::int32_t* xi, std::uint64_t K, const std::int16_t* w16, std::uint32_t oc,
+               std::uint32_t* acc_u) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (has_avx2()) return int8_sums_avx2(xi, K, w16, oc, acc_u);
+#endif
+  int8_sums_loop(xi, K, w16, oc, acc_u);
+}
+
 // Conv2D and Dense in the chip's arithmetic. A Dense layer is a 1x1 "convolution" of a 1x1
 // image whose channels are the flattened input: the same loop covers both.
 void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& ql,
@@ -669,8 +742,7 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
 
   out.type = ql.out_type;
   resize(out, n * std::uint64_t{oh} * ow * oc);
-  // int8 x int8 products fit int16 (|q| <= 127 on both sides); widened once per layer so the
-  // column loop vectorises. Sums wrap like the chip's int32 accumulators (unsigned adds).
+  // int8 weights widened to int16 once per layer, so int8_sums's column loop vectorises.
   std::vector<std::int16_t> w16(ql.kernel_i8.begin(), ql.kernel_i8.end());
   std::vector<float> wf(ql.kernel_bf16.size());  // bf16 widened to fp32 once (exact)
   for (std::size_t k = 0; k < wf.size(); ++k) wf[k] = to_float(Bf16{ql.kernel_bf16[k]});
@@ -679,6 +751,23 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
   std::vector<float> acc_f(oc), psum(oc), row(oc);
   std::vector<float> x(K);
   std::vector<std::int32_t> xi(K);
+  // int8 outputs with Kernels::Fast: one image's accumulators, requantized at once by
+  // fast::requantize_rows (where oneDNN's sums are not exact, fast_weighted_int8 is not taken).
+  const bool requantize_image =
+      kernels == Kernels::Fast && q.act_type == DType::Int8 && ql.out_type == DType::Int8;
+  std::vector<std::int32_t> image_acc(requantize_image ? std::size_t{oh} * ow * oc : 0);
+  // int8 with Kernels::Fast, fewer columns than a vector and a long K: int8_dots_avx2 on the
+  // kernel's columns (transposed once per layer).
+#if defined(__x86_64__) && defined(__GNUC__)
+  const bool dots =
+      kernels == Kernels::Fast && q.act_type == DType::Int8 && has_avx2() && oc < 16 && K >= 256;
+#else
+  const bool dots = false;
+#endif
+  std::vector<std::int16_t> w16t(dots ? K * oc : 0), x16(dots ? K : 0);
+  if (dots)
+    for (std::uint64_t k = 0; k < K; ++k)
+      for (std::uint32_t c = 0; c < oc; ++c) w16t[c * K + k] = w16[k * oc + c];
   for (std::size_t b = 0; b < n; ++b)
     for (std::uint32_t oy = 0; oy < oh; ++oy)
       for (std::uint32_t ox = 0; ox < ow; ++ox) {
@@ -703,18 +792,16 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
         // 2. The MXU: int8 sums are exact (wrapping int32); bf16 sums run per tile of `tile`
         //    rows from +0 in row order and add into the accumulator.
         if (q.act_type == DType::Int8) {
-          std::fill(acc_u.begin(), acc_u.end(), 0u);
-          for (std::uint64_t k = 0; k < K; ++k) {
-            if (xi[k] == 0) continue;
-            const auto xk = static_cast<std::int16_t>(xi[k]);
-            // Distinct buffers: __restrict lets the column loops vectorise (columns are
-            // independent, so each column's order is unchanged).
-            const std::int16_t* __restrict wk = &w16[k * oc];
-            std::uint32_t* __restrict au = acc_u.data();
-            for (std::uint32_t c = 0; c < oc; ++c)
-              au[c] += static_cast<std::uint32_t>(
-                  static_cast<std::int32_t>(static_cast<std::int16_t>(xk * wk[c])));
+#if defined(__x86_64__) && defined(__GNUC__)
+          if (dots) {
+            std::copy(xi.begin(), xi.end(), x16.begin());  // int8 values
+            int8_dots_avx2(x16.data(), K, w16t.data(), oc, acc_u.data());
+          } else {
+            int8_sums(xi.data(), K, w16.data(), oc, acc_u.data());
           }
+#else
+          int8_sums(xi.data(), K, w16.data(), oc, acc_u.data());
+#endif
           for (std::uint32_t c = 0; c < oc; ++c) acc_i[c] = static_cast<std::int32_t>(acc_u[c]);
         } else {
           for (std::uint64_t k0 = 0; k0 < K; k0 += tile) {
@@ -733,8 +820,19 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
           }
         }
         // 3. The vector unit's Activate.
-        activate_pixel(q, l, ql, acc_i.data(), acc_f.data(), row, out,
-                       ((b * oh + oy) * ow + ox) * oc);
+        if (!requantize_image) {
+          activate_pixel(q, l, ql, acc_i.data(), acc_f.data(), row, out,
+                         ((b * oh + oy) * ow + ox) * oc);
+          continue;
+        }
+        std::copy(
+            acc_i.begin(), acc_i.end(),
+            image_acc.begin() + static_cast<std::ptrdiff_t>((std::size_t{oy} * ow + ox) * oc));
+        if (oy + 1 == oh && ox + 1 == ow)  // A ReLU6 is the ReLU here, as in activate_pixel.
+          fast::requantize_rows(image_acc.data(), std::size_t{oh} * ow, oc, ql.bias_i32.data(),
+                                ql.multiplier.data(), ql.shift.data(),
+                                l.activation == Act::Relu || l.activation == Act::Relu6,
+                                out.i8.data() + b * image_acc.size());
       }
 }
 

@@ -133,6 +133,55 @@ TEST(FastReference, ChunksGiveTheBitsOfOneImageAtATime) {
   }
 }
 
+// The int32 sums of a convolution as the plain loops define them: per output pixel and column,
+// the window's products in any order (wrapping int32 sums do not depend on it).
+std::vector<std::int32_t> plain_sums(const fast::ConvShape& s, const std::vector<std::int8_t>& in,
+                                     const std::vector<std::int8_t>& w) {
+  std::vector<std::int32_t> acc(s.n * s.oh * s.ow * s.oc, 0);
+  for (std::size_t b = 0; b < s.n; ++b)
+    for (std::uint32_t y = 0; y < s.oh; ++y)
+      for (std::uint32_t x = 0; x < s.ow; ++x)
+        for (std::uint32_t ky = 0; ky < s.kh; ++ky)
+          for (std::uint32_t kx = 0; kx < s.kw; ++kx) {
+            const std::int64_t iy = std::int64_t{y} * s.sh + std::int64_t{ky} * s.dh - s.pt;
+            const std::int64_t ix = std::int64_t{x} * s.sw + std::int64_t{kx} * s.dw - s.pl;
+            if (iy < 0 || iy >= s.ih || ix < 0 || ix >= s.iw) continue;
+            for (std::uint32_t ci = 0; ci < s.ic; ++ci)
+              for (std::uint32_t c = 0; c < s.oc; ++c)
+                acc[((b * s.oh + y) * s.ow + x) * s.oc + c] +=
+                    int{in[((b * s.ih + static_cast<std::size_t>(iy)) * s.iw +
+                            static_cast<std::size_t>(ix)) *
+                               s.ic +
+                           ci]} *
+                    w[((std::size_t{ky} * s.kw + kx) * s.ic + ci) * s.oc + c];
+          }
+  return acc;
+}
+
+// oneDNN's fp32 convolution of the int8 values (the route on CPUs without VNNI), on any CPU: the
+// plain loops' sums where the kernel keeps every sum below 2^24, refused where it does not.
+TEST(FastReference, Fp32ConvolutionGivesTheExactInt8SumsOrIsNotTaken) {
+  fast::ConvShape s;
+  s.n = 3, s.ih = 9, s.iw = 8, s.ic = 5, s.kh = 3, s.kw = 3, s.sh = 2, s.sw = 1, s.pt = 1, s.pl = 1,
+  s.oh = 5, s.ow = 8, s.oc = 11;
+  std::mt19937_64 rng(16);
+  std::vector<std::int8_t> in(s.n * s.ih * s.iw * s.ic), w(std::size_t{s.kh} * s.kw * s.ic * s.oc);
+  for (auto& v : in) v = static_cast<std::int8_t>(static_cast<int>(rng() % 256) - 128);
+  for (auto& v : w) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  fast::ConvS8 conv(s, w.data(), fast::ConvRoute::F32);
+  if (fast::onednn_built()) {
+    ASSERT_TRUE(conv.ok()) << "45 taps of at most 127: 128 * 45 * 127 < 2^24";
+    std::vector<std::int32_t> acc(s.n * s.oh * s.ow * s.oc);
+    conv.run(in.data(), s.n, acc.data());
+    EXPECT_EQ(acc, plain_sums(s, in, w));
+  }
+  // A 1 x 1 convolution of 1100 channels of weights 127: 128 * 1100 * 127 > 2^24.
+  fast::ConvShape wide;
+  wide.n = 1, wide.ic = 1100, wide.oc = 2;
+  const std::vector<std::int8_t> big(std::size_t{wide.ic} * wide.oc, 127);
+  EXPECT_FALSE(fast::ConvS8(wide, big.data(), fast::ConvRoute::F32).ok());
+}
+
 // numerics::requantize(numerics::add_bias(...)) at the edges of every step: saturating biases,
 // left and right shifts up to 31, the doubling multiply's one overflow (INT32_MIN squared), ties.
 TEST(FastReference, VectorisedRequantizationIsTheNumericsDefinition) {
@@ -163,16 +212,26 @@ TEST(FastReference, VectorisedRequantizationIsTheNumericsDefinition) {
     shift[c] = static_cast<std::int32_t>(rng() % 32);
     if (mult[c] == kMin) mult[c] = kMax;
   }
-  for (bool relu : {false, true}) {
-    std::vector<std::int8_t> fast_out(acc.size()), plain_out(acc.size());
-    fast::requantize_rows(acc.data(), pixels, oc, bias.data(), mult.data(), shift.data(), relu,
-                          fast_out.data());
-    fast::requantize_rows_scalar(acc.data(), pixels, oc, bias.data(), mult.data(), shift.data(),
-                                 relu, plain_out.data());
-    SCOPED_TRACE(fast::requantize_vectorised() ? "AVX-512 loop" : "scalar loop (no AVX-512)");
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < acc.size(); ++i) differ += fast_out[i] != plain_out[i];
-    EXPECT_EQ(differ, 0u) << "relu " << relu;
+  // Every vectorised loop this CPU can run (AVX-512's, AVX2's), and requantize_rows's choice.
+  for (const fast::Isa isa : {fast::Isa::Avx2, fast::Isa::Avx512, fast::Isa::Scalar}) {
+    if (!fast::cpu_has(isa)) continue;
+    SCOPED_TRACE(isa == fast::Isa::Avx512 ? "AVX-512 loop"
+                 : isa == fast::Isa::Avx2 ? "AVX2 loop"
+                                          : "requantize_rows's choice");
+    for (bool relu : {false, true}) {
+      std::vector<std::int8_t> fast_out(acc.size()), plain_out(acc.size());
+      if (isa == fast::Isa::Scalar)
+        fast::requantize_rows(acc.data(), pixels, oc, bias.data(), mult.data(), shift.data(), relu,
+                              fast_out.data());
+      else
+        fast::requantize_rows_on(isa, acc.data(), pixels, oc, bias.data(), mult.data(),
+                                 shift.data(), relu, fast_out.data());
+      fast::requantize_rows_scalar(acc.data(), pixels, oc, bias.data(), mult.data(), shift.data(),
+                                   relu, plain_out.data());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < acc.size(); ++i) differ += fast_out[i] != plain_out[i];
+      EXPECT_EQ(differ, 0u) << "relu " << relu;
+    }
   }
 }
 
