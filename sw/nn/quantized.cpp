@@ -699,11 +699,6 @@ __attribute__((target("avx2"))) void int8_dots_avx2(const std::int16_t* x16, std
   }
 }
 
-bool has_avx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-}
-
 // The same loop compiled for AVX2 (twice SSE2's lanes), where the CPU has it: integer sums, so
 // the bits are the same whatever the lanes.
 __attribute__((target("avx2"))) void int8_sums_avx2(const std::int32_t* xi, std::uint64_t K,
@@ -716,7 +711,7 @@ __attribute__((target("avx2"))) void int8_sums_avx2(const std::int32_t* xi, std:
 void int8_sums(const std::int32_t* xi, std::uint64_t K, const std::int16_t* w16, std::uint32_t oc,
                std::uint32_t* acc_u) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (has_avx2()) return int8_sums_avx2(xi, K, w16, oc, acc_u);
+  if (fast::cpu_has(fast::Isa::Avx2)) return int8_sums_avx2(xi, K, w16, oc, acc_u);
 #endif
   int8_sums_loop(xi, K, w16, oc, acc_u);
 }
@@ -759,8 +754,8 @@ void weighted_layer(const QuantizedModel& q, const Op& l, const QuantizedLayer& 
   // int8 with Kernels::Fast, fewer columns than a vector and a long K: int8_dots_avx2 on the
   // kernel's columns (transposed once per layer).
 #if defined(__x86_64__) && defined(__GNUC__)
-  const bool dots =
-      kernels == Kernels::Fast && q.act_type == DType::Int8 && has_avx2() && oc < 16 && K >= 256;
+  const bool dots = kernels == Kernels::Fast && q.act_type == DType::Int8 &&
+                    fast::cpu_has(fast::Isa::Avx2) && oc < 16 && K >= 256;
 #else
   const bool dots = false;
 #endif

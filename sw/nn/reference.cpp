@@ -12,6 +12,7 @@
 
 #include "hw/common/error.h"
 #include "sw/ir/ops.h"
+#include "sw/nn/fast_kernels.h"
 #include "sw/nn/weights.h"
 
 namespace tpu::nn {
@@ -170,16 +171,12 @@ bool has_avx512() {
   return avx512;
 }
 
-bool has_avx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-}
 #endif
 
 void window_all(const Window& w, const float* bias, float* out) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (has_avx512()) return window_all_avx512(w, bias, out);
-  if (has_avx2()) return window_all_avx2(w, bias, out);
+  if (fast::cpu_has(fast::Isa::Avx2)) return window_all_avx2(w, bias, out);
 #endif
   std::uint32_t co = 0;
   for (; co + 32 <= w.cout; co += 32) window_block<8>(w, co, bias, out);
